@@ -1,0 +1,67 @@
+"""One exception hierarchy for everything qnnrt raises on purpose.
+
+`QnnrtError` is what a user catches; the CLI turns it into a message and exit status 1.
+Subclasses say which part of the input was wrong, so callers can react without parsing text.
+"""
+from __future__ import annotations
+
+
+class QnnrtError(Exception):
+    """Base of every error qnnrt raises for bad input or a failed QNN call."""
+
+
+class LibraryNotFoundError(QnnrtError):
+    """A QNN shared library could not be found or loaded."""
+
+
+class FormatError(QnnrtError):
+    """A file (context binary, program, EPContext model, .pte) is malformed or unsupported."""
+
+
+class InputError(QnnrtError):
+    """Inputs given to a graph or method do not match what it expects."""
+
+
+class BuildError(QnnrtError):
+    """Partitioning or compiling a model failed."""
+
+
+class QnnError(QnnrtError):
+    """A QNN C API call returned an error.
+
+    Carries the function, the numeric code and its name, the backend's last log lines, and a remedy
+    for codes whose cause we know (e.g. 1002 with "Failed to find available PD" = PD exhaustion).
+    """
+
+    def __init__(self, function: str, code: int, code_name: str = "", message: str = "",
+                 log_tail: list[str] | None = None, remedy: str = "", context: str = ""):
+        self.function = function
+        self.code = int(code)
+        self.code_name = code_name
+        self.message = message
+        self.log_tail = list(log_tail or [])
+        self.remedy = remedy
+        self.context = context
+        super().__init__(self._format())
+
+    @property
+    def is_pd_exhaustion(self) -> bool:
+        """True when the failure is the accelerator's protection-domain address space running out."""
+        return self.code == 1002 and any("available PD" in line for line in self.log_tail)
+
+    @property
+    def is_out_of_memory(self) -> bool:
+        return self.code == 1002 or self.is_pd_exhaustion
+
+    def _format(self) -> str:
+        head = f"{self.function} failed with QNN error {self.code}"
+        if self.code_name:
+            head += f" ({self.code_name})"
+        if self.context:
+            head += f" {self.context}"
+        parts = [head + (f": {self.message}" if self.message else "")]
+        if self.log_tail:
+            parts.append("QNN log:\n" + "\n".join("  " + line for line in self.log_tail))
+        if self.remedy:
+            parts.append("What to do: " + self.remedy)
+        return "\n".join(parts)
