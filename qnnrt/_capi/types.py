@@ -1,0 +1,314 @@
+"""ctypes mirrors of the QNN C structs we use (LP64: x86_64 / aarch64), and the enums beside them.
+
+Layouts follow the public QNN headers (core API 2.x, system API 1.x, HTP API 5.x); `tests/test_abi.py`
+pins every size and offset the 2.51 libraries accept. Versioned structs (tensor v1/v2, binary info
+v1..v3, graph info v1..v3) are unions tagged by a leading `version`, exactly as in C.
+"""
+from __future__ import annotations
+
+import ctypes as C
+
+u8, u32, i32, u64, i64 = C.c_uint8, C.c_uint32, C.c_int32, C.c_uint64, C.c_int64
+vp = C.c_void_p
+P = C.POINTER
+ErrorHandle = C.c_uint64  # Qnn_ErrorHandle_t is uint64_t; the code is its low 16 bits
+
+# ---------------------------------------------------------------------------------------- enums
+DATA_TYPES = {
+    "INT_8": 0x0008, "INT_16": 0x0016, "INT_32": 0x0032, "INT_64": 0x0064,
+    "UINT_8": 0x0108, "UINT_16": 0x0116, "UINT_32": 0x0132, "UINT_64": 0x0164,
+    "FLOAT_16": 0x0216, "BFLOAT_16": 0x0226, "FLOAT_32": 0x0232, "FLOAT_64": 0x0264,
+    "SFIXED_POINT_4": 0x0304, "SFIXED_POINT_8": 0x0308, "SFIXED_POINT_16": 0x0316,
+    "SFIXED_POINT_32": 0x0332, "UFIXED_POINT_4": 0x0404, "UFIXED_POINT_8": 0x0408,
+    "UFIXED_POINT_16": 0x0416, "UFIXED_POINT_32": 0x0432, "BOOL_8": 0x0508, "STRING": 0x0608,
+    "UNDEFINED": 0x7FFFFFFF,
+}
+DATA_TYPE_NAMES = {v: k for k, v in DATA_TYPES.items()}
+# numpy dtype name per QNN data type (fixed point: the storage integer type)
+DATA_TYPE_NUMPY = {
+    0x0008: "int8", 0x0016: "int16", 0x0032: "int32", 0x0064: "int64",
+    0x0108: "uint8", 0x0116: "uint16", 0x0132: "uint32", 0x0164: "uint64",
+    0x0216: "float16", 0x0232: "float32", 0x0264: "float64",
+    0x0308: "int8", 0x0316: "int16", 0x0332: "int32",
+    0x0408: "uint8", 0x0416: "uint16", 0x0432: "uint32", 0x0508: "bool",
+}
+FIXED_POINT_TYPES = {0x0308, 0x0316, 0x0332, 0x0408, 0x0416, 0x0432}
+
+TENSOR_TYPES = {0: "APP_WRITE", 1: "APP_READ", 2: "APP_READWRITE", 3: "NATIVE", 4: "STATIC",
+                5: "NULL", 6: "UPDATEABLE_STATIC", 7: "UPDATEABLE_NATIVE", 8: "UPDATEABLE_APP_WRITE",
+                9: "UPDATEABLE_APP_READ", 10: "UPDATEABLE_APP_READWRITE", 11: "OPTIONAL_APP_WRITE",
+                12: "OPTIONAL_APP_READ", 13: "OPTIONAL_APP_READWRITE"}
+TENSORMEMTYPE_RAW = 0
+TENSORMEMTYPE_MEMHANDLE = 1
+
+DEFINITION_DEFINED = 1
+UNDEFINED_ENUM = 0x7FFFFFFF
+QUANT_ENCODINGS = {0: "SCALE_OFFSET", 1: "AXIS_SCALE_OFFSET", 2: "BW_SCALE_OFFSET",
+                   3: "BW_AXIS_SCALE_OFFSET", 4: "BLOCK", 5: "BLOCKWISE_EXPANSION", 6: "VECTOR",
+                   7: "FLOAT_BLOCK", 8: "BW_AXIS_SCALE_OFFSET_MAPPED", 9: "BW_BLOCK_MAPPED",
+                   10: "BW_BLOCKWISE_EXPANSION_MAPPED", 11: "BW_FLOAT_BLOCK",
+                   UNDEFINED_ENUM: "UNDEFINED"}
+QUANT_SCALE_OFFSET, QUANT_AXIS_SCALE_OFFSET, QUANT_BW_SCALE_OFFSET = 0, 1, 2
+
+LOG_LEVELS = {"error": 1, "warn": 2, "info": 3, "verbose": 4, "debug": 5}
+
+PROFILE_LEVELS = {"basic": 1, "detailed": 2, "backend": 1000}
+PROFILE_UNITS = {1: "us", 2: "bytes", 3: "cycles", 4: "count", 5: "object", 6: "none",
+                 1000: "backend"}
+
+CONTEXT_CONFIG_OPTION_CUSTOM = 0
+DEVICE_CONFIG_OPTION_CUSTOM = 0
+HTP_CONTEXT_OPTION_DSP_MEMORY_PROFILING = 4
+HTP_DEVICE_OPTION_SOC, HTP_DEVICE_OPTION_ARCH = 0, 1
+
+
+# -------------------------------------------------------------------------------------- structs
+class Version(C.Structure):
+    _fields_ = [("major", u32), ("minor", u32), ("patch", u32)]
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        return (self.major, self.minor, self.patch)
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}.{self.patch}"
+
+
+class ApiVersion(C.Structure):
+    _fields_ = [("coreApiVersion", Version), ("backendApiVersion", Version)]
+
+
+class ScaleOffset(C.Structure):
+    _fields_ = [("scale", C.c_float), ("offset", i32)]
+
+
+class AxisScaleOffset(C.Structure):
+    _fields_ = [("axis", i32), ("numScaleOffsets", u32), ("scaleOffset", P(ScaleOffset))]
+
+
+class BwScaleOffset(C.Structure):
+    _fields_ = [("bitwidth", u32), ("scale", C.c_float), ("offset", i32)]
+
+
+class BwAxisScaleOffset(C.Structure):
+    _fields_ = [("bitwidth", u32), ("axis", i32), ("numElements", u32),
+                ("scales", P(C.c_float)), ("offsets", P(i32))]
+
+
+class _QuantizeUnion(C.Union):
+    # the largest members (bwAxisScaleOffset, block encodings) are 32 bytes
+    _fields_ = [("scaleOffsetEncoding", ScaleOffset), ("axisScaleOffsetEncoding", AxisScaleOffset),
+                ("bwScaleOffsetEncoding", BwScaleOffset),
+                ("bwAxisScaleOffsetEncoding", BwAxisScaleOffset), ("raw", u64 * 4)]
+
+
+class QuantizeParams(C.Structure):
+    _anonymous_ = ("u",)
+    _fields_ = [("encodingDefinition", u32), ("quantizationEncoding", u32), ("u", _QuantizeUnion)]
+
+
+class ClientBuffer(C.Structure):
+    _fields_ = [("data", vp), ("dataSize", u32)]
+
+
+class _TensorDataUnion(C.Union):
+    _fields_ = [("clientBuf", ClientBuffer), ("memHandle", vp), ("retrieveRaw", vp)]
+
+
+_TENSOR_V1_FIELDS = [("id", u32), ("name", C.c_char_p), ("type", u32), ("dataFormat", u32),
+                     ("dataType", u32), ("quantizeParams", QuantizeParams), ("rank", u32),
+                     ("dimensions", P(u32)), ("memType", u32), ("d", _TensorDataUnion)]
+
+
+class TensorV1(C.Structure):
+    _anonymous_ = ("d",)
+    _fields_ = _TENSOR_V1_FIELDS
+
+
+class SparseParams(C.Structure):
+    # type + union { hybridCoo {numSpecifiedElements, numSparseDimensions} }
+    _fields_ = [("type", u32), ("numSpecifiedElements", u32), ("numSparseDimensions", u32)]
+
+
+class TensorV2(C.Structure):
+    _anonymous_ = ("d",)
+    _fields_ = _TENSOR_V1_FIELDS + [("isDynamicDimensions", P(u8)), ("sparseParams", SparseParams),
+                                    ("isProduced", u8)]
+
+
+class _TensorUnion(C.Union):
+    _fields_ = [("v1", TensorV1), ("v2", TensorV2)]
+
+
+class Tensor(C.Structure):
+    _anonymous_ = ("u",)
+    _fields_ = [("version", u32), ("u", _TensorUnion)]
+
+    @property
+    def body(self) -> TensorV1 | TensorV2:
+        """The versioned body; v1 fields sit at the same offsets in v2."""
+        return self.v2 if self.version == 2 else self.v1
+
+
+class _ScalarUnion(C.Union):
+    _fields_ = [("floatValue", C.c_float), ("doubleValue", C.c_double), ("uint64Value", u64),
+                ("int64Value", i64), ("uint32Value", u32), ("int32Value", i32),
+                ("uint8Value", u8), ("bool8Value", u8), ("stringValue", C.c_char_p)]
+
+
+class Scalar(C.Structure):
+    _anonymous_ = ("u",)
+    _fields_ = [("dataType", u32), ("u", _ScalarUnion)]
+
+
+# ---- config structs: "option + union", passed as NULL-terminated arrays of pointers
+class _ContextConfigUnion(C.Union):
+    _fields_ = [("customConfig", vp), ("priority", u32), ("oemString", C.c_char_p),
+                ("asyncExeQueueDepth", vp), ("isPersistentBinary", u8), ("ptr", vp)]
+
+
+class ContextConfig(C.Structure):
+    _anonymous_ = ("u",)
+    _fields_ = [("option", u32), ("u", _ContextConfigUnion)]
+
+
+class _HtpContextCustomUnion(C.Union):
+    _fields_ = [("boolValue", C.c_bool), ("u64Value", u64), ("groupRegistration", vp * 2)]
+
+
+class HtpContextCustomConfig(C.Structure):
+    _anonymous_ = ("u",)
+    _fields_ = [("option", u32), ("u", _HtpContextCustomUnion)]
+
+
+class _DeviceConfigUnion(C.Union):
+    _fields_ = [("customConfig", vp), ("hardwareInfo", vp)]
+
+
+class DeviceConfig(C.Structure):
+    _anonymous_ = ("u",)
+    _fields_ = [("option", u32), ("u", _DeviceConfigUnion)]
+
+
+class HtpDeviceArch(C.Structure):
+    _fields_ = [("deviceId", u32), ("arch", u32)]
+
+
+class _HtpDeviceCustomUnionV1(C.Union):
+    _fields_ = [("socModel", u32), ("arch", HtpDeviceArch)]
+
+
+class HtpDeviceCustomConfigV1(C.Structure):
+    """HTP API <= 5.43: the union holds only 4-byte-aligned members and sits at offset 4."""
+    _anonymous_ = ("u",)
+    _fields_ = [("option", u32), ("u", _HtpDeviceCustomUnionV1)]
+
+
+class _HtpDeviceCustomUnionV2(C.Union):
+    _fields_ = [("socModel", u32), ("arch", HtpDeviceArch), ("htpExtension", vp)]
+
+
+class HtpDeviceCustomConfigV2(C.Structure):
+    """Newer HTP APIs (5.51 seen): a pointer joined the union, which moved it to offset 8."""
+    _anonymous_ = ("u",)
+    _fields_ = [("option", u32), ("u", _HtpDeviceCustomUnionV2)]
+
+
+# ---- profile
+class ProfileEventData(C.Structure):
+    _fields_ = [("type", u32), ("unit", u32), ("value", u64), ("identifier", C.c_char_p)]
+
+
+class _ProfileExtendedValueUnion(C.Union):
+    _fields_ = [("value", Scalar), ("opaque", u64 * 3)]
+
+
+class ProfileExtendedEventDataV1(C.Structure):
+    _anonymous_ = ("u",)
+    _fields_ = [("type", u32), ("unit", u32), ("u", _ProfileExtendedValueUnion),
+                ("timestamp", u64), ("identifier", C.c_char_p)]
+
+
+class ProfileExtendedEventData(C.Structure):
+    _fields_ = [("version", u32), ("v1", ProfileExtendedEventDataV1)]
+
+
+# ---- system context: binary info
+_GRAPH_INFO_V1_FIELDS = [("graphName", C.c_char_p), ("numGraphInputs", u32),
+                         ("graphInputs", P(Tensor)), ("numGraphOutputs", u32),
+                         ("graphOutputs", P(Tensor))]
+_GRAPH_INFO_V2_FIELDS = _GRAPH_INFO_V1_FIELDS + [("numUpdateableTensors", u32),
+                                                 ("updateableTensors", P(Tensor))]
+
+
+class GraphInfoV1(C.Structure):
+    _fields_ = _GRAPH_INFO_V1_FIELDS
+
+
+class GraphInfoV2(C.Structure):
+    _fields_ = _GRAPH_INFO_V2_FIELDS
+
+
+class GraphInfoV3(C.Structure):
+    _fields_ = _GRAPH_INFO_V2_FIELDS + [("graphBlobInfoSize", u32), ("graphBlobInfo", vp),
+                                        ("startOpIndex", u32), ("endOpIndex", u32)]
+
+
+class _GraphInfoUnion(C.Union):
+    _fields_ = [("graphInfoV1", GraphInfoV1), ("graphInfoV2", GraphInfoV2),
+                ("graphInfoV3", GraphInfoV3)]
+
+
+class GraphInfo(C.Structure):
+    _anonymous_ = ("u",)
+    _fields_ = [("version", u32), ("u", _GraphInfoUnion)]
+
+    @property
+    def body(self) -> GraphInfoV1:
+        return {1: self.graphInfoV1, 2: self.graphInfoV2, 3: self.graphInfoV3}[self.version]
+
+
+_BINARY_INFO_V1_FIELDS = [("backendId", u32), ("buildId", C.c_char_p),
+                          ("coreApiVersion", Version), ("backendApiVersion", Version),
+                          ("socVersion", C.c_char_p), ("hwInfoBlobVersion", Version),
+                          ("contextBlobVersion", Version), ("hwInfoBlobSize", u32),
+                          ("hwInfoBlob", vp), ("contextBlobSize", u64),
+                          ("numContextTensors", u32), ("contextTensors", P(Tensor)),
+                          ("numGraphs", u32), ("graphs", P(GraphInfo))]
+
+
+class BinaryInfoV1(C.Structure):
+    _fields_ = _BINARY_INFO_V1_FIELDS
+
+
+class BinaryInfoV2(C.Structure):
+    _fields_ = _BINARY_INFO_V1_FIELDS + [("platformInfo", vp)]
+
+
+class BinaryInfoV3(C.Structure):
+    _fields_ = [("backendId", u32), ("buildId", C.c_char_p), ("coreApiVersion", Version),
+                ("backendApiVersion", Version), ("socVersion", C.c_char_p),
+                ("contextBlobVersion", Version), ("contextBlobSize", u64),
+                ("numContextTensors", u32), ("contextTensors", P(Tensor)),
+                ("numGraphs", u32), ("graphs", P(GraphInfo)), ("platformInfo", vp),
+                ("contextMetadataSize", u32), ("contextMetadata", vp), ("socModel", u32)]
+
+
+class _BinaryInfoUnion(C.Union):
+    _fields_ = [("v1", BinaryInfoV1), ("v2", BinaryInfoV2), ("v3", BinaryInfoV3)]
+
+
+class BinaryInfo(C.Structure):
+    _anonymous_ = ("u",)
+    _fields_ = [("version", u32), ("u", _BinaryInfoUnion)]
+
+    @property
+    def body(self):
+        return {1: self.v1, 2: self.v2, 3: self.v3}[self.version]
+
+
+def null_terminated(structs: list) -> C.Array | None:
+    """`const X**` config argument: a NULL-terminated array of pointers to `structs` (kept alive
+    by the caller)."""
+    if not structs:
+        return None
+    return (vp * (len(structs) + 1))(*[C.addressof(s) for s in structs], None)

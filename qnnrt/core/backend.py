@@ -1,0 +1,220 @@
+"""Backend: owns the QNN log, backend and device handles, and every context created on it."""
+from __future__ import annotations
+
+import atexit
+import collections
+import ctypes as C
+import itertools
+import logging
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+from qnnrt._capi import codes
+from qnnrt._capi import types as T
+from qnnrt._capi.library import QnnLibrary, open_library
+from qnnrt._capi.log import make_log_callback
+from qnnrt.errors import QnnError, QnnrtError
+
+if TYPE_CHECKING:
+    from qnnrt.core.context import Context
+
+qnn_logger = logging.getLogger("qnnrt.qnn")
+_PY_LEVEL = {1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO, 4: logging.DEBUG,
+             5: logging.DEBUG}
+
+# SoC names users type, -> QNN SoC model numbers (the ones QNN's HTP backend knows as SM*)
+SOC_MODELS = {"SM8350": 30, "SM8450": 36, "SM8475": 42, "SM8550": 43, "SM8650": 57,
+              "SM8750": 69, "SA8295": 39, "SSG2115P": 46, "SM7675": 70, "QCS6490": 35}
+
+
+def parse_soc(soc: str | int | None) -> int | None:
+    """A SoC given as a number (43) or a name (SM8550) -> QNN SoC model number."""
+    if soc is None or soc == "":
+        return None
+    if isinstance(soc, int) or str(soc).isdigit():
+        return int(soc)
+    key = str(soc).upper()
+    if key not in SOC_MODELS:
+        raise QnnrtError(f"unknown SoC {soc!r}; use a QNN SoC model number or one of "
+                         f"{', '.join(sorted(SOC_MODELS))}")
+    return SOC_MODELS[key]
+
+
+class LogBook:
+    """Receives QNN log lines: forwards them to `logging` and keeps the recent ones, numbered, so a
+    failed call can attach the lines it caused."""
+
+    def __init__(self, keep: int = 512):
+        self._lines: collections.deque[tuple[int, int, str]] = collections.deque(maxlen=keep)
+        self._seq = itertools.count(1)
+        self._lock = threading.Lock()
+        self.listeners: list = []
+
+    def __call__(self, level: int, text: str) -> None:
+        with self._lock:
+            self._lines.append((next(self._seq), level, text))
+        qnn_logger.log(_PY_LEVEL.get(level, logging.DEBUG), "%s", text)
+        for fn in list(self.listeners):
+            fn(level, text)
+
+    def mark(self) -> int:
+        """A sequence number; lines after it were logged after this call."""
+        with self._lock:
+            return self._lines[-1][0] if self._lines else 0
+
+    def since(self, mark: int, max_level: int = 5) -> list[str]:
+        with self._lock:
+            return [t for s, lvl, t in self._lines if s > mark and lvl <= max_level]
+
+    def tail(self, n: int = 12, max_level: int = 2) -> list[str]:
+        with self._lock:
+            return [t for _, lvl, t in self._lines if lvl <= max_level][-n:]
+
+
+_live_backends: "weakref.WeakSet[Backend]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for be in list(_live_backends):
+        be.close()
+
+
+class Backend:
+    """The HTP backend with its log and device. Contexts created on it are freed before it is.
+
+    `soc` selects the SoC (model number or name) through the HTP device custom config; `htp_arch`
+    sets the arch (older style). `log_level` is QNN's: error, warn, info, verbose, debug.
+    """
+
+    def __init__(self, backend_lib: str | None = None, soc: str | int | None = None,
+                 htp_arch: int | None = None, log_level: str = "warn", device: bool = True):
+        self.lib: QnnLibrary = open_library(backend_lib)
+        self.api = self.lib.api
+        self.log = LogBook()
+        self._closed = False
+        self._lock = threading.RLock()
+        self._children: list[weakref.ref] = []
+        self._log_cb = make_log_callback(self.log)
+        self.log_handle = C.c_void_p()
+        self.handle = C.c_void_p()
+        self.device = C.c_void_p()
+        self.soc_model = parse_soc(soc)
+        self.htp_arch = htp_arch
+        self._log_level = T.LOG_LEVELS.get(log_level, 2)
+        try:
+            self.check(self.api.logCreate(self._log_cb, self._log_level, C.byref(self.log_handle)),
+                       "logCreate")
+            self.check(self.api.backendCreate(self.log_handle, None, C.byref(self.handle)),
+                       "backendCreate")
+            if device:
+                self._create_device()
+        except BaseException:
+            self.close()
+            raise
+        _live_backends.add(self)
+
+    # -- errors ----------------------------------------------------------------------------
+    def check(self, rc: int, function: str, mark: int | None = None, context: str = "") -> None:
+        """Raise QnnError for a non-zero error handle, with the log lines the call produced."""
+        if rc == 0:
+            return
+        code = codes.code_of(rc)
+        lines = self.log.since(mark, max_level=2) if mark is not None else self.log.tail()
+        lines = lines[-12:]
+        raise QnnError(function, code, codes.error_name(code), self.lib.error_message(rc),
+                       lines, codes.remedy_for(code, lines), context)
+
+    # -- device ----------------------------------------------------------------------------
+    def device_config_type(self):
+        """The HTP device custom config layout for this library's HTP API version."""
+        major, minor, _ = self.lib.backend_api
+        if major != 5:
+            raise QnnrtError(f"unknown HTP API major {major}: cannot lay out device config")
+        return T.HtpDeviceCustomConfigV1 if minor <= 43 else T.HtpDeviceCustomConfigV2
+
+    def _create_device(self) -> None:
+        custom = []
+        cfg_type = self.device_config_type()
+        if self.soc_model is not None:
+            c = cfg_type(option=T.HTP_DEVICE_OPTION_SOC)
+            c.socModel = self.soc_model
+            custom.append(c)
+        if self.htp_arch is not None:
+            c = cfg_type(option=T.HTP_DEVICE_OPTION_ARCH)
+            c.arch.deviceId = 0
+            c.arch.arch = int(self.htp_arch)
+            custom.append(c)
+        wrappers = []
+        for c in custom:
+            w = T.DeviceConfig(option=T.DEVICE_CONFIG_OPTION_CUSTOM)
+            w.customConfig = C.addressof(c)
+            wrappers.append(w)
+        mark = self.log.mark()
+        self.check(self.api.deviceCreate(self.log_handle, T.null_terminated(wrappers),
+                                         C.byref(self.device)), "deviceCreate", mark,
+                   f"(soc_model={self.soc_model}, htp_arch={self.htp_arch})")
+
+    # -- logging level ---------------------------------------------------------------------
+    def set_log_level(self, level: int) -> None:
+        if self.log_handle and self.api.has("logSetLogLevel"):
+            self.api.logSetLogLevel(self.log_handle, int(level))
+
+    @property
+    def log_level(self) -> int:
+        return self._log_level
+
+    # -- contexts --------------------------------------------------------------------------
+    def _register(self, child) -> None:
+        """Record a context or profile created on this backend; it is closed before the backend."""
+        with self._lock:
+            if self._closed:
+                raise QnnrtError("backend is closed")
+            self._children = [r for r in self._children if r() is not None]
+            self._children.append(weakref.ref(child))
+
+    def _live_children(self) -> list:
+        with self._lock:
+            return [c for c in (r() for r in self._children) if c is not None and not c.closed]
+
+    def live_contexts(self) -> list["Context"]:
+        from qnnrt.core.context import Context
+        return [c for c in self._live_children() if isinstance(c, Context)]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Free live contexts and profiles (newest first), then device, backend, log. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for child in reversed(self._live_children()):  # contexts and profiles, newest first
+                try:
+                    child.close()
+                except Exception:  # keep freeing the rest
+                    pass
+            if self.device:
+                self.api.deviceFree(self.device)
+                self.device = C.c_void_p()
+            if self.handle:
+                self.api.backendFree(self.handle)
+                self.handle = C.c_void_p()
+            if self.log_handle:
+                self.api.logFree(self.log_handle)
+                self.log_handle = C.c_void_p()
+            _live_backends.discard(self)
+
+    def __enter__(self) -> "Backend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Backend({self.lib.provider_name} core {'.'.join(map(str, self.lib.core_api))}, "
+                f"HTP {'.'.join(map(str, self.lib.backend_api))}, soc={self.soc_model}, "
+                f"{'closed' if self._closed else 'open'})")

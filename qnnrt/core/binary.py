@@ -1,0 +1,190 @@
+"""ContextBinary: a QNN context binary mapped from disk (never copied into Python bytes), with the
+binary info the system interface reads from it."""
+from __future__ import annotations
+
+import ctypes as C
+import mmap
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from qnnrt._capi import codes
+from qnnrt._capi import types as T
+from qnnrt._capi.library import QnnLibrary, open_library
+from qnnrt.core.tensor import TensorSpec, spec_from_struct
+from qnnrt.errors import FormatError
+
+MIN_BINARY_SIZE = 64  # nothing smaller can hold a QNN context binary header
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "inputs": [t.to_dict() for t in self.inputs],
+                "outputs": [t.to_dict() for t in self.outputs]}
+
+
+@dataclass(frozen=True)
+class BinaryInfo:
+    info_version: int
+    backend_id: int
+    build_id: str
+    core_api: str
+    backend_api: str
+    soc_version: str
+    soc_model: int | None
+    context_blob_size: int
+    graphs: tuple[GraphSpec, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        return {"info_version": self.info_version, "backend_id": self.backend_id,
+                "build_id": self.build_id, "core_api": self.core_api,
+                "backend_api": self.backend_api, "soc_version": self.soc_version,
+                "soc_model": self.soc_model, "context_blob_size": self.context_blob_size,
+                "graphs": [g.to_dict() for g in self.graphs]}
+
+
+def read_binary_info(lib: QnnLibrary, buffer: np.ndarray, where: str) -> BinaryInfo:
+    """Binary info of a context binary held in `buffer` (uint8 array), copied out of QNN memory."""
+    if buffer.nbytes < MIN_BINARY_SIZE:
+        raise FormatError(f"{where}: {buffer.nbytes} bytes is too small to be a QNN context binary")
+    sysctx = C.c_void_p()
+    rc = lib.sys.systemContextCreate(C.byref(sysctx))
+    if rc:
+        raise FormatError(f"{where}: systemContextCreate failed ({codes.error_name(codes.code_of(rc))})")
+    try:
+        info_p = C.POINTER(T.BinaryInfo)()
+        size = C.c_uint64()
+        rc = lib.sys.systemContextGetBinaryInfo(sysctx, C.c_void_p(buffer.ctypes.data),
+                                                buffer.nbytes, C.byref(info_p), C.byref(size))
+        if rc or not info_p:
+            raise FormatError(
+                f"{where}: not a readable QNN context binary (QNN's system interface rejected it "
+                f"with {codes.error_name(codes.code_of(rc))}). The file may be truncated, corrupt, "
+                f"or not a context binary; rebuild it or check the path.")
+        bi = info_p.contents
+        if bi.version not in (1, 2, 3):
+            raise FormatError(f"{where}: unknown binary info version {bi.version}")
+        b = bi.body
+        graphs = []
+        for i in range(b.numGraphs):
+            g = b.graphs[i]
+            if g.version not in (1, 2, 3):
+                raise FormatError(f"{where}: unknown graph info version {g.version}")
+            gb = g.body
+            graphs.append(GraphSpec(
+                name=(gb.graphName or b"").decode(errors="replace"),
+                inputs=tuple(spec_from_struct(gb.graphInputs[j]) for j in range(gb.numGraphInputs)),
+                outputs=tuple(spec_from_struct(gb.graphOutputs[j])
+                              for j in range(gb.numGraphOutputs))))
+        return BinaryInfo(
+            info_version=bi.version, backend_id=b.backendId,
+            build_id=(b.buildId or b"").decode(errors="replace"),
+            core_api=str(b.coreApiVersion), backend_api=str(b.backendApiVersion),
+            soc_version=(b.socVersion or b"").decode(errors="replace"),
+            soc_model=int(b.socModel) if bi.version == 3 else None,
+            context_blob_size=int(b.contextBlobSize), graphs=tuple(graphs))
+    finally:
+        lib.sys.systemContextFree(sysctx)
+
+
+class ContextBinary:
+    """A context binary: a file mapped read-only, or a slice of a bigger mapped file (e.g. a .pte).
+
+    The bytes are never copied into Python; `buffer` is a uint8 numpy view over the mapping, whose
+    address goes to QNN. `info` is read once, lazily.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, *, buffer=None, name: str | None = None,
+                 lib: QnnLibrary | None = None, backend_lib: str | None = None):
+        self._mmap = None
+        self._file = None
+        if (path is None) == (buffer is None):
+            raise ValueError("give exactly one of path or buffer")
+        if path is not None:
+            self.path = Path(path)
+            self.name = name or self.path.name
+            self._open_file()
+        else:
+            self.path = None
+            self.name = name or "<buffer>"
+            self.buffer = np.frombuffer(buffer, dtype=np.uint8)
+        self._lib = lib
+        self._backend_lib = backend_lib
+        self._info: BinaryInfo | None = None
+
+    def _open_file(self) -> None:
+        p = self.path
+        if not p.exists():
+            raise FormatError(f"{p}: no such file. Check the path (a context binary is usually a "
+                              f".bin file written by qnnrt build, ORT's QNN EP or qnn-context-binary-generator).")
+        if p.is_dir():
+            raise FormatError(f"{p}: is a directory, not a context binary")
+        size = p.stat().st_size
+        if size == 0:
+            raise FormatError(f"{p}: file is empty; it is not a QNN context binary")
+        try:
+            self._file = open(p, "rb")
+            self._mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            raise FormatError(f"{p}: cannot map file: {e}") from e
+        self.buffer = np.frombuffer(self._mmap, dtype=np.uint8)
+
+    @property
+    def size(self) -> int:
+        return int(self.buffer.nbytes)
+
+    @property
+    def address(self) -> int:
+        return int(self.buffer.ctypes.data)
+
+    @property
+    def where(self) -> str:
+        return str(self.path) if self.path else self.name
+
+    @property
+    def info(self) -> BinaryInfo:
+        if self._info is None:
+            lib = self._lib or open_library(self._backend_lib)
+            self._info = read_binary_info(lib, self.buffer, self.where)
+        return self._info
+
+    @property
+    def graphs(self) -> tuple[GraphSpec, ...]:
+        return self.info.graphs
+
+    def graph(self, name: str) -> GraphSpec:
+        for g in self.info.graphs:
+            if g.name == name:
+                return g
+        raise FormatError(f"{self.where}: no graph named {name!r}; graphs in this binary: "
+                          f"{', '.join(g.name for g in self.info.graphs) or '(none)'}")
+
+    def close(self) -> None:
+        """Drop the mapping. Contexts already created from it are unaffected (QNN copied what it
+        needs); creating new ones needs a new ContextBinary."""
+        self.buffer = np.zeros(0, np.uint8)
+        if self._mmap is not None:
+            try:
+                self._mmap.close()
+            except BufferError:  # a view is still exported; the map goes with the last reference
+                pass
+            self._mmap = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> "ContextBinary":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ContextBinary({self.where!r}, {self.size} bytes)"

@@ -1,0 +1,100 @@
+"""Context: one QNN context created from a context binary, and the graphs retrieved from it."""
+from __future__ import annotations
+
+import ctypes as C
+import threading
+import time
+
+from qnnrt._capi import types as T
+from qnnrt.core.backend import Backend
+from qnnrt.core.binary import ContextBinary
+from qnnrt.core.graph import Graph
+from qnnrt.core.profile import Profile
+from qnnrt.errors import QnnrtError
+
+
+class Context:
+    """Owns a QNN context handle. Graphs retrieved from it are invalidated when it is closed.
+
+    `creation_log` keeps the log lines QNN wrote while creating it (at verbose level they include the
+    context's PD size estimate). `dsp_memory_profiling` asks the HTP backend to profile DSP heap use
+    (devices only; the simulator refuses it with error 1000).
+    """
+
+    def __init__(self, backend: Backend, binary: ContextBinary, profile: Profile | None = None,
+                 dsp_memory_profiling: bool = False, name: str | None = None):
+        self.backend = backend
+        self.binary = binary
+        self.name = name or binary.name
+        self.handle = C.c_void_p()
+        self._graphs: dict[str, Graph] = {}
+        self._lock = threading.Lock()
+        self._closed = True
+        configs, keep = [], []
+        if dsp_memory_profiling:
+            htp = T.HtpContextCustomConfig(option=T.HTP_CONTEXT_OPTION_DSP_MEMORY_PROFILING)
+            htp.boolValue = True
+            wrap = T.ContextConfig(option=T.CONTEXT_CONFIG_OPTION_CUSTOM)
+            wrap.customConfig = C.addressof(htp)
+            keep += [htp, wrap]
+            configs.append(wrap)
+        cfg = T.null_terminated(configs)
+        mark = backend.log.mark()
+        t0 = time.perf_counter()
+        rc = backend.api.contextCreateFromBinary(
+            backend.handle, backend.device, cfg, C.c_void_p(binary.address), binary.size,
+            C.byref(self.handle), profile.handle if profile else None)
+        self.create_seconds = time.perf_counter() - t0
+        self.creation_log = backend.log.since(mark)
+        backend.check(rc, "contextCreateFromBinary", mark, f"for {binary.where}")
+        self._closed = False
+        try:
+            backend._register(self)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def graph(self, name: str) -> Graph:
+        """The graph `name`, retrieved once and cached while the context lives."""
+        with self._lock:
+            if self._closed:
+                raise QnnrtError(f"context {self.name!r} is closed")
+            g = self._graphs.get(name)
+            if g is None:
+                spec = self.binary.graph(name)
+                handle = C.c_void_p()
+                mark = self.backend.log.mark()
+                self.backend.check(self.backend.api.graphRetrieve(self.handle, name.encode(),
+                                                                  C.byref(handle)),
+                                   "graphRetrieve", mark, f"for graph {name!r} of {self.name}")
+                g = self._graphs[name] = Graph(self, spec, handle)
+            return g
+
+    def graphs(self) -> list[Graph]:
+        return [self.graph(g.name) for g in self.binary.graphs]
+
+    def close(self, profile: Profile | None = None) -> None:
+        """Free the context (idempotent); its graphs stop working."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for g in self._graphs.values():
+                g._invalidate()
+            self._graphs.clear()
+            if self.handle:
+                self.backend.api.contextFree(self.handle, profile.handle if profile else None)
+            self.handle = C.c_void_p()
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Context({self.name!r}, {'closed' if self._closed else 'live'})"
