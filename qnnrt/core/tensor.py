@@ -153,16 +153,17 @@ def prepare_input(spec: TensorSpec, value, where: str) -> np.ndarray:
     the tensor's scale/offset); integers must match the storage dtype exactly.
     """
     arr = np.asarray(value)
-    if tuple(arr.shape) != spec.shape:
+    if len(arr.shape) != len(spec.shape) or any(
+            want is not None and want != got for want, got in zip(spec.shape, arr.shape)):
         raise InputError(f"{where}: input {spec.name!r} has shape {tuple(arr.shape)}, expected "
                          f"{spec.shape}")
     want = spec.dtype
     if arr.dtype == want:
         return np.ascontiguousarray(arr)
-    if spec.is_fixed_point and arr.dtype.kind == "f":
+    if getattr(spec, "is_fixed_point", False) and arr.dtype.kind == "f":
         return spec.quantize(arr)
     if want.kind == "f" and arr.dtype.kind == "f":
         return np.ascontiguousarray(arr, dtype=want)
     raise InputError(f"{where}: input {spec.name!r} has dtype {arr.dtype}, expected {want}"
                      + (" (or a float array, quantized with the tensor's scale/offset)"
-                        if spec.is_fixed_point else ""))
+                        if getattr(spec, "is_fixed_point", False) else ""))

@@ -1,0 +1,109 @@
+"""Reading ONNX Runtime EPContext models: which nodes execute a QNN graph of which context binary,
+and which run on the CPU."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+
+from qnnrt.errors import FormatError
+
+EPCONTEXT_OP = "EPContext"
+EPCONTEXT_DOMAIN = "com.microsoft"
+
+
+@dataclass
+class EPContextNode:
+    """One EPContext node: graph `graph_name` of a context binary, either a file or embedded bytes."""
+    index: int
+    name: str
+    graph_name: str
+    inputs: list[str]
+    outputs: list[str]
+    embed_mode: int
+    binary_path: Path | None
+    embedded: bytes | None
+    main_context: int
+    source: str
+
+    @property
+    def binary_key(self) -> str:
+        """Identifies the context binary: the resolved file, or the embedded bytes' owner node."""
+        return str(self.binary_path) if self.binary_path else f"embedded:{self.name}"
+
+
+@dataclass
+class EPContextModel:
+    path: Path
+    model: onnx.ModelProto
+    epcontext_nodes: list[EPContextNode] = field(default_factory=list)
+
+    @property
+    def graph(self) -> onnx.GraphProto:
+        return self.model.graph
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def is_epcontext(node: onnx.NodeProto) -> bool:
+    return node.op_type == EPCONTEXT_OP and node.domain == EPCONTEXT_DOMAIN
+
+
+def read_epcontext_model(path: str | os.PathLike, root: Path | None = None) -> EPContextModel:
+    """Load an EPContext model. `root` (default: the model's folder) bounds where referenced context
+    binaries may live: a reference escaping it is refused."""
+    path = Path(path)
+    if not path.is_file():
+        raise FormatError(f"{path}: no such model file")
+    try:
+        model = onnx.load(str(path))
+    except Exception as e:  # onnx raises DecodeError, OSError, ValidationError ...
+        raise FormatError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from e
+    base = path.parent.resolve()
+    bound = (root or base).resolve()
+    out = EPContextModel(path=path, model=model)
+    for i, node in enumerate(model.graph.node):
+        if node.op_type == EPCONTEXT_OP and node.domain != EPCONTEXT_DOMAIN:
+            raise FormatError(f"{path}: node {node.name!r} is an EPContext node of domain "
+                              f"{node.domain!r}; expected {EPCONTEXT_DOMAIN!r}")
+        if not is_epcontext(node):
+            continue
+        where = f"{path}: EPContext node {node.name!r}"
+        source = _attr(node, "source", b"")
+        source = source.decode() if isinstance(source, bytes) else str(source or "")
+        if source and "QNN" not in source.upper():
+            raise FormatError(f"{where} is for {source!r}; qnnrt runs QNN EPContext nodes only")
+        embed_mode = int(_attr(node, "embed_mode", 1))
+        cache = _attr(node, "ep_cache_context")
+        if cache is None:
+            raise FormatError(f"{where} has no ep_cache_context attribute")
+        graph_name = _attr(node, "partition_name", None)
+        graph_name = graph_name.decode() if isinstance(graph_name, bytes) else graph_name
+        binary_path, embedded = None, None
+        if embed_mode == 0:
+            rel = cache.decode() if isinstance(cache, bytes) else str(cache)
+            p = (base / rel).resolve()
+            if not p.is_relative_to(bound):
+                raise FormatError(f"{where} references {rel!r}, which is outside {bound}; "
+                                  f"context binaries must live inside the program folder")
+            if not p.is_file():
+                raise FormatError(f"{where} references context binary {rel!r}, which does not "
+                                  f"exist ({p})")
+            binary_path = p
+        elif embed_mode == 1:
+            embedded = cache if isinstance(cache, bytes) else str(cache).encode("latin-1")
+        else:
+            raise FormatError(f"{where} has embed_mode {embed_mode}; expected 0 or 1")
+        out.epcontext_nodes.append(EPContextNode(
+            index=i, name=node.name, graph_name=graph_name or node.name,
+            inputs=list(node.input), outputs=list(node.output), embed_mode=embed_mode,
+            binary_path=binary_path, embedded=embedded,
+            main_context=int(_attr(node, "main_context", 1)), source=source))
+    return out

@@ -1,0 +1,76 @@
+"""A run of consecutive CPU nodes of a method, executed by one ONNX Runtime CPU session (built once,
+weights loaded once)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from qnnrt.errors import FormatError
+
+
+def _session_options():
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = 1  # segments are small; thread hand-offs cost more than they save
+    so.inter_op_num_threads = 1
+    return so
+
+
+class CpuSegment:
+    """`nodes` of `graph` run on the CPU; `inputs` come from earlier steps, `outputs` are needed later.
+
+    `types` maps tensor names to (onnx elem type, shape) for the segment's inputs; the sub-model is
+    shape-inferred so later segments learn the types of this one's outputs.
+    """
+
+    def __init__(self, name: str, graph: onnx.GraphProto, nodes: list[onnx.NodeProto],
+                 inputs: list[str], outputs: list[str], types: dict[str, tuple[int, list]],
+                 opsets, ir_version: int, where: str):
+        self.name = name
+        self.inputs = inputs
+        self.outputs = outputs
+        self.node_names = [n.name or n.op_type for n in nodes]
+        used = {i for n in nodes for i in n.input}
+        for sub in (a.g for n in nodes for a in n.attribute if a.type == onnx.AttributeProto.GRAPH):
+            used |= {i for n in sub.node for i in n.input}
+        inits = [t for t in graph.initializer if t.name in used]
+        init_names = {t.name for t in inits}
+        missing = [i for i in inputs if i not in types]
+        if missing:
+            raise FormatError(f"{where}: cannot tell the type of tensor(s) {missing} feeding CPU "
+                              f"nodes {self.node_names[:5]}; add value_info for them")
+        vin = [helper.make_tensor_value_info(i, types[i][0], types[i][1]) for i in inputs
+               if i not in init_names]
+        vout = [helper.make_tensor_value_info(o, types[o][0], types[o][1]) if o in types
+                else helper.make_empty_tensor_value_info(o) for o in outputs]
+        g = helper.make_graph(nodes, name, vin, vout, inits,
+                              value_info=[v for v in graph.value_info if v.name in used])
+        model = helper.make_model(g, opset_imports=list(opsets))
+        model.ir_version = ir_version
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model)
+        except Exception:
+            inferred = model
+        self.output_types: dict[str, tuple[int, list]] = {}
+        for vi in list(inferred.graph.output) + list(inferred.graph.value_info):
+            tt = vi.type.tensor_type
+            if vi.name in outputs and tt.elem_type:
+                dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                        for d in tt.shape.dim] if tt.HasField("shape") else None
+                self.output_types[vi.name] = (tt.elem_type, dims)
+        import onnxruntime as ort
+        try:
+            self.session = ort.InferenceSession(model.SerializeToString(), _session_options(),
+                                                providers=["CPUExecutionProvider"])
+        except Exception as e:
+            raise FormatError(f"{where}: ONNX Runtime cannot build the CPU segment "
+                              f"{self.node_names[:5]}...: {e}") from e
+        self._feed_names = [i.name for i in self.session.get_inputs()]
+        self._out_names = list(outputs)
+
+    def run(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feeds = {k: values[k] for k in self._feed_names}
+        res = self.session.run(self._out_names, feeds)
+        return dict(zip(self._out_names, res))

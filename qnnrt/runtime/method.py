@@ -1,0 +1,256 @@
+"""Methods: what a program can run. A method is a static sequence of steps (QNN graph calls and CPU
+segments) over named tensors; its graph call order is known ahead, which the residency policy uses."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from qnnrt.core import ContextBinary
+from qnnrt.core.tensor import TensorSpec, prepare_input
+from qnnrt.errors import FormatError, InputError
+from qnnrt.formats.epcontext import EPContextModel, is_epcontext
+from qnnrt.runtime.cpu_segment import CpuSegment
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """A method input or output: name, shape (None for a free dimension) and numpy dtype."""
+    name: str
+    shape: tuple
+    dtype: np.dtype
+    tensor: TensorSpec | None = None  # the QNN tensor behind it, for fixed-point quantization
+
+    @property
+    def is_fixed_point(self) -> bool:
+        return self.tensor is not None and self.tensor.is_fixed_point
+
+    def quantize(self, x: np.ndarray) -> np.ndarray:
+        return self.tensor.quantize(x)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": str(self.dtype)}
+
+
+@dataclass
+class QnnStep:
+    key: str                 # context key in the program's pool
+    graph: str               # graph name inside that context binary
+    inputs: list[str]        # tensor names, in the graph's input order
+    outputs: list[str]       # tensor names, in the graph's output order
+    dequantize: bool = True  # fixed-point outputs -> float32 (when the method wants floats)
+
+
+@dataclass
+class CpuStep:
+    segment: CpuSegment
+
+
+# a function that executes graph `step.graph` of context `step.key` (the program wires residency in)
+GraphRunner = Callable[[QnnStep, int, list[np.ndarray]], list[np.ndarray]]
+
+
+def validate_inputs(specs: Sequence[IOSpec], inputs, where: str) -> dict[str, np.ndarray]:
+    """Inputs by name (mapping) or in order (sequence) -> validated arrays by name."""
+    names = [s.name for s in specs]
+    if isinstance(inputs, np.ndarray):
+        inputs = [inputs]
+    if isinstance(inputs, Mapping):
+        unknown = sorted(set(inputs) - set(names))
+        missing = [n for n in names if n not in inputs]
+        if unknown or missing:
+            raise InputError(f"{where}: " + "; ".join(
+                ([f"unknown input(s) {unknown}"] if unknown else [])
+                + ([f"missing input(s) {missing}"] if missing else []))
+                + f". Expected: {names}")
+        values = [inputs[n] for n in names]
+    elif isinstance(inputs, Sequence):
+        if len(inputs) != len(names):
+            raise InputError(f"{where}: got {len(inputs)} input(s), expected {len(names)} "
+                             f"({names})")
+        values = list(inputs)
+    else:
+        raise InputError(f"{where}: inputs must be a dict by name or a list of arrays")
+    return {s.name: prepare_input(s, v, where) for s, v in zip(specs, values)}
+
+
+class Method:
+    """Base: `inputs`, `outputs` (IOSpec lists), `graph_order` (context keys in call order)."""
+    name: str
+    inputs: list[IOSpec]
+    outputs: list[IOSpec]
+    steps: list
+
+    @property
+    def graph_order(self) -> list[str]:
+        return [s.key for s in self.steps if isinstance(s, QnnStep)]
+
+    @property
+    def graph_calls(self) -> list[QnnStep]:
+        return [s for s in self.steps if isinstance(s, QnnStep)]
+
+    def run(self, inputs, run_graph: GraphRunner) -> dict[str, np.ndarray]:
+        values = validate_inputs(self.inputs, inputs, f"method {self.name!r}")
+        keep = {o.name for o in self.outputs}
+        last = self._last_use
+        position = 0
+        for i, step in enumerate(self.steps):
+            if isinstance(step, QnnStep):
+                outs = run_graph(step, position, [values[n] for n in step.inputs])
+                values.update(zip(step.outputs, outs))
+                position += 1
+            else:
+                values.update(step.segment.run(values))
+            for name in self._dead_after[i]:
+                if name not in keep:
+                    values.pop(name, None)
+        return {o.name: values[o.name] for o in self.outputs}
+
+    def _plan_lifetimes(self) -> None:
+        """Which tensors die after each step, so intermediates are freed as soon as possible."""
+        last: dict[str, int] = {}
+        for i, step in enumerate(self.steps):
+            ins = step.inputs if isinstance(step, QnnStep) else step.segment.inputs
+            for n in ins:
+                last[n] = i
+        self._last_use = last
+        self._dead_after = [[] for _ in self.steps]
+        for n, i in last.items():
+            self._dead_after[i].append(n)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "inputs": [s.to_dict() for s in self.inputs],
+                "outputs": [s.to_dict() for s in self.outputs],
+                "graph_calls": len(self.graph_calls),
+                "cpu_segments": sum(1 for s in self.steps if isinstance(s, CpuStep))}
+
+
+def _numpy_of(elem_type: int) -> np.dtype:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def _elem_of(dtype: np.dtype) -> int:
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+def _vi_type(vi: onnx.ValueInfoProto) -> tuple[int, list] | None:
+    tt = vi.type.tensor_type
+    if not tt.elem_type:
+        return None
+    dims = None
+    if tt.HasField("shape"):
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in tt.shape.dim]
+    return tt.elem_type, dims
+
+
+def _iospec(name: str, t: tuple[int, list] | None, where: str) -> IOSpec:
+    if t is None:
+        raise FormatError(f"{where}: tensor {name!r} has no type information")
+    elem, dims = t
+    shape = tuple(d if isinstance(d, int) and d > 0 else None for d in (dims or []))
+    return IOSpec(name, shape, _numpy_of(elem))
+
+
+class OnnxMethod(Method):
+    """A method read from an EPContext model: EPContext nodes are QNN steps, runs of other nodes
+    are CPU segments. `binary_key(node)` gives the pool key of a node's context binary."""
+
+    def __init__(self, name: str, em: EPContextModel, binaries: dict[str, ContextBinary],
+                 key_of: Callable, where: str | None = None):
+        self.name = name
+        where = where or str(em.path)
+        g = em.graph
+        init_names = {t.name for t in g.initializer}
+        types: dict[str, tuple[int, list]] = {}
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            t = _vi_type(vi)
+            if t:
+                types.setdefault(vi.name, t)
+        declared = dict(types)
+        self.inputs = [_iospec(vi.name, types.get(vi.name), where) for vi in g.input
+                       if vi.name not in init_names]
+        by_index = {n.index: n for n in em.epcontext_nodes}
+        # which tensors are consumed after each node (to decide segment outputs)
+        consumers: dict[str, int] = {}
+        for i, node in enumerate(g.node):
+            for t in node.input:
+                consumers[t] = i
+        graph_outputs = {o.name for o in g.output}
+        self.steps = []
+        pending: list[tuple[int, onnx.NodeProto]] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            nodes = [n for _, n in pending]
+            produced = {o for n in nodes for o in n.output}
+            first, last_i = pending[0][0], pending[-1][0]
+            seg_in, seen = [], set()
+            for n in nodes:
+                for t in n.input:
+                    if t and t not in produced and t not in init_names and t not in seen:
+                        seen.add(t)
+                        seg_in.append(t)
+            seg_out = [o for n in nodes for o in n.output
+                       if o and (o in graph_outputs or consumers.get(o, -1) > last_i)]
+            seg = CpuSegment(f"{name}_cpu_{len(self.steps)}", g, nodes, seg_in, seg_out, types,
+                             em.model.opset_import, em.model.ir_version,
+                             f"{where} (CPU nodes {first}..{last_i})")
+            for o, t in seg.output_types.items():
+                types.setdefault(o, t)
+            self.steps.append(CpuStep(seg))
+            pending.clear()
+
+        for i, node in enumerate(g.node):
+            if not is_epcontext(node):
+                pending.append((i, node))
+                continue
+            flush()
+            ep = by_index[i]
+            key = key_of(ep)
+            spec = binaries[key].graph(ep.graph_name)
+            node_where = f"{where}: EPContext node {ep.name!r}"
+            ins = self._match(ep.inputs, spec.inputs, node_where, "inputs")
+            outs = self._match(ep.outputs, spec.outputs, node_where, "outputs")
+            dequant = True
+            for tname, ts in zip(outs, spec.outputs):
+                want = declared.get(tname)
+                if ts.is_fixed_point and want and _numpy_of(want[0]).kind != "f":
+                    dequant = False
+                out_dtype = (np.dtype(np.float32) if ts.is_fixed_point and dequant else ts.dtype)
+                types.setdefault(tname, (_elem_of(out_dtype), list(ts.shape)))
+            for tname, ts in zip(ins, spec.inputs):
+                types.setdefault(tname, (_elem_of(ts.dtype), list(ts.shape)))
+            self.steps.append(QnnStep(key, ep.graph_name, ins, outs, dequant))
+        flush()
+        self.outputs = [_iospec(o.name, types.get(o.name), where) for o in g.output]
+        self._plan_lifetimes()
+
+    @staticmethod
+    def _match(names: list[str], specs: tuple[TensorSpec, ...], where: str, what: str) -> list[str]:
+        """Tensor names of the node in the graph's order (by name when they agree, else by position)."""
+        names = [n for n in names if n]
+        if len(names) != len(specs):
+            raise FormatError(f"{where} has {len(names)} {what} but its QNN graph has "
+                              f"{len(specs)} ({[s.name for s in specs]})")
+        if set(names) == {s.name for s in specs}:
+            return [s.name for s in specs]
+        return names
+
+
+class GraphMethod(Method):
+    """A method that is one graph of a raw context binary (`qnnrt run model.bin --graph G`)."""
+
+    def __init__(self, key: str, spec, name: str | None = None):
+        self.name = name or spec.name
+        self.inputs = [IOSpec(s.name, s.shape, s.dtype, s) for s in spec.inputs]
+        self.outputs = [IOSpec(s.name, s.shape,
+                               np.dtype(np.float32) if s.is_fixed_point else s.dtype)
+                        for s in spec.outputs]
+        self.steps = [QnnStep(key, spec.name, [s.name for s in spec.inputs],
+                              [s.name for s in spec.outputs], True)]
+        self._plan_lifetimes()

@@ -1,0 +1,261 @@
+"""Program: methods over a set of context binaries, run with a residency policy.
+
+`qnnrt.load(path)` accepts a program folder (program.json), an EPContext `.onnx`, a raw context
+binary `.bin`, or an ExecuTorch `.pte` with QNN delegates.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from qnnrt.core import Backend, ContextBinary, Profile
+from qnnrt.errors import FormatError, QnnrtError
+from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod, QnnStep
+from qnnrt.runtime.residency import ContextPool, Residency
+
+
+class _CreateProfiles:
+    """Hands a fresh QNN profile to each context creation and passes its events on."""
+
+    def __init__(self, backend: Backend, level: str, sink: Callable):
+        self.backend, self.level, self.sink = backend, level, sink
+
+    def context_profile(self) -> Profile:
+        return Profile(self.backend, self.level)
+
+    def created(self, key: str, profile: Profile) -> None:
+        try:
+            self.sink("context_create", None, key, profile.events())
+        finally:
+            profile.close()
+
+
+class Program:
+    """Methods sharing a pool of contexts. Use as a context manager, or call close()."""
+
+    def __init__(self, path: Path, binaries: dict[str, ContextBinary],
+                 method_builder: Callable[["Program"], dict[str, Method]], backend: Backend,
+                 residency: "str | Residency" = "auto", heap=None, exec_profiler=None,
+                 profile_level: str = "off", dsp_memory_profiling: bool = False, progress=None):
+        self.path = path
+        self.backend = backend
+        self.binaries = binaries
+        self.heap = heap
+        self.exec_profiler = exec_profiler
+        self.profile_level = profile_level
+        self._lock = threading.Lock()
+        self._closed = False
+        self._exec_profile: Profile | None = None
+        try:
+            self.methods: dict[str, Method] = method_builder(self)
+            if not self.methods:
+                raise FormatError(f"{path}: the program has no methods")
+            pd_parse = _pd_parser()
+            profiler = (_CreateProfiles(backend, profile_level, exec_profiler.record)
+                        if exec_profiler is not None and profile_level != "off" else None)
+            self.pool = ContextPool(backend, binaries, residency, hooks=heap,
+                                    pd_estimate=pd_parse, profiler=profiler,
+                                    context_options={"dsp_memory_profiling": dsp_memory_profiling})
+            t0 = time.perf_counter()
+            if self.pool.residency.kind == "eager":
+                self.pool.load_all(progress)
+            self.load_seconds = time.perf_counter() - t0
+        except BaseException:
+            self.close()
+            raise
+
+    # -- running -----------------------------------------------------------------------------
+    def method(self, name: str | int | None = None) -> Method:
+        if name is None:
+            if len(self.methods) == 1 or "forward" not in self.methods:
+                return next(iter(self.methods.values()))
+            return self.methods["forward"]
+        if isinstance(name, int):
+            names = list(self.methods)
+            if not 0 <= name < len(names):
+                raise QnnrtError(f"method index {name} out of range; the program has "
+                                 f"{len(names)} method(s): {names}")
+            return self.methods[names[name]]
+        if name not in self.methods:
+            raise QnnrtError(f"no method {name!r}; methods: {list(self.methods)}")
+        return self.methods[name]
+
+    def run(self, method: str | int | None = None, inputs=None, **named) -> dict[str, np.ndarray]:
+        """Run a method: inputs as a dict by name, a sequence in order, or keyword arguments."""
+        if inputs is None:
+            inputs = named
+        m = self.method(method)
+        with self._lock:
+            if self._closed:
+                raise QnnrtError("program is closed")
+            self.pool.set_order(m.graph_order)
+            self._iteration_method = m.name
+            return m.run(inputs, self._run_graph)
+
+    def _run_graph(self, step: QnnStep, position: int, arrays: list[np.ndarray]) -> list:
+        ctx = self.pool.acquire(step.key, position)
+        try:
+            g = ctx.graph(step.graph)
+            prof = None
+            if self.exec_profiler is not None and self.profile_level != "off":
+                if self._exec_profile is None:
+                    self._exec_profile = Profile(self.backend, self.profile_level)
+                prof = self._exec_profile
+            out = g.execute(arrays, profile=prof, dequantize=step.dequantize)
+            if prof is not None:
+                self.exec_profiler.record("execute", step.graph, step.key, prof.events())
+            return [out[s.name] for s in g.spec.outputs]
+        finally:
+            self.pool.release(step.key)
+
+    # -- lifetime ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free every context, then the backend; write the heap profile. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.close()
+        if self._exec_profile is not None:
+            self._exec_profile.close()
+        for b in self.binaries.values():
+            b.close()
+        self.backend.close()
+        if self.heap is not None:
+            self.heap.close()
+
+    def __enter__(self) -> "Program":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def describe(self) -> dict:
+        return {"path": str(self.path), "methods": [m.describe() for m in self.methods.values()],
+                "contexts": [{"key": k, "size": b.size, "graphs": [g.name for g in b.graphs]}
+                             for k, b in self.binaries.items()]}
+
+    def __repr__(self) -> str:
+        return (f"Program({str(self.path)!r}, methods={list(self.methods)}, "
+                f"contexts={len(self.binaries)}, residency={self.pool.residency})")
+
+
+def _pd_parser():
+    try:
+        from qnnrt.runtime.heap import parse_pd_estimate
+    except ImportError:  # pragma: no cover - heap module missing
+        return None
+
+    def from_log(lines: list[str]) -> int | None:
+        # the context total, not the per-graph lines
+        for line in lines:
+            if "estimated PD size requirement" in line:
+                v = parse_pd_estimate(line)
+                if v:
+                    return v
+        return None
+    return from_log
+
+
+# ------------------------------------------------------------------------------------ loading
+def _relkey(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _onnx_methods(models: dict[str, Path], root: Path, lib) -> tuple[dict, Callable]:
+    """Binaries referenced by EPContext models, and a builder for their methods."""
+    from qnnrt.formats.epcontext import read_epcontext_model
+    binaries: dict[str, ContextBinary] = {}
+    parsed = {}
+    embedded_by_graph: dict[str, str] = {}
+    for name, p in models.items():
+        em = read_epcontext_model(p, root=root)
+        parsed[name] = em
+        for n in em.epcontext_nodes:
+            if n.binary_path is not None:
+                key = _relkey(n.binary_path, root)
+                if key not in binaries:
+                    binaries[key] = ContextBinary(n.binary_path, name=key, lib=lib)
+            elif n.embedded:
+                key = f"{p.name}:{n.name}"
+                binaries[key] = ContextBinary(buffer=n.embedded, name=key, lib=lib)
+                for g in binaries[key].graphs:
+                    embedded_by_graph.setdefault(g.name, key)
+
+    def key_of(n) -> str:
+        if n.binary_path is not None:
+            return _relkey(n.binary_path, root)
+        if n.embedded:
+            return f"{n_model[n.name]}:{n.name}"
+        if n.graph_name in embedded_by_graph:  # a non-main node sharing an embedded context
+            return embedded_by_graph[n.graph_name]
+        raise FormatError(f"EPContext node {n.name!r} has an empty embedded context and no other "
+                          f"node provides graph {n.graph_name!r}")
+
+    n_model = {n.name: models[m].name for m, em in parsed.items() for n in em.epcontext_nodes}
+
+    def build(program: Program) -> dict[str, Method]:
+        return {name: OnnxMethod(name, em, binaries, key_of) for name, em in parsed.items()}
+    return binaries, build
+
+
+def load(path: str | os.PathLike, residency: "str | Residency" = "auto", soc=None,
+         backend_lib: str | None = None, log_level: str = "warn", graph: str | None = None,
+         heap_profiling_path: str | None = None, profile_level: str = "off",
+         exec_profiler=None, progress=None) -> Program:
+    """Open a program folder, an EPContext .onnx, a context binary .bin or an ExecuTorch .pte."""
+    p = Path(path)
+    if not p.exists():
+        raise FormatError(f"{p}: no such file or folder")
+    backend = Backend(backend_lib=backend_lib, soc=soc, log_level=log_level)
+    heap = None
+    try:
+        heap = _make_heap(backend, heap_profiling_path)
+        lib = backend.lib
+        if p.is_dir():
+            from qnnrt.formats.program import read_program
+            manifest = read_program(p)
+            models = {m.name: p / m.model for m in manifest.methods}
+            binaries, build = _onnx_methods(models, p, lib)
+        elif p.suffix == ".onnx":
+            binaries, build = _onnx_methods({p.stem: p}, p.parent, lib)
+        elif p.suffix == ".pte":
+            from qnnrt.runtime.pte_program import pte_methods
+            binaries, build = pte_methods(p, lib)
+        else:
+            key = p.name
+            binaries = {key: ContextBinary(p, name=key, lib=lib)}
+            specs = binaries[key].graphs
+            if graph is not None:
+                specs = [binaries[key].graph(graph)]
+
+            def build(program: Program, specs=specs, key=key) -> dict[str, Method]:
+                return {s.name: GraphMethod(key, s) for s in specs}
+        return Program(p, binaries, build, backend, residency, heap=heap,
+                       exec_profiler=exec_profiler, profile_level=profile_level,
+                       dsp_memory_profiling=bool(heap and heap.wants_dsp), progress=progress)
+    except BaseException:
+        if heap is not None:
+            try:
+                heap.close()
+            except Exception:
+                pass
+        backend.close()
+        raise
+
+
+def _make_heap(backend: Backend, path: str | None):
+    """The program's heap profiler (None when not asked for)."""
+    if path is None:
+        return None
+    from qnnrt.runtime.heap_probe import program_heap_profiler
+    return program_heap_profiler(backend, path)
