@@ -1,0 +1,101 @@
+"""Small real context binaries for tests, compiled at test time with ORT's QNN EP (cached)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qnnrt.build.compile import CompileCache, compile_unit, resolve_soc
+
+WIDTH = 64
+
+
+def add_relu_mul(width: int = WIDTH, seed: int = 0, name: str = "arm") -> onnx.ModelProto:
+    """y = relu(x + b) * w, with seeded b, w."""
+    rng = np.random.default_rng(seed)
+    b = rng.standard_normal(width).astype(np.float32)
+    w = rng.standard_normal(width).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["t"]), helper.make_node("Relu", ["t"], ["r"]),
+         helper.make_node("Mul", ["r", "w"], ["y"])], name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+def add_relu_mul_ref(x: np.ndarray, width: int = WIDTH, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    b = rng.standard_normal(width).astype(np.float32)
+    w = rng.standard_normal(width).astype(np.float32)
+    return np.maximum(x + b, 0) * w
+
+
+@dataclass
+class BuiltBinary:
+    path: Path
+    graphs: list[str]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("QNNRT_TEST_CACHE", Path.home() / ".cache" / "qnnrt-tests"))
+
+
+def compile_models(models: list[onnx.ModelProto], labels: list[str], workdir: Path) -> BuiltBinary:
+    unit = compile_unit(models, labels, resolve_soc("SM8550"), CompileCache(cache_dir()), workdir)
+    return BuiltBinary(Path(unit.bin_path), unit.graph_names)
+
+
+@pytest.fixture(scope="session")
+def small_binary(tmp_path_factory) -> BuiltBinary:
+    """One graph: relu(x + b) * w on [1, 64] float32."""
+    return compile_models([add_relu_mul()], ["add_relu_mul"], tmp_path_factory.mktemp("small"))
+
+
+def two_partitions(width: int = WIDTH) -> onnx.ModelProto:
+    """relu(x + b) -> Sinh (the QNN EP leaves it to the CPU) -> sigmoid(t * b): ORT compiles the two
+    QNN partitions into one context with two graphs."""
+    b = numpy_helper.from_array(np.linspace(-1, 1, width).astype(np.float32), "b")
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["t0"]), helper.make_node("Relu", ["t0"], ["t1"]),
+         helper.make_node("Sinh", ["t1"], ["t2"]), helper.make_node("Mul", ["t2", "b"], ["t3"]),
+         helper.make_node("Sigmoid", ["t3"], ["y"])], "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])], [b])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+def two_partitions_refs(x: np.ndarray, width: int = WIDTH) -> tuple[np.ndarray, np.ndarray]:
+    """(graph 1 output for x, graph 2 output for x)"""
+    b = np.linspace(-1, 1, width).astype(np.float32)
+    return np.maximum(x + b, 0), 1 / (1 + np.exp(-(x * b)))
+
+
+@pytest.fixture(scope="session")
+def two_graph_binary(tmp_path_factory) -> BuiltBinary:
+    """One context, two graphs, compiled by ORT's QNN EP from a model with a CPU op between them."""
+    import onnxruntime as ort
+    from qnnrt.build.compile import qnn_ep_devices
+    d = tmp_path_factory.mktemp("two")
+    onnx.save(two_partitions(), d / "two.onnx")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.add_provider_for_devices(qnn_ep_devices(), resolve_soc("SM8550").provider_options())
+    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("ep.context_embed_mode", "0")
+    so.add_session_config_entry("ep.context_file_path", str(d / "two_ctx.onnx"))
+    ort.InferenceSession(str(d / "two.onnx"), sess_options=so)
+    ctx = onnx.load(str(d / "two_ctx.onnx"))
+    eps = [n for n in ctx.graph.node if n.op_type == "EPContext"]
+    bins = {a.s.decode() for n in eps for a in n.attribute if a.name == "ep_cache_context"}
+    assert len(eps) == 2 and len(bins) == 1, (len(eps), bins)
+    return BuiltBinary(d / bins.pop(), [n.name for n in eps])
