@@ -310,6 +310,17 @@ def write_atomic(path: str, text: str, what: str = "output") -> str:
 
 
 # -------------------------------------------------------------------------------------- profiler
+def _jsonable(value: Any) -> Any:
+    """Marks carry whatever the runtime passes; keep the timeline JSON-serializable."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(value)
+
+
 def _default_sources() -> list[Any]:
     return [HostHeapSource(), PdEstimateSource(), DspHeapSource()]
 
@@ -322,7 +333,10 @@ class HeapProfiler:
     when the program closes. Events after `close` are counted and otherwise ignored.
     """
 
-    def __init__(self, sources: list[Any] | None = None, clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, sources: list[Any] | None = None, clock: Callable[[], float] = time.perf_counter,
+                 path: str | None = None):
+        # `path` (heap_profiling_path=) is checked now, so a bad path fails before a long run
+        self.path = check_output_path(path, "heap profile") if path is not None else None
         self._lock = threading.Lock()
         self._clock = clock
         self._t0 = clock()
@@ -336,6 +350,7 @@ class HeapProfiler:
         self._stats = {"creates": 0, "frees": 0, "failed_creates": 0, "peak_live": 0,
                        "unmatched_frees": 0, "events_after_close": 0, "sample_errors": 0}
         self._warnings: list[str] = []
+        self._warnings_dropped = 0
         self._before: dict[str, Any] | None = None       # before_first_create entry
         self._candidate: dict[str, Any] | None = None    # free entry that last brought live to 0
         self._first_context: str | None = None
@@ -351,6 +366,15 @@ class HeapProfiler:
     def dsp(self) -> DspHeapSource | None:
         return next((s for s in self.sources if isinstance(s, DspHeapSource)), None)
 
+    @property
+    def wants_dsp(self) -> bool:
+        """True once the DSP source was probed and is supported: create contexts with option 4 then.
+
+        Undecided counts as False, so the simulator never sees the option outside the one probe.
+        """
+        dsp = self.dsp
+        return dsp is not None and dsp.decided and dsp.supported
+
     def _pd(self) -> PdEstimateSource | None:
         return next((s for s in self.sources if isinstance(s, PdEstimateSource)), None)
 
@@ -363,17 +387,23 @@ class HeapProfiler:
                 values[s.name] = {k: int(v) for k, v in s.sample().items()}
             except Exception as e:  # a broken source must not break the run
                 self._stats["sample_errors"] += 1
-                self._warnings.append(f"source {s.name!r} failed to sample: {e!r}")
+                self._warn(f"source {s.name!r} failed to sample: {e!r}")
         return values
 
     def _append(self, event: str, context: str | None, **info: Any) -> dict[str, Any]:
-        entry: dict[str, Any] = {"t": round(self._clock() - self._t0, 6), "event": event,
+        entry: dict[str, Any] = {"time": round(self._clock() - self._t0, 6), "event": event,
                                  "context": context, "live": sum(self._live.values()),
                                  "values": self._sample()}
         if info:
             entry["info"] = info
         self._timeline.append(entry)
         return entry
+
+    def _warn(self, text: str) -> None:
+        if len(self._warnings) < 50:     # a misbehaving caller must not grow the report without bound
+            self._warnings.append(text)
+        else:
+            self._warnings_dropped += 1
 
     def _take_before(self, context: str | None) -> None:
         if self._before is None:
@@ -401,7 +431,7 @@ class HeapProfiler:
                 if not self._pending[context]:
                     del self._pending[context]
             else:
-                self._warnings.append(f"after_create({context!r}) without before_create")
+                self._warn(f"after_create({context!r}) without before_create")
                 self._take_before(context)
             if ok:
                 self._live[context] += 1
@@ -416,16 +446,21 @@ class HeapProfiler:
                 self._stats["failed_creates"] += 1
                 self._append("create_failed", context)
 
-    def after_free(self, context: str) -> None:
-        """Call after `context` was freed; when none is live any more, a candidate after checkpoint."""
+    def after_free(self, context: str, evicted: bool = False) -> None:
+        """Call after `context` was freed; when none is live any more, a candidate after checkpoint.
+
+        `evicted=True` (a residency policy made room) also puts an "evict" mark on the timeline.
+        """
         with self._lock:
             if self._closed:
                 self._stats["events_after_close"] += 1
                 return
+            if evicted and self._live[context] > 0:
+                self._append("evict", context)
             if self._live[context] <= 0:
                 self._live.pop(context, None)
                 self._stats["unmatched_frees"] += 1
-                self._warnings.append(f"after_free({context!r}) for a context that is not live; ignored")
+                self._warn(f"after_free({context!r}) for a context that is not live; ignored")
                 return
             self._live[context] -= 1
             if not self._live[context]:
@@ -448,7 +483,8 @@ class HeapProfiler:
                 self._stats["events_after_close"] += 1
                 return
             context = info.pop("context", None)
-            self._append(str(event), None if context is None else str(context), **info)
+            self._append(str(event), None if context is None else str(context),
+                         **{k: _jsonable(v) for k, v in info.items()})
 
     # -- DSP values from QNN profile events ---------------------------------------------------------
     def record_dsp_events(self, context: str, events: list[dict[str, Any]]) -> int:
@@ -508,11 +544,13 @@ class HeapProfiler:
 
     # -- close / report -----------------------------------------------------------------------------
     def close(self, path: str | None = None) -> str | None:
-        """Finalize once; with `path`, write the two-line file and `path + '.json'` (once, atomically).
+        """Finalize once; with `path` (default: the constructor's), write the two-line file and
+        `path + '.json'`, once, atomically.
 
         Returns the path written (also on repeated calls), or None. Bad paths raise QnnrtError; the
         profile stays closed and a later call with a good path still writes it.
         """
+        path = path if path is not None else self.path
         with self._lock:
             if not self._closed:
                 self._finalize()
@@ -529,18 +567,19 @@ class HeapProfiler:
         self._closed = True
         live = sum(self._live.values())
         if self._pending:
-            self._warnings.append(f"creates still pending at close: {dict(self._pending)}")
+            self._warn(f"creates still pending at close: {dict(self._pending)}")
         if self._before is None:
             self._before = self._append("before_first_create", None, note="no context was created")
         if live:
-            self._warnings.append(f"{live} context(s) still live at close: {sorted(self._live)}; "
+            self._warn(f"{live} context(s) still live at close: {sorted(self._live)}; "
                                   f"'after' is sampled at close instead of after the last free")
             after = self._append("after_last_free", None, note="contexts still live at close")
         elif self._candidate is not None:
             c = self._candidate
-            after = {"t": c["t"], "event": "after_last_free", "context": c["context"], "live": 0,
+            after = {"time": c["time"], "event": "after_last_free", "context": c["context"], "live": 0,
                      "values": json.loads(json.dumps(c["values"]))}
-            self._timeline.insert(self._timeline.index(c) + 1, after)
+            at = next(i for i, e in enumerate(self._timeline) if e is c)
+            self._timeline.insert(at + 1, after)
         else:
             after = self._append("after_last_free", None, note="no context was freed")
         pd = self._pd()
@@ -604,9 +643,10 @@ class HeapProfiler:
             checks = self._checks(prefix, b, a)
             out.update({"file_prefix": prefix, "file_source": why, "before_context_created": b,
                         "after_context_freed": a, "delta": None if a is None or b is None else a - b,
-                        "before_t": self._final["before"]["t"], "after_t": self._final["after"]["t"],
+                        "before_time": self._final["before"]["time"], "after_time": self._final["after"]["time"],
                         "checks": checks, "ok": all(c["ok"] is not False for c in checks)})
-        out["warnings"] = list(self._warnings)
+        out["warnings"] = list(self._warnings) + (
+            [f"... and {self._warnings_dropped} more warnings"] if self._warnings_dropped else [])
         if self._written:
             out["path"] = self._written
         if with_timeline:
