@@ -131,7 +131,7 @@ def run(args) -> int:
     finally:
         prog.close()
     if prog.heap is not None:
-        report["heap"] = prog.heap.summary()
+        report["heap"] = prog.heap.to_json()
     if profiler is not None:
         report["profile"] = profiler.to_json()
         if args.profile_path:

@@ -15,6 +15,7 @@ import numpy as np
 
 from qnnrt.core import Backend, ContextBinary, Profile
 from qnnrt.errors import FormatError, QnnrtError
+from qnnrt.runtime.heap import HeapProfiler, pd_estimate_from_log
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod, QnnStep
 from qnnrt.runtime.residency import ContextPool, Residency
 
@@ -28,11 +29,8 @@ class _CreateProfiles:
     def context_profile(self) -> Profile:
         return Profile(self.backend, self.level)
 
-    def created(self, key: str, profile: Profile) -> None:
-        try:
-            self.sink("context_create", None, key, profile.events())
-        finally:
-            profile.close()
+    def created(self, key: str, events: list[dict]) -> None:
+        self.sink("context_create", None, key, events)
 
 
 class Program:
@@ -41,7 +39,7 @@ class Program:
     def __init__(self, path: Path, binaries: dict[str, ContextBinary],
                  method_builder: Callable[["Program"], dict[str, Method]], backend: Backend,
                  residency: "str | Residency" = "auto", heap=None, exec_profiler=None,
-                 profile_level: str = "off", dsp_memory_profiling: bool = False, progress=None):
+                 profile_level: str = "off", progress=None):
         self.path = path
         self.backend = backend
         self.binaries = binaries
@@ -51,16 +49,15 @@ class Program:
         self._lock = threading.Lock()
         self._closed = False
         self._exec_profile: Profile | None = None
+        self.iterations = 0
         try:
             self.methods: dict[str, Method] = method_builder(self)
             if not self.methods:
                 raise FormatError(f"{path}: the program has no methods")
-            pd_parse = _pd_parser()
             profiler = (_CreateProfiles(backend, profile_level, exec_profiler.record)
                         if exec_profiler is not None and profile_level != "off" else None)
             self.pool = ContextPool(backend, binaries, residency, hooks=heap,
-                                    pd_estimate=pd_parse, profiler=profiler,
-                                    context_options={"dsp_memory_profiling": dsp_memory_profiling})
+                                    pd_estimate=pd_estimate_from_log, profiler=profiler)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)
@@ -94,8 +91,10 @@ class Program:
             if self._closed:
                 raise QnnrtError("program is closed")
             self.pool.set_order(m.graph_order)
-            self._iteration_method = m.name
-            return m.run(inputs, self._run_graph)
+            try:
+                return m.run(inputs, self._run_graph)
+            finally:
+                self.iterations += 1
 
     def _run_graph(self, step: QnnStep, position: int, arrays: list[np.ndarray]) -> list:
         ctx = self.pool.acquire(step.key, position)
@@ -108,7 +107,8 @@ class Program:
                 prof = self._exec_profile
             out = g.execute(arrays, profile=prof, dequantize=step.dequantize)
             if prof is not None:
-                self.exec_profiler.record("execute", step.graph, step.key, prof.events())
+                self.exec_profiler.record("execute", step.graph, step.key, prof.events(),
+                                          iteration=self.iterations)
             return [out[s.name] for s in g.spec.outputs]
         finally:
             self.pool.release(step.key)
@@ -144,23 +144,6 @@ class Program:
     def __repr__(self) -> str:
         return (f"Program({str(self.path)!r}, methods={list(self.methods)}, "
                 f"contexts={len(self.binaries)}, residency={self.pool.residency})")
-
-
-def _pd_parser():
-    try:
-        from qnnrt.runtime.heap import parse_pd_estimate
-    except ImportError:  # pragma: no cover - heap module missing
-        return None
-
-    def from_log(lines: list[str]) -> int | None:
-        # the context total, not the per-graph lines
-        for line in lines:
-            if "estimated PD size requirement" in line:
-                v = parse_pd_estimate(line)
-                if v:
-                    return v
-        return None
-    return from_log
 
 
 # ------------------------------------------------------------------------------------ loading
@@ -219,7 +202,7 @@ def load(path: str | os.PathLike, residency: "str | Residency" = "auto", soc=Non
     backend = Backend(backend_lib=backend_lib, soc=soc, log_level=log_level)
     heap = None
     try:
-        heap = _make_heap(backend, heap_profiling_path)
+        heap = HeapProfiler(path=heap_profiling_path) if heap_profiling_path else None
         lib = backend.lib
         if p.is_dir():
             from qnnrt.formats.program import read_program
@@ -242,20 +225,12 @@ def load(path: str | os.PathLike, residency: "str | Residency" = "auto", soc=Non
                 return {s.name: GraphMethod(key, s) for s in specs}
         return Program(p, binaries, build, backend, residency, heap=heap,
                        exec_profiler=exec_profiler, profile_level=profile_level,
-                       dsp_memory_profiling=bool(heap and heap.wants_dsp), progress=progress)
+                       progress=progress)
     except BaseException:
         if heap is not None:
             try:
-                heap.close()
+                heap.close()  # a failed load still leaves its heap file (both checkpoints)
             except Exception:
                 pass
         backend.close()
         raise
-
-
-def _make_heap(backend: Backend, path: str | None):
-    """The program's heap profiler (None when not asked for)."""
-    if path is None:
-        return None
-    from qnnrt.runtime.heap_probe import program_heap_profiler
-    return program_heap_profiler(backend, path)

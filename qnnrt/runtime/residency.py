@@ -20,7 +20,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from qnnrt.core import Backend, Context, ContextBinary
+from qnnrt._capi.codes import NOT_SUPPORTED
+from qnnrt.core import Backend, Context, ContextBinary, Profile
 from qnnrt.errors import QnnError, QnnrtError
 
 POLICIES = ("auto", "eager", "lazy", "sequential", "bounded")
@@ -90,14 +91,13 @@ class ContextPool:
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary],
                  residency: "Residency | str" = "auto", hooks=None,
                  pd_estimate: Callable[[list[str]], int | None] | None = None,
-                 context_options: dict | None = None, profiler=None):
+                 profiler=None):
         self.backend = backend
         self.binaries = binaries
         self.residency = Residency.parse(residency)
         self.hooks = hooks
         self._pd_estimate = pd_estimate
-        self._context_options = context_options or {}
-        self._profiler = profiler  # optional: .context_profile() -> Profile, .created(key, p)
+        self._profiler = profiler  # optional: .context_profile() -> Profile, .created(key, events)
         self.stats = ResidencyStats()
         self.estimates: dict[str, int] = {}
         self._live: dict[str, Context] = {}
@@ -140,15 +140,47 @@ class ContextPool:
         elif not on and users == 0:
             self.backend.set_log_level(self.backend.log_level)
 
+    def _dsp_state(self) -> str:
+        """'off', 'probe' (undecided: try option 4 once) or 'on' (device supports it)."""
+        dsp = getattr(self.hooks, "dsp", None)
+        if dsp is None:
+            return "off"
+        if not dsp.decided:
+            return "probe"
+        return "on" if dsp.supported else "off"
+
+    def _new_context(self, key: str, profile) -> Context:
+        """Create the context; with a heap profiler, DSP memory profiling is probed on the first
+        creation (refused with 1000 on the simulator: noted once, then never asked again)."""
+        state = self._dsp_state()
+        if state == "off":
+            return Context(self.backend, self.binaries[key], name=key, profile=profile)
+        try:
+            ctx = Context(self.backend, self.binaries[key], name=key, profile=profile,
+                          dsp_memory_profiling=True)
+        except QnnError as e:
+            if state != "probe" or e.code != NOT_SUPPORTED:
+                raise
+            self.hooks.dsp.mark_unsupported(
+                "DSP memory profiling is not supported by this backend (QNN error 1000 on "
+                "context creation with HTP context config option 4; the x86 simulator refuses it, "
+                "devices support it); host heap values are reported instead")
+            return Context(self.backend, self.binaries[key], name=key, profile=profile)
+        if state == "probe":
+            self.hooks.dsp.mark_supported()
+        return ctx
+
     def _create(self, key: str) -> Context:
         if self.hooks:
             self.hooks.before_create(key)
         self._verbose(True)
         t0 = time.perf_counter()
         profile = self._profiler.context_profile() if self._profiler else None
+        dsp_profile = None
+        if profile is None and self._dsp_state() != "off":
+            dsp_profile = profile = Profile(self.backend, "basic")  # carries the DSP heap events
         try:
-            ctx = Context(self.backend, self.binaries[key], name=key, profile=profile,
-                          **self._context_options)
+            ctx = self._new_context(key, profile)
         except BaseException:
             with self._lock:
                 self.stats.create_failures += 1
@@ -161,8 +193,12 @@ class ContextPool:
             self._verbose(False)
         dt = time.perf_counter() - t0
         est = self._pd_estimate(ctx.creation_log) if self._pd_estimate else None
+        events = None
         if profile is not None:
-            self._profiler.created(key, profile)
+            events = profile.events()
+            if dsp_profile is None:
+                self._profiler.created(key, events)
+            profile.close()
         with self._lock:
             if est:
                 self.estimates[key] = est
@@ -173,6 +209,8 @@ class ContextPool:
             self.stats.ever_created.add(key)
         if self.hooks:
             self.hooks.after_create(key, True, est)
+            if events is not None and self._dsp_state() == "on":
+                self.hooks.record_dsp_events(key, events)
         self._event("create", key)
         return ctx
 
@@ -181,13 +219,20 @@ class ContextPool:
             ctx = self._live.pop(key, None)
         if ctx is None:
             return
-        ctx.close()
-        with self._lock:
-            self.stats.frees += 1
-            if evicted:
-                self.stats.evictions += 1
-        if self.hooks:
-            self.hooks.after_free(key)
+        profile = Profile(self.backend, "basic") if self._dsp_state() == "on" else None
+        try:
+            ctx.close(profile)
+            with self._lock:
+                self.stats.frees += 1
+                if evicted:
+                    self.stats.evictions += 1
+            if self.hooks:
+                self.hooks.after_free(key, evicted=evicted)
+                if profile is not None:
+                    self.hooks.record_dsp_events(key, profile.events())
+        finally:
+            if profile is not None:
+                profile.close()
         self._event("evict" if evicted else "free", key)
 
     def _event(self, what: str, key: str) -> None:
@@ -365,7 +410,7 @@ class ContextPool:
         if discard:
             ctx.close()
             if self.hooks:
-                self.hooks.after_free(key)
+                self.hooks.after_free(key, evicted=False)
 
     # -- eager / lifetime --------------------------------------------------------------------
     def load_all(self, progress=None) -> None:
