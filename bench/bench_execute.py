@@ -1,0 +1,89 @@
+"""Graph.execute (qnnrt) vs onnxruntime session.run (QNN EP) on the same EPContext model.
+
+    python bench/bench_execute.py [--calls 2000] [--width 64]
+
+Both run in one process, interleaved in rounds so machine noise hits both alike; prints median
+microseconds per call and the ratio qnnrt / ORT.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def build(width: int, workdir: Path) -> tuple[Path, Path, str]:
+    """An EPContext model + its binary for add_relu_mul at `width`."""
+    import onnxruntime as ort
+    from qnnrt.build.compile import qnn_ep_devices, resolve_soc
+    from tests.qnn_fixtures import add_relu_mul
+    src = workdir / "m.onnx"
+    onnx.save(add_relu_mul(width), src)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.add_provider_for_devices(qnn_ep_devices(), resolve_soc("SM8550").provider_options())
+    for k, v in {"ep.context_enable": "1", "ep.context_embed_mode": "0",
+                 "ep.context_file_path": str(workdir / "m_ctx.onnx")}.items():
+        so.add_session_config_entry(k, v)
+    ort.InferenceSession(str(src), sess_options=so)
+    ctx = onnx.load(str(workdir / "m_ctx.onnx"))
+    node = next(n for n in ctx.graph.node if n.op_type == "EPContext")
+    binary = next(a.s.decode() for a in node.attribute if a.name == "ep_cache_context")
+    return workdir / "m_ctx.onnx", workdir / binary, node.name
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--width", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=10)
+    a = ap.parse_args()
+    import onnxruntime as ort
+    from qnnrt.build.compile import qnn_ep_devices, resolve_soc
+    from qnnrt.core import Backend, Context, ContextBinary
+    with tempfile.TemporaryDirectory() as d:
+        model, binary, graph_name = build(a.width, Path(d))
+        x = np.random.default_rng(0).standard_normal((1, a.width)).astype(np.float32)
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.add_provider_for_devices(qnn_ep_devices(), resolve_soc("SM8550").provider_options())
+        sess = ort.InferenceSession(str(model), sess_options=so)
+        with Backend(soc="SM8550") as be, Context(be, ContextBinary(binary)) as ctx:
+            g = ctx.graph(graph_name)
+            feed = {"x": x}
+            y_q = g.execute(feed)["y"]
+            y_o = sess.run(None, feed)[0]
+            assert np.array_equal(y_q, y_o), abs(y_q - y_o).max()
+            for _ in range(200):  # warm both
+                g.execute(feed)
+                sess.run(None, feed)
+            tq, to = [], []
+            per = a.calls // a.rounds
+            for _ in range(a.rounds):
+                for _ in range(per):
+                    t0 = time.perf_counter()
+                    g.execute(feed)
+                    tq.append(time.perf_counter() - t0)
+                for _ in range(per):
+                    t0 = time.perf_counter()
+                    sess.run(None, feed)
+                    to.append(time.perf_counter() - t0)
+        mq, mo = statistics.median(tq) * 1e6, statistics.median(to) * 1e6
+        print(f"width {a.width}, {len(tq)} calls each (outputs identical: yes)")
+        print(f"| runner | median us/call | p90 us/call |")
+        print(f"| --- | --- | --- |")
+        print(f"| qnnrt Graph.execute | {mq:.1f} | {np.percentile(tq, 90) * 1e6:.1f} |")
+        print(f"| ORT session.run (QNN EP) | {mo:.1f} | {np.percentile(to, 90) * 1e6:.1f} |")
+        print(f"ratio qnnrt/ORT: {mq / mo:.3f}")
+
+
+if __name__ == "__main__":
+    main()
