@@ -1,4 +1,6 @@
 """Shared fixtures: real context binaries and programs built at test time (cached per session)."""
+from tests.program_fixtures import (chain12, chain_pd, distinct_binaries,  # noqa: F401
+                                    two_method_program)
 from tests.qnn_fixtures import small_binary, two_graph_binary  # noqa: F401
 
 try:
