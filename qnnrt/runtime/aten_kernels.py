@@ -31,7 +31,7 @@ from qnnrt.errors import QnnrtError
 
 __all__ = ["KernelError", "KernelDef", "OutInfo", "KERNELS", "register_kernel", "get_kernel",
            "missing_operators", "supported_operators", "promote_types", "result_type", "can_cast",
-           "cast_to_out"]
+           "cast_to_out", "run_kernel"]
 
 
 class KernelError(QnnrtError):

@@ -28,7 +28,8 @@ from qnnrt.formats.pte import (DelegateCall, FreeCall, JumpFalseCall, KernelCall
                                unwrap_qnn_delegate)
 from qnnrt.runtime import aten_kernels as K
 
-__all__ = ["PteMethodRunner", "DelegateRunner", "check_operators", "describe_pte"]
+__all__ = ["PteMethodRunner", "DelegateRunner", "check_operators", "describe_pte",
+           "qnn_graph_lister"]
 
 DelegateRunner = Callable[[int, list], list]
 
@@ -68,8 +69,10 @@ class PteMethodRunner:
         A :class:`~qnnrt.formats.pte.PteMethod` from :func:`~qnnrt.formats.pte.read_pte`.
     delegate_runner:
         ``delegate_runner(delegate_index, inputs) -> outputs``; called for every DelegateCall with the
-        delegate's input arrays (logical layout, numpy) and must return its outputs in order. May be
-        None only when the method has no DelegateCall.
+        delegate's input arrays (numpy, in DelegateCall arg order) and must return its outputs in
+        order. Tensors whose dim order is not the default are passed / expected in their physical
+        (dim-ordered) layout, as a delegate reads ExecuTorch memory. May be None only when the
+        method has no DelegateCall.
     delegate_num_inputs:
         Optional ``{delegate_index: number of inputs}`` overriding the data-flow split of
         DelegateCall args (e.g. from the QNN graph's input count).
@@ -124,10 +127,11 @@ class PteMethodRunner:
             if isinstance(ins, KernelCall):
                 opname = method.operators[ins.op_index].qualified_name
                 kd = K.KERNELS[opname]
-                if len(ins.args) not in (kd.n_args, kd.n_args + kd.n_out):
+                if len(ins.args) != kd.n_args + kd.n_out:
                     raise FormatError(
                         f"method {method.name!r} instruction {k}: {opname} has {len(ins.args)} "
-                        f"args, but its schema has {kd.n_args} (+{kd.n_out} returned). The program "
+                        f"args, but its schema has {kd.n_args} (out included) and ExecuTorch adds "
+                        f"{kd.n_out} returned value(s): {kd.n_args + kd.n_out} expected. The program "
                         "was made for a different operator version.")
                 for oi in ins.args[kd.n_inputs:]:
                     if values[oi].kind != "tensor":
@@ -224,6 +228,11 @@ class PteMethodRunner:
     def delegate_call_order(self) -> list[int]:
         """Delegate indices in the order the chain calls them (repeats included)."""
         return [i.delegate_index for i in self._instrs if isinstance(i, DelegateCall)]
+
+    def context_call_order(self) -> list[tuple[str, int]]:
+        """Blob keys (:attr:`PteDelegate.key`, one QNN context each) in call order, repeats included:
+        what a residency manager needs to plan loads and evictions across shared contexts."""
+        return [self.method.delegates[i].key for i in self.delegate_call_order()]
 
     def delegate_inputs(self, instruction_index: int) -> tuple[list[int], list[int]]:
         """(input value indices, output value indices) of the DelegateCall at that instruction."""
@@ -390,10 +399,19 @@ class PteMethodRunner:
         for o in args[n_in:]:
             slots[o] = r
 
+    def _physical(self, idx: int, x):
+        """A tensor in the memory layout its dim order describes (what a delegate reads)."""
+        v = self._values[idx]
+        if v.kind == "tensor" and isinstance(x, np.ndarray):
+            t: TensorInfo = v.value
+            if len(t.dim_order) == x.ndim and not t.is_contiguous_order:
+                return np.ascontiguousarray(np.transpose(x, t.dim_order))
+        return x
+
     def _run_delegate(self, pc, ins: DelegateCall, get, slots) -> None:
         n_in = self._split[pc]
         args = ins.args
-        xs = [get(a) for a in args[:n_in]]
+        xs = [self._physical(a, get(a)) for a in args[:n_in]]
         res = self.delegate_runner(ins.delegate_index, xs)
         out_idx = args[n_in:]
         res = list(res) if res is not None else []
@@ -409,6 +427,10 @@ class PteMethodRunner:
             a = np.asarray(r)
             if t.dtype is not None and a.dtype != t.dtype:
                 a = K._astype(a, t.dtype)
+            if len(t.dim_order) == len(t.shape) and not t.is_contiguous_order:
+                phys = tuple(t.shape[d] for d in t.dim_order)
+                if a.size == t.numel:      # the delegate wrote the physical layout
+                    a = a.reshape(phys).transpose(np.argsort(t.dim_order))
             if not self._shape_ok(a.shape, t):
                 if t.shape_dynamism == 0 and a.size == t.numel:
                     a = a.reshape(t.shape)
@@ -437,14 +459,31 @@ def _io(specs) -> list[dict]:
     return out
 
 
+def qnn_graph_lister(backend_lib: str | None = None) -> Callable[[memoryview], list[dict]] | None:
+    """A ``graph_lister`` for :func:`describe_pte` reading graphs through the QNN System API
+    (``qnnrt.core.ContextBinary``); None when qnnrt.core / the QNN libraries are unavailable."""
+    try:
+        from qnnrt.core import ContextBinary
+    except Exception:
+        return None
+
+    def lister(binary: memoryview) -> list[dict]:
+        cb = ContextBinary(buffer=binary, name="pte delegate", backend_lib=backend_lib)
+        try:
+            return [g.to_dict() for g in cb.graphs]
+        finally:
+            cb.close()
+    return lister
+
+
 def describe_pte(program: PteProgram,
-                 graph_lister: Callable[[memoryview], list[str]] | None = None) -> dict:
+                 graph_lister: Callable[[memoryview], list] | None = None) -> dict:
     """A JSON-able summary of a ``.pte`` program for ``qnnrt inspect``.
 
-    ``graph_lister(context_binary) -> [graph names]`` (e.g. through the QNN System API) fills each
-    context's ``graphs``; without it the graph a method runs is still given (ExecuTorch's QNN backend
-    runs the graph named after the method). Never raises for a delegate it cannot unwrap: the problem
-    is reported in that entry's ``error``.
+    ``graph_lister(context_binary) -> [graph names or dicts]`` fills each context's ``graphs``
+    (:func:`qnn_graph_lister` reads them through the QNN System API). Without it, the graph each
+    method runs is still given (ExecuTorch's QNN backend runs the graph named after the method).
+    Never raises for a delegate it cannot unwrap: the problem is reported in that entry's ``error``.
     """
     contexts: dict[tuple[str, int], dict] = {}
     methods = []
