@@ -14,7 +14,7 @@ from qnnrt.runtime.pte_executor import PteMethodRunner, describe_pte
 from tests.pte_writer import PteBuilder, qnn_wrap
 
 f32 = np.float32
-FIXTURES = Path(os.environ.get("QNNRT_ET_FIXTURES", "/work/shared/fixtures/executorch"))
+FIXTURES = Path(os.environ.get("QNNRT_ET_FIXTURES", Path(__file__).parent / "data" / "executorch"))
 rng = np.random.default_rng(0)
 
 

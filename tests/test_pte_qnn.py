@@ -15,7 +15,7 @@ from qnnrt.runtime.pte_executor import PteMethodRunner
 from tests.pte_writer import PteBuilder, qnn_wrap
 from tests.qnn_fixtures import WIDTH, add_relu_mul_ref
 
-FIXTURES = Path(os.environ.get("QNNRT_ET_FIXTURES", "/work/shared/fixtures/executorch"))
+FIXTURES = Path(os.environ.get("QNNRT_ET_FIXTURES", Path(__file__).parent / "data" / "executorch"))
 # ExecuTorch's own max abs error vs the float reference (fixtures README) + fp16 slack
 TOLERANCE = {"add_relu_mul_fp16": 0.01, "add_relu_mul_q8": 0.06, "conv_linear_fp16": 0.01,
              "conv_linear_q8": 0.02, "many_4_fp16": 0.01, "two_methods_fp16": 0.03}

@@ -12,7 +12,7 @@ from qnnrt.formats.pte import (is_pte_file, parse_qnn_compile_spec, qnn_context_
                                qnn_graph_io_order, read_pte, unwrap_qnn_delegate)
 from qnnrt.runtime.pte_executor import describe_pte
 
-FIXTURES = Path(os.environ.get("QNNRT_ET_FIXTURES", "/work/shared/fixtures/executorch"))
+FIXTURES = Path(os.environ.get("QNNRT_ET_FIXTURES", Path(__file__).parent / "data" / "executorch"))
 needs_fixtures = pytest.mark.skipif(not (FIXTURES / "many_4_fp16" / "model.pte").exists(),
                                     reason="ExecuTorch fixtures not available")
 FIXTURE_NAMES = ["add_relu_mul_fp16", "add_relu_mul_q8", "conv_linear_fp16", "conv_linear_q8",

@@ -38,8 +38,12 @@ def describe(path: Path, backend_lib: str | None = None) -> dict:
     if path.is_dir() or path.suffix == ".onnx":
         return _describe_program(path, backend_lib)
     if path.suffix == ".pte":
-        from qnnrt.formats.pte import describe_pte
-        return describe_pte(path)
+        from qnnrt.formats.pte import read_pte
+        from qnnrt.runtime.pte_executor import describe_pte, qnn_graph_lister
+        with read_pte(path) as prog:
+            d = describe_pte(prog, qnn_graph_lister())
+        d["kind"] = "pte"
+        return d
     return describe_binary(path, backend_lib)
 
 
@@ -116,6 +120,35 @@ def run(args) -> int:
     elif d.get("kind") == "program":
         _print_program(d)
     else:
-        from qnnrt.formats.pte import print_pte
-        print_pte(d)
+        _print_pte(d)
     return 0
+
+
+def _shape(t: dict) -> str:
+    return f"{t.get('dtype')}[{'x'.join(map(str, t.get('shape') or []))}]"
+
+
+def _print_pte(d: dict) -> None:
+    print(f"{d['path']}: ExecuTorch program, {d['file_size']} bytes, {len(d['methods'])} method(s), "
+          f"{len(d['contexts'])} QNN context binar{'y' if len(d['contexts']) == 1 else 'ies'}")
+    for m in d["methods"]:
+        ins = ", ".join(f"{t['name']} {_shape(t)}" for t in m["inputs"])
+        outs = ", ".join(f"{t['name']} {_shape(t)}" for t in m["outputs"])
+        n = m["instructions"]
+        print(f"\n  method {m['name']}: ({ins}) -> ({outs})")
+        print(f"    {n['total']} instructions: {n['delegate_calls']} delegate call(s), "
+              f"{n['kernel_calls']} CPU kernel call(s)")
+        if m["cpu_operators"]:
+            ops = [f"{o['name']} x{o['calls']}" + ("" if o.get("implemented", True)
+                                                  else " (NOT IMPLEMENTED)")
+                   for o in m["cpu_operators"]]
+            print(f"    CPU operators: {', '.join(ops)}")
+    print("\n  context binaries:")
+    for c in d["contexts"]:
+        graphs = ", ".join(g["name"] for g in c.get("graphs", []))
+        print(f"    {c['key']}: {c['context_binary_size']} bytes, graphs [{graphs}], used by "
+              f"{', '.join(c['used_by'])}")
+    if d.get("missing_operators"):
+        print(f"\n  missing CPU operators (qnnrt cannot run these): {d['missing_operators']}")
+    if d.get("non_qnn_delegates"):
+        print(f"\n  delegates of other backends: {d['non_qnn_delegates']}")

@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from qnnrt._capi.library import open_library
 from qnnrt.core import Backend, ContextBinary, Profile
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.runtime.heap import HeapProfiler, pd_estimate_from_log
@@ -126,6 +127,8 @@ class Program:
             self._exec_profile.close()
         for b in self.binaries.values():
             b.close()
+        for c in getattr(self, "_closers", []):
+            c.close()
         self.backend.close()
         if self.heap is not None:
             self.heap.close()
@@ -195,42 +198,68 @@ def load(path: str | os.PathLike, residency: "str | Residency" = "auto", soc=Non
          backend_lib: str | None = None, log_level: str = "warn", graph: str | None = None,
          heap_profiling_path: str | None = None, profile_level: str = "off",
          exec_profiler=None, progress=None) -> Program:
-    """Open a program folder, an EPContext .onnx, a context binary .bin or an ExecuTorch .pte."""
+    """Open a program folder, an EPContext .onnx, a context binary .bin or an ExecuTorch .pte.
+
+    Files are read and checked before QNN is initialised; `soc` defaults to the SoC the artifact
+    was built for."""
     p = Path(path)
     if not p.exists():
         raise FormatError(f"{p}: no such file or folder")
-    backend = Backend(backend_lib=backend_lib, soc=soc, log_level=log_level)
-    heap = None
-    try:
-        heap = HeapProfiler(path=heap_profiling_path) if heap_profiling_path else None
-        lib = backend.lib
-        if p.is_dir():
-            from qnnrt.formats.program import read_program
-            manifest = read_program(p)
-            models = {m.name: p / m.model for m in manifest.methods}
-            binaries, build = _onnx_methods(models, p, lib)
-        elif p.suffix == ".onnx":
-            binaries, build = _onnx_methods({p.stem: p}, p.parent, lib)
-        elif p.suffix == ".pte":
-            from qnnrt.runtime.pte_program import pte_methods
-            binaries, build = pte_methods(p, lib)
-        else:
-            key = p.name
-            binaries = {key: ContextBinary(p, name=key, lib=lib)}
-            specs = binaries[key].graphs
-            if graph is not None:
-                specs = [binaries[key].graph(graph)]
+    if profile_level not in ("off", "basic", "detailed"):
+        raise QnnrtError(f"unknown profile level {profile_level!r}; use off, basic or detailed")
+    residency = Residency.parse(residency)
+    lib = open_library(backend_lib)
+    closers: list = []
+    built_for = None
+    if p.is_dir():
+        from qnnrt.formats.program import read_program
+        manifest = read_program(p)
+        models = {m.name: p / m.model for m in manifest.methods}
+        binaries, build = _onnx_methods(models, p, lib)
+        built_for = manifest.target.get("soc_model")
+    elif p.suffix == ".onnx":
+        binaries, build = _onnx_methods({p.stem: p}, p.parent, lib)
+    elif p.suffix == ".pte":
+        from qnnrt.runtime.pte_program import pte_methods
+        binaries, build, built_for, pte = pte_methods(p, lib)
+        closers.append(pte)
+    else:
+        key = p.name
+        binaries = {key: ContextBinary(p, name=key, lib=lib)}
+        specs = binaries[key].graphs
+        if graph is not None:
+            specs = [binaries[key].graph(graph)]
 
-            def build(program: Program, specs=specs, key=key) -> dict[str, Method]:
-                return {s.name: GraphMethod(key, s) for s in specs}
-        return Program(p, binaries, build, backend, residency, heap=heap,
+        def build(program: Program, specs=specs, key=key) -> dict[str, Method]:
+            return {s.name: GraphMethod(key, s) for s in specs}
+    if soc is None:
+        soc = built_for or _soc_of(binaries)
+    heap = HeapProfiler(path=heap_profiling_path) if heap_profiling_path else None
+    backend = None
+    try:
+        backend = Backend(backend_lib=backend_lib, soc=soc, log_level=log_level)
+        prog = Program(p, binaries, build, backend, residency, heap=heap,
                        exec_profiler=exec_profiler, profile_level=profile_level,
                        progress=progress)
+        prog._closers = closers
+        return prog
     except BaseException:
         if heap is not None:
             try:
                 heap.close()  # a failed load still leaves its heap file (both checkpoints)
             except Exception:
                 pass
-        backend.close()
+        for b in binaries.values():
+            b.close()
+        for c in closers:
+            c.close()
+        if backend is not None:
+            backend.close()
         raise
+
+
+def _soc_of(binaries: dict[str, ContextBinary]):
+    """The SoC model the first binary was compiled for (0 / unknown -> None: no device config)."""
+    for b in binaries.values():
+        return b.info.soc_model or None
+    return None
