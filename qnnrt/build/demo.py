@@ -51,7 +51,7 @@ PRESETS: dict[str, DemoConfig] = {
     "tiny": DemoConfig("tiny", layers=16, hidden=64, heads=2, head_dim=32, ffn=128, vocab=128,
                        seq=16, seed=1),
     # Many small contexts: their PD estimates add up past the simulator's ~3.64 GB budget.
-    "pd": DemoConfig("pd", layers=88, hidden=64, heads=2, head_dim=32, ffn=128, vocab=128,
+    "pd": DemoConfig("pd", layers=100, hidden=64, heads=2, head_dim=32, ffn=128, vocab=128,
                      seq=16, seed=2),
 }
 
