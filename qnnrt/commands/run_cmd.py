@@ -19,7 +19,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run a method of a program, binary or .pte and time it")
     p.add_argument("path", help="program folder, EPContext .onnx, context binary .bin or .pte")
     m = p.add_mutually_exclusive_group()
-    m.add_argument("--method", help="method name (default: the only one, or 'forward')")
+    m.add_argument("--method", help="method name (default: the only one, or 'forward'); a comma "
+                                    "list (prefill,decode) runs them in turn, one per iteration")
     m.add_argument("--method-index", type=int, help="method by position")
     m.add_argument("--graph", help="for a .bin: the graph to run (default: the first)")
     i = p.add_mutually_exclusive_group()
@@ -79,36 +80,45 @@ def run(args) -> int:
         if bar:
             bar.done()
         load_s = time.perf_counter() - t_start
-        method = prog.method(args.method if args.method is not None else args.method_index)
+        names = args.method.split(",") if args.method else [args.method_index]
+        methods = [prog.method(n) for n in names]
+        method = methods[0]
+        if len(methods) > 1 and (args.inputs or args.input_list):
+            raise QnnrtError("--inputs / --input-list apply to one method; with several methods "
+                             "seeded random inputs are used per method")
         if args.inputs:
-            feeds = parse_inputs_arg(args.inputs, method.inputs)
+            feeds = {method.name: parse_inputs_arg(args.inputs, method.inputs)}
         elif args.input_list:
-            feeds = read_input_list(args.input_list, method.inputs)
+            feeds = {method.name: read_input_list(args.input_list, method.inputs)}
         else:
-            feeds = [random_inputs(method.inputs, args.seed)]
+            feeds = {m.name: [random_inputs(m.inputs, args.seed)] for m in methods}
             print(f"note: no inputs given; using seeded random inputs (seed {args.seed})",
                   file=sys.stderr)
         out_dir = Path(args.output_dir) if args.output_dir else None
         latencies, first_output_s, first_outputs = [], None, {}
+        per_method: dict[str, list[float]] = {m.name: [] for m in methods}
         mismatches = []
         total = args.warm_up + args.iteration
         run_bar = ProgressBar("running") if sys.stderr.isatty() and total > 20 else None
         for it in range(total):
-            feed_index = it % len(feeds)
+            m = methods[it % len(methods)]
+            mfeeds = feeds[m.name]
+            feed_index = (it // len(methods)) % len(mfeeds)
             t0 = time.perf_counter()
-            outputs = prog.run(method.name, feeds[feed_index])
+            outputs = prog.run(m.name, mfeeds[feed_index])
             dt = time.perf_counter() - t0
             if first_output_s is None:
                 first_output_s = time.perf_counter() - t_start
             timed = it >= args.warm_up
             if timed:
                 latencies.append(dt * 1e3)
+                per_method[m.name].append(dt * 1e3)
             if args.check_repeat:
-                ref = first_outputs.setdefault(feed_index, outputs)
+                ref = first_outputs.setdefault((m.name, feed_index), outputs)
                 if ref is not outputs:
                     bad = [k for k in ref if not np.array_equal(ref[k], outputs[k])]
                     if bad:
-                        mismatches.append((it, bad))
+                        mismatches.append((it, m.name, bad))
             if out_dir is not None and timed:
                 write_outputs(out_dir, it - args.warm_up, outputs,
                               npy=(it == total - 1))
@@ -119,7 +129,8 @@ def run(args) -> int:
         lat = _stats(latencies)
         residency = prog.pool.summary()
         report = {
-            "path": str(args.path), "method": method.name, "iterations": args.iteration,
+            "path": str(args.path), "method": ",".join(m.name for m in methods),
+            "iterations": args.iteration,
             "warm_up": args.warm_up, "load_s": round(load_s, 6),
             "first_output_s": round(first_output_s, 6), "latency_ms": lat,
             "residency": residency,
@@ -128,6 +139,8 @@ def run(args) -> int:
             "check_repeat": ({"checked": True, "mismatches": len(mismatches)}
                              if args.check_repeat else {"checked": False}),
         }
+        if len(methods) > 1:
+            report["latency_ms_per_method"] = {k: _stats(v) for k, v in per_method.items() if v}
     finally:
         prog.close()
     if prog.heap is not None:
@@ -143,16 +156,17 @@ def run(args) -> int:
         os.replace(tmp, args.report)
         print(f"report: {args.report}")
     if mismatches:
-        it, names = mismatches[0]
+        it, name, outs = mismatches[0]
         raise QnnrtError(f"--check-repeat failed: {len(mismatches)} iteration(s) differ from the "
-                         f"first with the same inputs (first: iteration {it}, outputs {names})")
+                         f"first with the same inputs (first: iteration {it}, method {name}, "
+                         f"outputs {outs})")
     return 0
 
 
 def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
     lat, res = r["latency_ms"], r["residency"]
-    print(f"{r['path']}: method {r['method']} ({len(method.graph_calls)} QNN graph call(s), "
-          f"{res['contexts_total']} context(s))")
+    print(f"{r['path']}: method {r['method']} ({len(method.graph_calls)} QNN graph call(s) per "
+          f"iteration, {res['contexts_total']} context(s))")
     print(f"  load {r['load_s'] * 1e3:.1f} ms, first output {r['first_output_s'] * 1e3:.1f} ms")
     print(f"  latency over {r['iterations']} iteration(s) (+{r['warm_up']} warm-up): "
           f"min {lat['min']:.3f} ms, median {lat['median']:.3f} ms, p90 {lat['p90']:.3f} ms, "
@@ -162,6 +176,8 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
           f"creates {res['creates']}, evictions {res['evictions']}, reloads {res['reloads']}"
           + (f", PD capacity found {cap} context(s) ({res['pd_failures_handled']} PD failure(s) "
              f"handled)" if cap else ""))
+    for name, st in r.get("latency_ms_per_method", {}).items():
+        print(f"    {name}: median {st['median']:.3f} ms over {len(st['all'])} iteration(s)")
     if args.check_repeat:
         print(f"  check-repeat: {r['check_repeat']['mismatches']} mismatching iteration(s)")
     if out_dir is not None:
