@@ -117,6 +117,13 @@ def qnn_ep_devices():
             import onnxruntime_qnn as oq
         except ImportError as e:
             raise BuildError(f"the QNN EP is not available ({e}); install onnxruntime-qnn") from e
+        # load the QNN libraries through qnnrt first (RTLD_LOCAL, their stdout banner silenced):
+        # ORT's later dlopen of the same files reuses them
+        try:
+            from qnnrt._capi.library import open_library
+            open_library()
+        except Exception:  # noqa: BLE001 - ORT reports its own errors below
+            pass
         devs = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
         if not devs:
             try:
