@@ -99,3 +99,29 @@ def two_graph_binary(tmp_path_factory) -> BuiltBinary:
     bins = {a.s.decode() for n in eps for a in n.attribute if a.name == "ep_cache_context"}
     assert len(eps) == 2 and len(bins) == 1, (len(eps), bins)
     return BuiltBinary(d / bins.pop(), [n.name for n in eps])
+
+
+Q_IN = (0.05, 128)   # input scale, zero point (uint8)
+Q_OUT = (0.025, 0)   # output scale, zero point
+
+
+def q8_relu() -> onnx.ModelProto:
+    """uint8 in -> dequantize -> relu -> quantize -> uint8 out: QNN graph I/O is UFIXED_POINT_8."""
+    g = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["x"]),
+         helper.make_node("Relu", ["x"], ["r"]),
+         helper.make_node("QuantizeLinear", ["r", "s2", "z2"], ["yq"])], "q8",
+        [helper.make_tensor_value_info("xq", TensorProto.UINT8, [1, WIDTH])],
+        [helper.make_tensor_value_info("yq", TensorProto.UINT8, [1, WIDTH])],
+        [numpy_helper.from_array(np.array(Q_IN[0], np.float32), "s"),
+         numpy_helper.from_array(np.array(Q_IN[1], np.uint8), "z"),
+         numpy_helper.from_array(np.array(Q_OUT[0], np.float32), "s2"),
+         numpy_helper.from_array(np.array(Q_OUT[1], np.uint8), "z2")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m
+
+
+@pytest.fixture(scope="session")
+def q8_binary(tmp_path_factory) -> BuiltBinary:
+    return compile_models([q8_relu()], ["q8_relu"], tmp_path_factory.mktemp("q8"))

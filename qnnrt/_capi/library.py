@@ -41,19 +41,14 @@ def sdk_targets() -> list[str]:
     return []
 
 
-def candidate_dirs(explicit: str | os.PathLike | None = None) -> list[tuple[str, Path]]:
-    """Where libraries are looked for, in order, each with the reason it is on the list."""
+def candidate_dirs() -> list[tuple[str, Path]]:
+    """Where libraries are looked for when no path is given, in order, each with its reason."""
     out: list[tuple[str, Path]] = []
-    if explicit:
-        p = Path(explicit)
-        out.append(("explicit --backend-lib", p.parent if p.suffix == ".so" or p.is_file() else p))
     root = os.environ.get("QNN_SDK_ROOT")
     if root:
-        targets = sdk_targets()
-        for t in targets:
+        for t in sdk_targets():
             out.append((f"QNN_SDK_ROOT ({t})", Path(root) / "lib" / t))
-        # other gcc versions of the OE Linux target
-        if platform.machine().lower() in ("aarch64", "arm64"):
+        if platform.machine().lower() in ("aarch64", "arm64"):  # other OE Linux gcc versions
             for d in sorted(glob.glob(os.path.join(root, "lib", "aarch64-oe-linux-gcc*"))):
                 if all(Path(d) != p for _, p in out):
                     out.append(("QNN_SDK_ROOT", Path(d)))
@@ -68,17 +63,29 @@ def candidate_dirs(explicit: str | os.PathLike | None = None) -> list[tuple[str,
 
 
 def find_library(name: str, explicit: str | os.PathLike | None = None) -> Path:
-    """Absolute path of library `name`; an explicit file path to a .so wins outright."""
-    if explicit and name == BACKEND_LIB and Path(explicit).is_file():
-        return Path(explicit).resolve()
-    looked = []
-    for why, d in candidate_dirs(explicit):
-        p = d / name
-        looked.append(f"{p} ({why})")
-        if p.is_file():
+    """Absolute path of library `name`. An explicit path (a file, or a folder holding `name`) is
+    the only place looked at when given: a wrong explicit path is an error, never a fallback."""
+    if explicit:
+        p = Path(explicit)
+        if p.is_file() and (name == BACKEND_LIB or p.name == name):
             return p.resolve()
+        folder = p if p.is_dir() else p.parent
+        if (folder / name).is_file():
+            return (folder / name).resolve()
+        raise LibraryNotFoundError(
+            f"cannot find {name} at the explicit path {p} (looked for {p if p.suffix else folder / name}). "
+            f"What to do: pass the path of libQnnHtp.so (with libQnnSystem.so beside it), or "
+            f"leave --backend-lib out to use QNN_SDK_ROOT or the onnxruntime-qnn package.")
+    looked = []
+    for why, d in candidate_dirs():
+        q = d / name
+        looked.append(f"{q} ({why})")
+        if q.is_file():
+            return q.resolve()
     raise LibraryNotFoundError(
-        f"cannot find {name}. Looked in:\n" + "\n".join("  " + x for x in looked or ["(nowhere)"])
+        f"cannot find {name}. Looked in:\n" + "\n".join("  " + x for x in looked or
+                                                       ["(nowhere: QNN_SDK_ROOT is not set and "
+                                                        "onnxruntime_qnn is not installed)"])
         + "\nWhat to do: `pip install onnxruntime-qnn` (ships the x86_64 QNN libraries), set "
           "QNN_SDK_ROOT to a QNN SDK, or pass --backend-lib /path/to/libQnnHtp.so.")
 
@@ -175,8 +182,7 @@ _libraries: dict[tuple[Path, Path], QnnLibrary] = {}
 
 def open_library(backend_lib: str | os.PathLike | None = None) -> QnnLibrary:
     """Load (once per process) the HTP backend and system libraries and check their API versions."""
-    bpath = find_library(BACKEND_LIB, backend_lib) if not (
-        backend_lib and Path(backend_lib).is_file()) else Path(backend_lib).resolve()
+    bpath = find_library(BACKEND_LIB, backend_lib)
     spath = find_library(SYSTEM_LIB, bpath.parent)
     key = (bpath, spath)
     if key in _libraries:
