@@ -22,18 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def build(width: int, workdir: Path) -> tuple[Path, Path, str]:
     """An EPContext model + its binary for add_relu_mul at `width`."""
-    import onnxruntime as ort
-    from qnnrt.build.compile import qnn_ep_devices, resolve_soc
+    from qnnrt.build.compile import qnn_session
     from tests.qnn_fixtures import add_relu_mul
     src = workdir / "m.onnx"
     onnx.save(add_relu_mul(width), src)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.add_provider_for_devices(qnn_ep_devices(), resolve_soc("SM8550").provider_options())
-    for k, v in {"ep.context_enable": "1", "ep.context_embed_mode": "0",
-                 "ep.context_file_path": str(workdir / "m_ctx.onnx")}.items():
-        so.add_session_config_entry(k, v)
-    ort.InferenceSession(str(src), sess_options=so)
+    qnn_session(src, config={"ep.context_enable": "1", "ep.context_embed_mode": "0",
+                             "ep.context_file_path": str(workdir / "m_ctx.onnx")})
     ctx = onnx.load(str(workdir / "m_ctx.onnx"))
     node = next(n for n in ctx.graph.node if n.op_type == "EPContext")
     binary = next(a.s.decode() for a in node.attribute if a.name == "ep_cache_context")
@@ -46,16 +40,12 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=10)
     a = ap.parse_args()
-    import onnxruntime as ort
-    from qnnrt.build.compile import qnn_ep_devices, resolve_soc
+    from qnnrt.build.compile import qnn_session
     from qnnrt.core import Backend, Context, ContextBinary
     with tempfile.TemporaryDirectory() as d:
         model, binary, graph_name = build(a.width, Path(d))
         x = np.random.default_rng(0).standard_normal((1, a.width)).astype(np.float32)
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.add_provider_for_devices(qnn_ep_devices(), resolve_soc("SM8550").provider_options())
-        sess = ort.InferenceSession(str(model), sess_options=so)
+        sess = qnn_session(model)
         with Backend(soc="SM8550") as be, Context(be, ContextBinary(binary)) as ctx:
             g = ctx.graph(graph_name)
             feed = {"x": x}

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def build_both(d: Path, n: int) -> tuple[Path, Path]:
-    from tests.pte_writer import PteBuilder, qnn_wrap
+    from tests.pte_writer import chain_pte
     from tests.program_fixtures import epcontext_node
     from tests.qnn_fixtures import WIDTH, add_relu_mul, compile_models
     built = compile_models([add_relu_mul()], ["bench"], d)
@@ -44,18 +44,7 @@ def build_both(d: Path, n: int) -> tuple[Path, Path]:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 9
     onnx.save(m, str(d / "chain.onnx"))
-    b = PteBuilder()
-    pm = b.method("forward")
-    x = pm.tensor(np.float32, (1, WIDTH))
-    cur = x
-    for _ in range(n):
-        dg = pm.delegate("QnnBackend", segment=b.add_segment(qnn_wrap(data)))
-        y, z = pm.tensor(np.float32, (1, WIDTH)), pm.tensor(np.float32, (1, WIDTH))
-        pm.delegate_call(dg, [cur, y])
-        pm.kernel("aten::mul.Scalar_out", [y, pm.double(0.5), z, z])
-        cur = z
-    pm.inputs, pm.outputs = [x], [cur]
-    b.save(d / "chain.pte")
+    chain_pte(d / "chain.pte", data, n, WIDTH)
     return d / "chain.onnx", d / "chain.pte"
 
 

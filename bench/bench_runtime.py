@@ -85,13 +85,9 @@ def overhead(program, iterations):
 
 
 def time_ort(program, method_file, feed, iterations, rounds):
-    import onnxruntime as ort
-    from qnnrt.build.compile import qnn_ep_devices, resolve_soc
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.add_provider_for_devices(qnn_ep_devices(), resolve_soc("SM8550").provider_options())
+    from qnnrt.build.compile import qnn_session
     t0 = time.perf_counter()
-    sess = ort.InferenceSession(str(method_file), sess_options=so)
+    sess = qnn_session(method_file)
     load = time.perf_counter() - t0
     out = sess.run(None, feed)
     times = []

@@ -497,3 +497,23 @@ class PteBuilder:
         with open(path, "wb") as f:
             f.write(data)
         return str(path)
+
+
+
+def chain_pte(path, binary: bytes, n: int, width: int, factor: float = 0.5):
+    """A .pte of `n` QNN delegates over copies of one context binary ([1, width] float32 in and
+    out), each in its own segment as ExecuTorch lays them out, with `aten::mul.Scalar_out(factor)`
+    on the CPU after each delegate."""
+    b = PteBuilder()
+    m = b.method("forward")
+    x = m.tensor(np.float32, (1, width))
+    h = x
+    for _ in range(n):
+        d = m.delegate("QnnBackend", segment=b.add_segment(qnn_wrap(binary)))
+        y, z = m.tensor(np.float32, (1, width)), m.tensor(np.float32, (1, width))
+        m.delegate_call(d, [h, y])
+        m.kernel("aten::mul.Scalar_out", [y, m.double(factor), z, z])
+        h = z
+    m.inputs, m.outputs = [x], [h]
+    b.save(path)
+    return path

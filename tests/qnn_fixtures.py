@@ -83,17 +83,12 @@ def two_partitions_refs(x: np.ndarray, width: int = WIDTH) -> tuple[np.ndarray, 
 @pytest.fixture(scope="session")
 def two_graph_binary(tmp_path_factory) -> BuiltBinary:
     """One context, two graphs, compiled by ORT's QNN EP from a model with a CPU op between them."""
-    import onnxruntime as ort
-    from qnnrt.build.compile import qnn_ep_devices
+    from qnnrt.build.compile import qnn_session
     d = tmp_path_factory.mktemp("two")
     onnx.save(two_partitions(), d / "two.onnx")
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.add_provider_for_devices(qnn_ep_devices(), resolve_soc("SM8550").provider_options())
-    so.add_session_config_entry("ep.context_enable", "1")
-    so.add_session_config_entry("ep.context_embed_mode", "0")
-    so.add_session_config_entry("ep.context_file_path", str(d / "two_ctx.onnx"))
-    ort.InferenceSession(str(d / "two.onnx"), sess_options=so)
+    qnn_session(d / "two.onnx", resolve_soc("SM8550"),
+                {"ep.context_enable": "1", "ep.context_embed_mode": "0",
+                 "ep.context_file_path": str(d / "two_ctx.onnx")})
     ctx = onnx.load(str(d / "two_ctx.onnx"))
     eps = [n for n in ctx.graph.node if n.op_type == "EPContext"]
     bins = {a.s.decode() for n in eps for a in n.attribute if a.name == "ep_cache_context"}

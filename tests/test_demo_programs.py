@@ -42,13 +42,9 @@ def test_tiny_has_66_contexts_and_matches_reference(tiny):
 
 
 def test_tiny_matches_onnxruntime_on_the_same_method_file(tiny):
-    import onnxruntime as ort
-    from qnnrt.build.compile import qnn_ep_devices, resolve_soc
+    from qnnrt.build.compile import qnn_session
     prog, inputs, _, lazy = tiny
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.add_provider_for_devices(qnn_ep_devices(), resolve_soc("SM8550").provider_options())
-    sess = ort.InferenceSession(str(prog / "forward.onnx"), sess_options=so)
+    sess = qnn_session(prog / "forward.onnx")
     names = [o.name for o in sess.get_outputs()]
     for name, y in zip(names, sess.run(names, inputs)):
         np.testing.assert_allclose(lazy[name], y, rtol=1e-3, atol=1e-3)

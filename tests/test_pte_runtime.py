@@ -9,7 +9,7 @@ import pytest
 import qnnrt
 from qnnrt.errors import FormatError, QnnError
 from tests.cli_helpers import qnnrt as qnnrt_cli
-from tests.pte_writer import PteBuilder, qnn_wrap
+from tests.pte_writer import chain_pte
 from tests.qnn_fixtures import WIDTH
 
 FIXTURES = Path(os.environ.get("QNNRT_ET_FIXTURES", Path(__file__).parent / "data" / "executorch"))
@@ -76,26 +76,9 @@ def test_pte_runner_cli_and_inspect(tmp_path):
     assert len(json.loads(r.stdout)["contexts"]) == 4
 
 
-def _pd_pte(path: Path, binary: bytes, n: int) -> Path:
-    """A .pte of n QNN delegates (each its own segment, as ExecuTorch lays them out) with a CPU
-    kernel between them: more contexts than the simulator's PD holds at once."""
-    b = PteBuilder()
-    m = b.method("forward")
-    x = m.tensor(np.float32, (1, WIDTH))
-    h = x
-    for _ in range(n):
-        d = m.delegate("QnnBackend", segment=b.add_segment(qnn_wrap(binary)))
-        y, z = m.tensor(np.float32, (1, WIDTH)), m.tensor(np.float32, (1, WIDTH))
-        m.delegate_call(d, [h, y])
-        m.kernel("aten::mul.Scalar_out", [y, m.double(0.5), z, z])
-        h = z
-    m.inputs, m.outputs = [x], [h]
-    b.save(path)
-    return path
-
-
 def test_pte_beyond_pd_budget_runs_under_auto_eager_fails(tmp_path, small_binary):
-    pte = _pd_pte(tmp_path / "pd.pte", small_binary.path.read_bytes(), 400)
+    # 400 delegates, each its own context: more than the simulator's PD holds at once
+    pte = chain_pte(tmp_path / "pd.pte", small_binary.path.read_bytes(), 400, WIDTH)
     with pytest.raises(QnnError) as ei:
         qnnrt.load(pte, residency="eager")
     assert ei.value.is_pd_exhaustion

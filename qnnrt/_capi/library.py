@@ -180,6 +180,22 @@ class QnnLibrary:
 _libraries: dict[tuple[Path, Path], QnnLibrary] = {}
 
 
+def _providers(dll: C.CDLL, symbol: str, struct, path: Path) -> list:
+    """The provider structs a QNN library exports through `symbol` (getProviders)."""
+    try:
+        get = getattr(dll, symbol)
+    except AttributeError:
+        raise LibraryNotFoundError(f"{path} does not export {symbol}; is it a QNN library?") from None
+    get.restype = ErrorHandle
+    get.argtypes = [P(P(P(struct))), P(u32)]
+    plist, n = P(P(struct))(), u32()
+    rc = get(C.byref(plist), C.byref(n))
+    if rc or n.value == 0:
+        raise LibraryNotFoundError(f"{path}: {symbol} returned error {rc} with {n.value} "
+                                   f"providers; is it a QNN library?")
+    return [plist[i].contents for i in range(n.value)]
+
+
 def open_library(backend_lib: str | os.PathLike | None = None) -> QnnLibrary:
     """Load (once per process) the HTP backend and system libraries and check their API versions."""
     bpath = find_library(BACKEND_LIB, backend_lib)
@@ -189,15 +205,7 @@ def open_library(backend_lib: str | os.PathLike | None = None) -> QnnLibrary:
         return _libraries[key]
     bdll, sdll = load_dll(bpath), load_dll(spath)
 
-    get = bdll.QnnInterface_getProviders
-    get.restype = ErrorHandle
-    get.argtypes = [P(P(P(InterfaceProvider))), P(u32)]
-    plist, n = P(P(InterfaceProvider))(), u32()
-    rc = get(C.byref(plist), C.byref(n))
-    if rc or n.value == 0:
-        raise LibraryNotFoundError(f"{bpath}: QnnInterface_getProviders returned error {rc} with "
-                                   f"{n.value} providers; is it a QNN backend library?")
-    providers = [plist[i].contents for i in range(n.value)]
+    providers = _providers(bdll, "QnnInterface_getProviders", InterfaceProvider, bpath)
     prov = next((p for p in providers
                  if p.apiVersion.coreApiVersion.major == SUPPORTED_CORE_API_MAJOR), None)
     if prov is None:
@@ -208,16 +216,9 @@ def open_library(backend_lib: str | os.PathLike | None = None) -> QnnLibrary:
         raise QnnrtError(f"{bpath} reports backend API {prov.apiVersion.backendApiVersion}; qnnrt "
                          f"knows HTP backend API major {SUPPORTED_HTP_API_MAJOR} only (is this the "
                          f"HTP backend?).")
-
-    sget = sdll.QnnSystemInterface_getProviders
-    sget.restype = ErrorHandle
-    sget.argtypes = [P(P(P(SystemInterfaceProvider))), P(u32)]
-    slist, sn = P(P(SystemInterfaceProvider))(), u32()
-    rc = sget(C.byref(slist), C.byref(sn))
-    if rc or sn.value == 0:
-        raise LibraryNotFoundError(f"{spath}: QnnSystemInterface_getProviders failed ({rc}).")
-    sprov = next((slist[i].contents for i in range(sn.value)
-                  if slist[i].contents.systemApiVersion.major == SUPPORTED_SYSTEM_API_MAJOR), None)
+    sprov = next((p for p in _providers(sdll, "QnnSystemInterface_getProviders",
+                                        SystemInterfaceProvider, spath)
+                  if p.systemApiVersion.major == SUPPORTED_SYSTEM_API_MAJOR), None)
     if sprov is None:
         raise QnnrtError(f"{spath} offers no QNN system API {SUPPORTED_SYSTEM_API_MAJOR}.x provider.")
 

@@ -149,6 +149,16 @@ def _session_options(options: CompileOptions, config: dict[str, str]):
     return so
 
 
+def qnn_session(model: str | os.PathLike, options: CompileOptions | None = None,
+                config: dict[str, str] | None = None):
+    """An ONNX Runtime session on ``model`` with the QNN EP (e.g. to run or compile EPContext models)."""
+    import onnxruntime as ort
+    so = _session_options(options or CompileOptions(), config or {})
+    if not (config or {}).get("ep.context_enable"):
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # running: ORT's default
+    return ort.InferenceSession(str(model), sess_options=so)
+
+
 def default_cache_dir() -> Path:
     env = os.environ.get("QNNRT_CACHE_DIR")
     if env:
