@@ -13,6 +13,7 @@ The executor asks the pool to make a context live before running one of its grap
 """
 from __future__ import annotations
 
+import bisect
 import re
 import threading
 import time
@@ -107,6 +108,7 @@ class ContextPool:
         self._verbose_users = 0
         self._executor: ThreadPoolExecutor | None = None
         self._order: list[str] = []
+        self._positions: dict[str, list[int]] = {}
         self._closed = False
         self.capacity: int | None = self.residency.max_live
         self.events: list[tuple[float, str, str]] = []
@@ -115,17 +117,20 @@ class ContextPool:
     # -- planning ----------------------------------------------------------------------------
     def set_order(self, order: list[str]) -> None:
         """The static order in which the next method run uses contexts (one key per graph call)."""
+        if order == self._order:
+            return
         self._order = list(order)
+        self._positions = {}
+        for i, k in enumerate(self._order):
+            self._positions.setdefault(k, []).append(i)
 
     def _next_use(self, key: str, position: int) -> float:
         """Distance from `position` to the next use of `key` in the (cyclic) call order."""
-        n = len(self._order)
-        if n == 0:
+        uses = self._positions.get(key)
+        if not uses:
             return float("inf")
-        for d in range(1, n + 1):
-            if self._order[(position + d) % n] == key:
-                return d
-        return float("inf")
+        i = bisect.bisect_right(uses, position)
+        return uses[i] - position if i < len(uses) else uses[0] + len(self._order) - position
 
     # -- creation ----------------------------------------------------------------------------
     def _verbose(self, on: bool) -> None:
