@@ -62,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger("qnnrt").exception("error")
         print(f"qnnrt {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # e.g. `qnnrt inspect x | head`: the reader left, nothing is wrong
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"qnnrt {args.command}: interrupted", file=sys.stderr)
         return 130
