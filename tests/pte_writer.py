@@ -220,29 +220,24 @@ class PteBuilder:
         return len(self.constants) - 1
 
     # -- serialization ----------------------------------------------------------------------
-    def _vec_i32(self, b, items):
-        b.StartVector(4, len(items), 4)
+    @staticmethod
+    def _vec(b, items, size: int, prepend):
+        b.StartVector(size, len(items), size)
         for x in reversed(items):
-            b.PrependInt32(int(x))
+            prepend(int(x))
         return b.EndVector()
+
+    def _vec_i32(self, b, items):
+        return self._vec(b, items, 4, b.PrependInt32)
 
     def _vec_i64(self, b, items):
-        b.StartVector(8, len(items), 8)
-        for x in reversed(items):
-            b.PrependInt64(int(x))
-        return b.EndVector()
+        return self._vec(b, items, 8, b.PrependInt64)
 
     def _vec_u64(self, b, items):
-        b.StartVector(8, len(items), 8)
-        for x in reversed(items):
-            b.PrependUint64(int(x))
-        return b.EndVector()
+        return self._vec(b, items, 8, b.PrependUint64)
 
     def _vec_offsets(self, b, offs):
-        b.StartVector(4, len(offs), 4)
-        for o in reversed(offs):
-            b.PrependUOffsetTRelative(o)
-        return b.EndVector()
+        return self._vec(b, offs, 4, b.PrependUOffsetTRelative)
 
     def _bytes(self, b, data: bytes, align: int = 16):
         b.StartVector(1, len(data), align)
