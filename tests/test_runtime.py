@@ -58,12 +58,15 @@ def test_bounded_prefetches(chain12):
     assert s["prefetches"] > 0 and s["prefetch_hits"] > 0
 
 
-def test_pd_program_eager_fails_auto_completes(chain_pd):
+def test_pd_program_eager_fails_auto_completes(chain_pd, tmp_path):
     with pytest.raises(QnnError) as ei:
         qnnrt.load(chain_pd.model, residency="eager")
     assert ei.value.is_pd_exhaustion and "protection-domain" in str(ei.value)
-    outs, s = run_chain(chain_pd.model, "auto", iterations=2)
+    heap = tmp_path / "heap.txt"
+    outs, s = run_chain(chain_pd.model, "auto", iterations=2, heap_profiling_path=str(heap))
     np.testing.assert_allclose(outs[0]["t399"], chain_pd.reference(X), **TOL)
+    timeline = json.loads(heap.with_name("heap.txt.json").read_text())["timeline"]
+    assert [e for e in timeline if e["event"] == "pd_exhausted"]  # the decision is on the timeline
     np.testing.assert_array_equal(outs[0]["t399"], outs[1]["t399"])
     assert s["capacity_found"] is not None and 100 < s["capacity_found"] < 400
     assert s["pd_failures_handled"] >= 1 and s["evictions"] > 0

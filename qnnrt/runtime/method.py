@@ -95,7 +95,6 @@ class Method:
     def run(self, inputs, run_graph: GraphRunner) -> dict[str, np.ndarray]:
         values = validate_inputs(self.inputs, inputs, f"method {self.name!r}")
         keep = {o.name for o in self.outputs}
-        last = self._last_use
         position = 0
         for i, step in enumerate(self.steps):
             if isinstance(step, QnnStep):
@@ -116,7 +115,6 @@ class Method:
             ins = step.inputs if isinstance(step, QnnStep) else step.segment.inputs
             for n in ins:
                 last[n] = i
-        self._last_use = last
         self._dead_after = [[] for _ in self.steps]
         for n, i in last.items():
             self._dead_after[i].append(n)

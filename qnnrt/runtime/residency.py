@@ -111,8 +111,6 @@ class ContextPool:
         self._positions: dict[str, list[int]] = {}
         self._closed = False
         self.capacity: int | None = self.residency.max_live
-        self.events: list[tuple[float, str, str]] = []
-        self._t0 = time.perf_counter()
 
     # -- planning ----------------------------------------------------------------------------
     def set_order(self, order: list[str]) -> None:
@@ -216,7 +214,6 @@ class ContextPool:
             self.hooks.after_create(key, True, est)
             if events is not None and self._dsp_state() == "on":
                 self.hooks.record_dsp_events(key, events)
-        self._event("create", key)
         return ctx
 
     def _free(self, key: str, evicted: bool) -> None:
@@ -238,11 +235,11 @@ class ContextPool:
         finally:
             if profile is not None:
                 profile.close()
-        self._event("evict" if evicted else "free", key)
 
-    def _event(self, what: str, key: str) -> None:
-        with self._lock:
-            self.events.append((time.perf_counter() - self._t0, what, key))
+    def _mark(self, what: str, key: str) -> None:
+        """Residency decisions worth seeing on the heap timeline (creates and frees are there)."""
+        if self.hooks is not None:
+            self.hooks.mark(what, context=key, live=len(self._live))
 
     def _note_live(self) -> None:
         self.stats.peak_live = max(self.stats.peak_live, len(self._live))
@@ -352,7 +349,7 @@ class ContextPool:
                     cap = max(1, live_now)
                     self.capacity = cap if self.capacity is None else min(self.capacity, cap)
                     self.stats.capacity_found = self.capacity
-                self._event("pd_exhausted", key)
+                self._mark("pd_exhausted", key)
                 self._free(victim, evicted=True)
                 continue
             with self._lock:
@@ -398,7 +395,7 @@ class ContextPool:
                     self.capacity = cap if self.capacity is None else min(self.capacity, cap)
                     self.stats.capacity_found = self.capacity
                     self.stats.pd_failures_handled += 1
-            self._event("prefetch_failed", key)
+            self._mark("prefetch_failed", key)
             raise
         except BaseException:
             with self._lock:
