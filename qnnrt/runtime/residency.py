@@ -388,14 +388,15 @@ class ContextPool:
         try:
             ctx = self._create(key)
         except QnnError as e:
+            pd = e.is_out_of_memory and self.residency.kind == "auto"
             with self._lock:
                 self._pending.pop(key, None)
-                if e.is_out_of_memory and self.residency.kind == "auto":
+                if pd:
                     cap = max(1, len(self._live))
                     self.capacity = cap if self.capacity is None else min(self.capacity, cap)
                     self.stats.capacity_found = self.capacity
                     self.stats.pd_failures_handled += 1
-            self._mark("prefetch_failed", key)
+            self._mark("pd_exhausted" if pd else "prefetch_failed", key)
             raise
         except BaseException:
             with self._lock:
