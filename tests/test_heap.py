@@ -1,6 +1,7 @@
 """HeapProfiler bookkeeping, driven with synthetic create/free sequences (no QNN involved)."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -56,6 +57,7 @@ def events(timeline: list[dict], event: str, context: str | None = None) -> list
 
 # ------------------------------------------------------------------------------- the two-line file
 def test_two_line_file_on_host_heap_after_ge_before(tmp_path):
+    gc.collect()  # garbage of earlier tests must not be freed between the two checkpoints
     prof = HeapProfiler()
     prof.dsp.mark_unsupported("Dsp memory profiling is not supported (QNN error 1000, x86 simulator)")
     held = []
