@@ -16,7 +16,8 @@ EPCONTEXT_DOMAIN = "com.microsoft"
 
 @dataclass
 class EPContextNode:
-    """One EPContext node: graph `graph_name` of a context binary, either a file or embedded bytes."""
+    """One EPContext node: graph `graph_name` of a context binary, either a file or embedded bytes
+    (or neither: a non-main node whose graph lives in the context another node carries)."""
     index: int
     name: str
     graph_name: str
@@ -27,11 +28,6 @@ class EPContextNode:
     embedded: bytes | None
     main_context: int
     source: str
-
-    @property
-    def binary_key(self) -> str:
-        """Identifies the context binary: the resolved file, or the embedded bytes' owner node."""
-        return str(self.binary_path) if self.binary_path else f"embedded:{self.name}"
 
 
 @dataclass
@@ -82,12 +78,16 @@ def read_epcontext_model(path: str | os.PathLike, root: Path | None = None) -> E
             raise FormatError(f"{where} is for {source!r}; qnnrt runs QNN EPContext nodes only")
         embed_mode = int(_attr(node, "embed_mode", 1))
         cache = _attr(node, "ep_cache_context")
-        if cache is None:
-            raise FormatError(f"{where} has no ep_cache_context attribute")
+        main_context = int(_attr(node, "main_context", 1))
+        if cache is None and main_context:
+            raise FormatError(f"{where} has no ep_cache_context attribute (and is a main context "
+                              f"node, so no other node provides its binary)")
         graph_name = _attr(node, "partition_name", None)
         graph_name = graph_name.decode() if isinstance(graph_name, bytes) else graph_name
         binary_path, embedded = None, None
-        if embed_mode == 0:
+        if cache is None:
+            pass  # a graph of a context another (main) node carries: resolved by graph name
+        elif embed_mode == 0:
             rel = cache.decode() if isinstance(cache, bytes) else str(cache)
             p = (base / rel).resolve()
             if not p.is_relative_to(bound):
@@ -105,5 +105,5 @@ def read_epcontext_model(path: str | os.PathLike, root: Path | None = None) -> E
             index=i, name=node.name, graph_name=graph_name or node.name,
             inputs=list(node.input), outputs=list(node.output), embed_mode=embed_mode,
             binary_path=binary_path, embedded=embedded,
-            main_context=int(_attr(node, "main_context", 1)), source=source))
+            main_context=main_context, source=source))
     return out

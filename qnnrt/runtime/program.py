@@ -161,36 +161,36 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib) -> tuple[dict, Calla
     """Binaries referenced by EPContext models, and a builder for their methods."""
     from qnnrt.formats.epcontext import read_epcontext_model
     binaries: dict[str, ContextBinary] = {}
-    parsed = {}
-    embedded_by_graph: dict[str, str] = {}
-    for name, p in models.items():
-        em = read_epcontext_model(p, root=root)
-        parsed[name] = em
+    parsed = {name: read_epcontext_model(p, root=root) for name, p in models.items()}
+    node_key: dict[tuple[str, str], str] = {}   # (method, node) -> pool key
+    for name, em in parsed.items():
         for n in em.epcontext_nodes:
             if n.binary_path is not None:
                 key = _relkey(n.binary_path, root)
                 if key not in binaries:
                     binaries[key] = ContextBinary(n.binary_path, name=key, lib=lib)
             elif n.embedded:
-                key = f"{p.name}:{n.name}"
+                key = f"{models[name].name}:{n.name}"
                 binaries[key] = ContextBinary(buffer=n.embedded, name=key, lib=lib)
-                for g in binaries[key].graphs:
-                    embedded_by_graph.setdefault(g.name, key)
-
-    def key_of(n) -> str:
-        if n.binary_path is not None:
-            return _relkey(n.binary_path, root)
-        if n.embedded:
-            return f"{n_model[n.name]}:{n.name}"
-        if n.graph_name in embedded_by_graph:  # a non-main node sharing an embedded context
-            return embedded_by_graph[n.graph_name]
-        raise FormatError(f"EPContext node {n.name!r} has an empty embedded context and no other "
-                          f"node provides graph {n.graph_name!r}")
-
-    n_model = {n.name: models[m].name for m, em in parsed.items() for n in em.epcontext_nodes}
+            else:
+                continue
+            node_key[(name, n.name)] = key
+    by_graph: dict[str, str] = {}
+    for key, b in binaries.items():
+        for g in b.graphs:
+            by_graph.setdefault(g.name, key)
+    for name, em in parsed.items():  # non-main nodes: the context that holds their graph
+        for n in em.epcontext_nodes:
+            if (name, n.name) not in node_key:
+                if n.graph_name not in by_graph:
+                    raise FormatError(f"{models[name]}: EPContext node {n.name!r} names no context "
+                                      f"binary and no other node's binary has graph "
+                                      f"{n.graph_name!r}")
+                node_key[(name, n.name)] = by_graph[n.graph_name]
 
     def build(program: Program) -> dict[str, Method]:
-        return {name: OnnxMethod(name, em, binaries, key_of) for name, em in parsed.items()}
+        return {name: OnnxMethod(name, em, binaries, lambda n, name=name: node_key[(name, n.name)])
+                for name, em in parsed.items()}
     return binaries, build
 
 
