@@ -162,7 +162,7 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib) -> tuple[dict, Calla
     from qnnrt.formats.epcontext import read_epcontext_model
     binaries: dict[str, ContextBinary] = {}
     parsed = {name: read_epcontext_model(p, root=root) for name, p in models.items()}
-    node_key: dict[tuple[str, str], str] = {}   # (method, node) -> pool key
+    node_key: dict[tuple[str, int], str] = {}   # (method, node index) -> pool key
     for name, em in parsed.items():
         for n in em.epcontext_nodes:
             if n.binary_path is not None:
@@ -170,26 +170,26 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib) -> tuple[dict, Calla
                 if key not in binaries:
                     binaries[key] = ContextBinary(n.binary_path, name=key, lib=lib)
             elif n.embedded:
-                key = f"{models[name].name}:{n.name}"
+                key = f"{models[name].name}:{n.index}:{n.name}"
                 binaries[key] = ContextBinary(buffer=n.embedded, name=key, lib=lib)
             else:
                 continue
-            node_key[(name, n.name)] = key
+            node_key[(name, n.index)] = key
     by_graph: dict[str, str] = {}
     for key, b in binaries.items():
         for g in b.graphs:
             by_graph.setdefault(g.name, key)
     for name, em in parsed.items():  # non-main nodes: the context that holds their graph
         for n in em.epcontext_nodes:
-            if (name, n.name) not in node_key:
+            if (name, n.index) not in node_key:
                 if n.graph_name not in by_graph:
                     raise FormatError(f"{models[name]}: EPContext node {n.name!r} names no context "
                                       f"binary and no other node's binary has graph "
                                       f"{n.graph_name!r}")
-                node_key[(name, n.name)] = by_graph[n.graph_name]
+                node_key[(name, n.index)] = by_graph[n.graph_name]
 
     def build(program: Program) -> dict[str, Method]:
-        return {name: OnnxMethod(name, em, binaries, lambda n, name=name: node_key[(name, n.name)])
+        return {name: OnnxMethod(name, em, binaries, lambda n, name=name: node_key[(name, n.index)])
                 for name, em in parsed.items()}
     return binaries, build
 
@@ -209,34 +209,15 @@ def load(path: str | os.PathLike, residency: "str | Residency" = "auto", soc=Non
         raise QnnrtError(f"unknown profile level {profile_level!r}; use off, basic or detailed")
     residency = Residency.parse(residency)
     lib = open_library(backend_lib)
-    closers: list = []
-    built_for = None
-    if p.is_dir():
-        from qnnrt.formats.program import read_program
-        manifest = read_program(p)
-        models = {m.name: p / m.model for m in manifest.methods}
-        binaries, build = _onnx_methods(models, p, lib)
-        built_for = manifest.target.get("soc_model")
-    elif p.suffix == ".onnx":
-        binaries, build = _onnx_methods({p.stem: p}, p.parent, lib)
-    elif p.suffix == ".pte":
-        from qnnrt.runtime.pte_program import pte_methods
-        binaries, build, built_for, pte = pte_methods(p, lib)
-        closers.append(pte)
-    else:
-        key = p.name
-        binaries = {key: ContextBinary(p, name=key, lib=lib)}
-        specs = binaries[key].graphs
-        if graph is not None:
-            specs = [binaries[key].graph(graph)]
-
-        def build(program: Program, specs=specs, key=key) -> dict[str, Method]:
-            return {s.name: GraphMethod(key, s) for s in specs}
-    if soc is None:
-        soc = built_for or _soc_of(binaries)
+    # the heap profiler exists first: whatever fails later, its file is written (zero contexts)
     heap = HeapProfiler(path=heap_profiling_path) if heap_profiling_path else None
+    binaries: dict[str, ContextBinary] = {}
+    closers: list = []
     backend = None
     try:
+        binaries, build, built_for = _open_source(p, lib, graph, closers)
+        if soc is None:
+            soc = built_for or _soc_of(binaries)
         backend = Backend(backend_lib=backend_lib, soc=soc, log_level=log_level)
         prog = Program(p, binaries, build, backend, residency, heap=heap,
                        exec_profiler=exec_profiler, profile_level=profile_level,
@@ -256,6 +237,30 @@ def load(path: str | os.PathLike, residency: "str | Residency" = "auto", soc=Non
         if backend is not None:
             backend.close()
         raise
+
+
+def _open_source(p: Path, lib, graph: str | None, closers: list):
+    """(binaries by pool key, method builder, SoC the artifact was built for) of a program folder,
+    EPContext model, .pte or .bin; objects to close after the binaries go to `closers`."""
+    if p.is_dir():
+        from qnnrt.formats.program import read_program
+        manifest = read_program(p)
+        models = {m.name: p / m.model for m in manifest.methods}
+        return (*_onnx_methods(models, p, lib), manifest.target.get("soc_model"))
+    if p.suffix == ".onnx":
+        return (*_onnx_methods({p.stem: p}, p.parent, lib), None)
+    if p.suffix == ".pte":
+        from qnnrt.runtime.pte_program import pte_methods
+        binaries, build, built_for, pte = pte_methods(p, lib)
+        closers.append(pte)
+        return binaries, build, built_for
+    key = p.name
+    binaries = {key: ContextBinary(p, name=key, lib=lib)}
+    specs = [binaries[key].graph(graph)] if graph is not None else binaries[key].graphs
+
+    def build(program: Program) -> dict[str, Method]:
+        return {s.name: GraphMethod(key, s) for s in specs}
+    return binaries, build, None
 
 
 def _soc_of(binaries: dict[str, ContextBinary]):
