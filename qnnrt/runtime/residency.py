@@ -105,6 +105,7 @@ class ContextPool:
         self._pending: dict[str, Future] = {}
         self._in_use: dict[str, int] = {}
         self._lock = threading.RLock()
+        self._create_lock = threading.Lock()
         self._verbose_users = 0
         self._executor: ThreadPoolExecutor | None = None
         self._order: list[str] = []
@@ -183,7 +184,10 @@ class ContextPool:
         if profile is None and self._dsp_state() != "off":
             dsp_profile = profile = Profile(self.backend, "basic")  # carries the DSP heap events
         try:
-            ctx = self._new_context(key, profile)
+            # one creation at a time (prefetch thread vs. main thread): QNN's log lines of a
+            # creation, which carry its PD estimate, are then its own
+            with self._create_lock:
+                ctx = self._new_context(key, profile)
         except BaseException:
             with self._lock:
                 self.stats.create_failures += 1
