@@ -19,9 +19,11 @@ def _read_raw(path: Path, spec: IOSpec) -> np.ndarray:
     for dtype in (spec.dtype, np.dtype(np.float32)):
         if size == count * dtype.itemsize:
             return np.fromfile(path, dtype=dtype).reshape(spec.shape)
+    fits = [f"{spec.dtype} ({count * spec.dtype.itemsize} bytes)"]
+    if spec.dtype != np.float32:
+        fits.append(f"float32 ({count * 4} bytes)")
     raise InputError(f"{path}: {size} bytes does not fit input {spec.name!r} {spec.shape} as "
-                     f"{spec.dtype} ({count * spec.dtype.itemsize} bytes) or float32 "
-                     f"({count * 4} bytes)")
+                     + " or ".join(fits))
 
 
 def read_array(path: str | Path, spec: IOSpec) -> np.ndarray:
