@@ -52,6 +52,11 @@ def _stats(ms: list[float]) -> dict:
             "all": [round(float(x), 4) for x in a]}
 
 
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bit-for-bit repeat check; NaN in the same places counts as equal."""
+    return np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" and b.dtype.kind in "fc")
+
+
 def _exec_profiler(level: str):
     if level == "off":
         return None
@@ -116,7 +121,7 @@ def run(args) -> int:
             if args.check_repeat:
                 ref = first_outputs.setdefault((m.name, feed_index), outputs)
                 if ref is not outputs:
-                    bad = [k for k in ref if not np.array_equal(ref[k], outputs[k])]
+                    bad = [k for k in ref if not _same(ref[k], outputs[k])]
                     if bad:
                         mismatches.append((it, m.name, bad))
             if out_dir is not None and timed:

@@ -33,6 +33,9 @@ def parse_soc(soc: str | int | None) -> int | None:
     if soc is None or soc == "":
         return None
     if isinstance(soc, int) or str(soc).isdigit():
+        if not 0 < int(soc) < 1 << 32:
+            raise QnnrtError(f"SoC model {soc} is out of range; QNN SoC model numbers are small "
+                             f"positive integers (e.g. 43 for SM8550)")
         return int(soc)
     key = str(soc).upper()
     if key not in SOC_MODELS:

@@ -3,6 +3,7 @@ binary info the system interface reads from it."""
 from __future__ import annotations
 
 import ctypes as C
+import errno
 import mmap
 import os
 from dataclasses import dataclass, field
@@ -94,6 +95,26 @@ def read_binary_info(lib: QnnLibrary, buffer: np.ndarray, where: str) -> BinaryI
         lib.sys.systemContextFree(sysctx)
 
 
+def _map_file(path: Path) -> mmap.mmap:
+    with open(path, "rb") as f:  # the map keeps its own descriptor: one fd per binary
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _raise_fd_limit() -> bool:
+    """Raise the soft open-files limit to the hard one (programs of thousands of binaries)."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY:
+            hard = 1 << 20
+        if soft >= hard:
+            return False
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return True
+    except (ImportError, OSError, ValueError):
+        return False
+
+
 class ContextBinary:
     """A context binary: a file mapped read-only, or a slice of a bigger mapped file (e.g. a .pte).
 
@@ -104,7 +125,6 @@ class ContextBinary:
     def __init__(self, path: str | os.PathLike | None = None, *, buffer=None, name: str | None = None,
                  lib: QnnLibrary | None = None, backend_lib: str | None = None):
         self._mmap = None
-        self._file = None
         if (path is None) == (buffer is None):
             raise ValueError("give exactly one of path or buffer")
         if path is not None:
@@ -130,10 +150,17 @@ class ContextBinary:
         if size == 0:
             raise FormatError(f"{p}: file is empty; it is not a QNN context binary")
         try:
-            self._file = open(p, "rb")
-            self._mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            self._mmap = _map_file(p)
         except OSError as e:
-            raise FormatError(f"{p}: cannot map file: {e}") from e
+            if e.errno == errno.EMFILE and _raise_fd_limit():
+                try:
+                    self._mmap = _map_file(p)
+                except OSError as e2:
+                    e = e2
+            if self._mmap is None:
+                hint = (" (too many open files: raise `ulimit -n`; a program keeps one descriptor "
+                        "per context binary)" if e.errno == errno.EMFILE else "")
+                raise FormatError(f"{p}: cannot map file: {e}{hint}") from e
         self.buffer = np.frombuffer(self._mmap, dtype=np.uint8)
 
     @property
@@ -176,9 +203,6 @@ class ContextBinary:
             except BufferError:  # a view is still exported; the map goes with the last reference
                 pass
             self._mmap = None
-        if self._file is not None:
-            self._file.close()
-            self._file = None
 
     def __enter__(self) -> "ContextBinary":
         return self

@@ -84,7 +84,8 @@ class Context:
                 return
             self._closed = True
             for g in self._graphs.values():
-                g._invalidate()
+                with g._lock:  # an execution in progress on another thread finishes first
+                    g._invalidate()
             self._graphs.clear()
             if self.handle:
                 self.backend.api.contextFree(self.handle, profile.handle if profile else None)

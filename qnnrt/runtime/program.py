@@ -47,7 +47,7 @@ class Program:
         self.heap = heap
         self.exec_profiler = exec_profiler
         self.profile_level = profile_level
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._closed = False
         self._exec_profile: Profile | None = None
         self.iterations = 0
@@ -112,14 +112,18 @@ class Program:
                                           iteration=self.iterations)
             return [out[s.name] for s in g.spec.outputs]
         finally:
-            self.pool.release(step.key)
+            self.pool.release(step.key, position)
 
     # -- lifetime ----------------------------------------------------------------------------
     def close(self) -> None:
         """Free every context, then the backend; write the heap profile. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:  # waits for a run in progress on another thread
+            if self._closed:
+                return
+            self._closed = True
+            self._close_resources()
+
+    def _close_resources(self) -> None:
         pool = getattr(self, "pool", None)
         if pool is not None:
             pool.close()

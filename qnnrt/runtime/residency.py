@@ -86,7 +86,9 @@ class ContextPool:
     """Owns the live contexts of a program and applies a residency policy to them.
 
     `binaries` maps a context key to its ContextBinary. `hooks` (e.g. the heap profiler) get
-    before_create(key), after_create(key, ok, pd_estimate_bytes), after_free(key).
+    before_create(key), after_create(key, ok, pd_estimate_bytes), after_free(key, evicted) and
+    mark(event, context=...). Thread model: one caller thread (the executor) plus one prefetch
+    thread; creations are serialized, eviction decisions are made on the caller thread.
     """
 
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary],
@@ -103,10 +105,10 @@ class ContextPool:
         self.estimates: dict[str, int] = {}
         self._live: dict[str, Context] = {}
         self._pending: dict[str, Future] = {}
+        self._prefetched: set[str] = set()  # created by a prefetch, not used yet
         self._in_use: dict[str, int] = {}
         self._lock = threading.RLock()
         self._create_lock = threading.Lock()
-        self._verbose_users = 0
         self._executor: ThreadPoolExecutor | None = None
         self._order: list[str] = []
         self._positions: dict[str, list[int]] = {}
@@ -131,19 +133,16 @@ class ContextPool:
         i = bisect.bisect_right(uses, position)
         return uses[i] - position if i < len(uses) else uses[0] + len(self._order) - position
 
-    # -- creation ----------------------------------------------------------------------------
-    def _verbose(self, on: bool) -> None:
-        # PD estimates appear in QNN's log at verbose level only: raise it around creations
-        with self._lock:
-            self._verbose_users += 1 if on else -1
-            users = self._verbose_users
-        if self._pd_estimate is None or self.backend.log_level >= 4:
-            return
-        if on and users == 1:
-            self.backend.set_log_level(4)
-        elif not on and users == 0:
-            self.backend.set_log_level(self.backend.log_level)
+    def _next_key(self, position: int, current: str) -> str | None:
+        """The next context in the (cyclic) order after `position` that is not `current`."""
+        n = len(self._order)
+        for d in range(1, n):
+            k = self._order[(position + d) % n]
+            if k != current:
+                return k
+        return None
 
+    # -- creation ----------------------------------------------------------------------------
     def _dsp_state(self) -> str:
         """'off', 'probe' (undecided: try option 4 once) or 'on' (device supports it)."""
         dsp = getattr(self.hooks, "dsp", None)
@@ -175,37 +174,44 @@ class ContextPool:
         return ctx
 
     def _create(self, key: str) -> Context:
+        """Create context `key` (not yet live). Creations never overlap: the QNN log lines of a
+        creation, at verbose level around it, are its own, and carry its PD estimate."""
         if self.hooks:
             self.hooks.before_create(key)
-        self._verbose(True)
+        profile = None
         t0 = time.perf_counter()
-        profile = self._profiler.context_profile() if self._profiler else None
-        dsp_profile = None
-        if profile is None and self._dsp_state() != "off":
-            dsp_profile = profile = Profile(self.backend, "basic")  # carries the DSP heap events
         try:
-            # one creation at a time (prefetch thread vs. main thread): QNN's log lines of a
-            # creation, which carry its PD estimate, are then its own
             with self._create_lock:
-                ctx = self._new_context(key, profile)
+                if self._profiler:
+                    profile = self._profiler.context_profile()
+                elif self._dsp_state() != "off":
+                    profile = Profile(self.backend, "basic")  # carries the DSP heap events
+                verbose = self._pd_estimate is not None and self.backend.log_level < 4
+                if verbose:
+                    self.backend.set_log_level(4)
+                try:
+                    ctx = self._new_context(key, profile)
+                finally:
+                    if verbose:
+                        self.backend.set_log_level(self.backend.log_level)
+            dt = time.perf_counter() - t0
+            try:
+                est = self._pd_estimate(ctx.creation_log) if self._pd_estimate else None
+                events = profile.events() if profile is not None else None
+                if events is not None and self._profiler:
+                    self._profiler.created(key, events)
+            except BaseException:
+                ctx.close()  # never drop a created context without freeing it
+                raise
         except BaseException:
             with self._lock:
                 self.stats.create_failures += 1
             if self.hooks:
                 self.hooks.after_create(key, False, None)
-            if profile is not None:
-                profile.close()
             raise
         finally:
-            self._verbose(False)
-        dt = time.perf_counter() - t0
-        est = self._pd_estimate(ctx.creation_log) if self._pd_estimate else None
-        events = None
-        if profile is not None:
-            events = profile.events()
-            if dsp_profile is None:
-                self._profiler.created(key, events)
-            profile.close()
+            if profile is not None:
+                profile.close()
         with self._lock:
             if est:
                 self.estimates[key] = est
@@ -220,11 +226,14 @@ class ContextPool:
                 self.hooks.record_dsp_events(key, events)
         return ctx
 
-    def _free(self, key: str, evicted: bool) -> None:
-        with self._lock:
-            ctx = self._live.pop(key, None)
+    def _free(self, key: str, evicted: bool, ctx: Context | None = None) -> None:
+        """Free live context `key` (or `ctx`, a created context that never became live)."""
         if ctx is None:
-            return
+            with self._lock:
+                ctx = self._live.pop(key, None)
+                self._prefetched.discard(key)
+            if ctx is None:
+                return
         profile = Profile(self.backend, "basic") if self._dsp_state() == "on" else None
         try:
             ctx.close(profile)
@@ -245,39 +254,46 @@ class ContextPool:
         if self.hooks is not None:
             self.hooks.mark(what, context=key, live=len(self._live))
 
-    def _note_live(self) -> None:
-        self.stats.peak_live = max(self.stats.peak_live, len(self._live))
+    def _insert(self, key: str, ctx: Context) -> None:
+        with self._lock:
+            self._live[key] = ctx
+            self.stats.peak_live = max(self.stats.peak_live, len(self._live))
+
+    def _found_capacity(self, live_now: int) -> None:
+        with self._lock:
+            cap = max(1, live_now)
+            self.capacity = cap if self.capacity is None else min(self.capacity, cap)
+            self.stats.capacity_found = self.capacity
+            self.stats.pd_failures_handled += 1
 
     # -- eviction ----------------------------------------------------------------------------
-    def _live_bytes(self) -> int:
-        known = [v for v in self.estimates.values()]
-        default = max(known) if known else 0
-        return sum(self.estimates.get(k, default) for k in list(self._live) + list(self._pending))
-
     def _over_budget(self, adding: str | None) -> bool:
-        r = self.residency
-        count = len(self._live) + len(self._pending) + (1 if adding else 0)
-        if self.capacity is not None and count > self.capacity:
-            return True
-        if r.max_bytes is not None:
-            known = list(self.estimates.values())
-            extra = self.estimates.get(adding, max(known) if known else 0) if adding else 0
-            return self._live_bytes() + extra > r.max_bytes
-        return False
+        with self._lock:
+            count = len(self._live) + len(self._pending) + (1 if adding else 0)
+            if self.capacity is not None and count > self.capacity:
+                return True
+            if self.residency.max_bytes is None:
+                return False
+            default = max(self.estimates.values(), default=0)
+            keys = list(self._live) + list(self._pending) + ([adding] if adding else [])
+            return sum(self.estimates.get(k, default) for k in keys) > self.residency.max_bytes
 
     def _victim(self, position: int, keep: set[str]) -> str | None:
-        candidates = [k for k in self._live if k not in keep and not self._in_use.get(k)]
+        """The live, idle context (not in `keep`) whose next use is farthest away."""
+        with self._lock:
+            candidates = [k for k in self._live if k not in keep and not self._in_use.get(k)]
         if not candidates:
             return None
         return max(candidates, key=lambda k: (self._next_use(k, position), k))
 
-    def _make_room(self, adding: str, position: int, keep: set[str]) -> None:
+    def _make_room(self, adding: str, position: int, keep: set[str]) -> bool:
+        """Evict until `adding` fits; False when nothing more is evictable."""
         while self._over_budget(adding):
-            with self._lock:
-                victim = self._victim(position, keep | {adding})
+            victim = self._victim(position, keep | {adding})
             if victim is None:
-                return
+                return False
             self._free(victim, evicted=True)
+        return True
 
     # -- the executor's interface -------------------------------------------------------------
     def acquire(self, key: str, position: int = 0) -> Context:
@@ -293,11 +309,19 @@ class ContextPool:
             ctx = self._create_with_room(key, position)
         with self._lock:
             self._in_use[key] = self._in_use.get(key, 0) + 1
+            if key in self._prefetched:
+                self._prefetched.discard(key)
+                self.stats.prefetch_hits += 1
         if self.residency.prefetches:
-            self._prefetch_after(position, current=key)
+            try:
+                self._prefetch(position, current=key, current_busy=True)
+            except BaseException:
+                self.release(key)  # the caller never gets the context: do not pin it
+                raise
         return ctx
 
-    def release(self, key: str) -> None:
+    def release(self, key: str, position: int | None = None) -> None:
+        """The graph call at `position` that used `key` is done."""
         with self._lock:
             n = self._in_use.get(key, 0) - 1
             if n <= 0:
@@ -306,6 +330,10 @@ class ContextPool:
                 self._in_use[key] = n
         if self.residency.kind == "sequential" and n <= 0:
             self._free(key, evicted=False)
+        elif self.residency.prefetches and position is not None and not self._closed:
+            # `key` is idle now: if it is the best victim, the next context can replace it
+            # while the CPU work between graph calls runs
+            self._prefetch(position, current=key, current_busy=False)
 
     def _wait_pending(self, key: str) -> Context | None:
         with self._lock:
@@ -317,12 +345,9 @@ class ContextPool:
             fut.result()
         except Exception:
             pass  # prefetch failed (e.g. PD): the synchronous path retries with eviction
-        self.stats.wait_seconds += time.perf_counter() - t0
         with self._lock:
-            ctx = self._live.get(key)
-            if ctx is not None:
-                self.stats.prefetch_hits += 1
-            return ctx
+            self.stats.wait_seconds += time.perf_counter() - t0
+            return self._live.get(key)
 
     def _create_with_room(self, key: str, position: int) -> Context:
         keep = {key}
@@ -342,92 +367,79 @@ class ContextPool:
                     raise
                 with self._lock:
                     live_now = len(self._live)
-                    victim = self._victim(position, keep)
+                victim = self._victim(position, keep)
                 if victim is None:
                     raise QnnrtError(
                         f"context {key!r} cannot be created even with no other context evictable "
                         f"({live_now} live, in use by the running graph): it does not fit in the "
                         f"accelerator's memory on its own.\n{e}") from e
-                with self._lock:
-                    self.stats.pd_failures_handled += 1
-                    cap = max(1, live_now)
-                    self.capacity = cap if self.capacity is None else min(self.capacity, cap)
-                    self.stats.capacity_found = self.capacity
+                self._found_capacity(live_now)
                 self._mark("pd_exhausted", key)
                 self._free(victim, evicted=True)
                 continue
-            with self._lock:
-                self._live[key] = ctx
-                self._note_live()
+            self._insert(key, ctx)
             return ctx
 
     # -- prefetch ----------------------------------------------------------------------------
-    def _prefetch_after(self, position: int, current: str) -> None:
-        n = len(self._order)
-        if n < 2:
-            return
-        nxt = None
-        for d in range(1, n):
-            k = self._order[(position + d) % n]
-            if k != current:
-                nxt = k
-                break
+    def _prefetch(self, position: int, current: str, current_busy: bool) -> None:
+        """Start creating the next context of the order on the background thread, if that does
+        not cost an eviction worse than the one its synchronous creation would make.
+
+        While `current` executes it cannot be evicted; if it is the context used farthest in the
+        future (the one the synchronous path would evict), wait for its release instead: evicting
+        a nearer one would turn a bounded:K pool into a K-1 one.
+        """
+        nxt = self._next_key(position, current)
         if nxt is None:
             return
         with self._lock:
-            if nxt in self._live or nxt in self._pending or self._closed:
+            if self._closed or nxt in self._live or nxt in self._pending:
                 return
-        self._make_room(nxt, position, {current, nxt})
-        with self._lock:
-            if self._over_budget(nxt):
+        while self._over_budget(nxt):
+            victim = self._victim(position, {nxt, current} if current_busy else {nxt})
+            if victim is None:
                 return  # nothing evictable: create it when it is needed
+            if current_busy and self._next_use(victim, position) < self._next_use(current, position):
+                return  # the better victim is the running one: decide at its release
+            self._free(victim, evicted=True)
+        with self._lock:
+            if self._closed or nxt in self._live or nxt in self._pending:
+                return
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=1,
                                                     thread_name_prefix="qnnrt-prefetch")
-            fut = self._executor.submit(self._prefetch_job, nxt)
-            self._pending[nxt] = fut
+            self._pending[nxt] = self._executor.submit(self._prefetch_job, nxt)
             self.stats.prefetches += 1
 
     def _prefetch_job(self, key: str) -> None:
         try:
             ctx = self._create(key)
-        except QnnError as e:
-            pd = e.is_out_of_memory and self.residency.kind == "auto"
+        except BaseException as e:
+            pd = (isinstance(e, QnnError) and e.is_out_of_memory
+                  and self.residency.kind == "auto")
             with self._lock:
                 self._pending.pop(key, None)
-                if pd:
-                    cap = max(1, len(self._live))
-                    self.capacity = cap if self.capacity is None else min(self.capacity, cap)
-                    self.stats.capacity_found = self.capacity
-                    self.stats.pd_failures_handled += 1
+                live_now = len(self._live)
+            if pd:
+                self._found_capacity(live_now)
             self._mark("pd_exhausted" if pd else "prefetch_failed", key)
-            raise
-        except BaseException:
-            with self._lock:
-                self._pending.pop(key, None)
             raise
         with self._lock:
             self._pending.pop(key, None)
-            if self._closed:
-                discard = True
-            else:
-                discard = False
+            discard = self._closed
+            if not discard:
                 self._live[key] = ctx
-                self._note_live()
+                self._prefetched.add(key)
+                self.stats.peak_live = max(self.stats.peak_live, len(self._live))
         if discard:
-            ctx.close()
-            if self.hooks:
-                self.hooks.after_free(key, evicted=False)
+            self._free(key, evicted=False, ctx=ctx)
 
     # -- eager / lifetime --------------------------------------------------------------------
     def load_all(self, progress=None) -> None:
         """Create every context now (eager)."""
         for i, key in enumerate(self.binaries):
             if key not in self._live:
-                ctx = self._create(key)
-                with self._lock:
-                    self._live[key] = ctx
-                    self._note_live()
+                self._insert(key, self._create(key))
             if progress:
                 progress(i + 1, len(self.binaries))
 
@@ -449,17 +461,22 @@ class ContextPool:
                 "pd_estimate_bytes": dict(self.estimates)}
 
     def close(self) -> None:
-        """Wait for prefetches, then free every live context (newest first). Idempotent."""
+        """Cancel prefetches not started, wait for a running one, then free every live context
+        (newest first). Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            pending = list(self._pending.values())
-        for f in pending:
-            try:
-                f.result()
-            except Exception:
-                pass
+            pending = list(self._pending.items())
+        for key, fut in pending:
+            if fut.cancel():
+                with self._lock:
+                    self._pending.pop(key, None)
+            else:
+                try:
+                    fut.result()
+                except Exception:
+                    pass
         if self._executor:
             self._executor.shutdown(wait=True)
         for key in reversed(self.live_keys):
