@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import sys
 
 from qnnrt.errors import QnnrtError
@@ -48,8 +50,55 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command in a forked child, so that a crash inside a QNN library (e.g. on a corrupt
+    binary) becomes a clear error and exit status 1, never a signal. QNNRT_NO_FORK=1 runs in-process."""
+    if os.environ.get("QNNRT_NO_FORK") or not hasattr(os, "fork"):
+        return _main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child does the work
+        code = 1
+        try:
+            code = _main(argv)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:  # an unexpected bug: show it, fail cleanly
+            import traceback
+            traceback.print_exc()
+            code = 1
+        finally:
+            try:
+                logging.shutdown()
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except Exception:
+                pass
+            os._exit(code)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child handles Ctrl-C and reports it
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        what = " ".join(argv if argv is not None else sys.argv[1:])
+        print(f"qnnrt: error: the QNN library crashed ({name}) while running `qnnrt {what}`. The "
+              f"input is most likely corrupt or was built for another QNN version; rebuild it, or "
+              f"check it with `qnnrt inspect`.", file=sys.stderr)
+        return 1
+    return os.WEXITSTATUS(status)
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: bad usage is a user error (1), --help / --version are 0
+        return 0 if e.code in (0, None) else 1
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return 1
@@ -63,7 +112,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"qnnrt {args.command}: error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # e.g. `qnnrt inspect x | head`: the reader left, nothing is wrong
-        import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:

@@ -186,9 +186,13 @@ def plot_report(report_json_path: str, out_png: str | None = None) -> str:
                          f"Create it first or pass -o with another path.")
     fig = Figure(figsize=(13, 9), layout="constrained")
     gs = fig.add_gridspec(2, 2, height_ratios=[1.15, 1])
-    _heap_panel(fig.add_subplot(gs[0, :]), report.get("heap"))
-    _latency_panel(fig.add_subplot(gs[1, 0]), report.get("latency_ms"))
-    _graph_panel(fig.add_subplot(gs[1, 1]), report.get("profile"))
+    try:
+        _heap_panel(fig.add_subplot(gs[0, :]), report.get("heap"))
+        _latency_panel(fig.add_subplot(gs[1, 0]), report.get("latency_ms"))
+        _graph_panel(fig.add_subplot(gs[1, 1]), report.get("profile"))
+    except (TypeError, AttributeError, KeyError, ValueError, IndexError) as e:
+        raise QnnrtError(f"{report_json_path}: not a report written by `qnnrt run --report` "
+                         f"(a section has an unexpected shape: {type(e).__name__}: {e})") from e
     residency = report.get("residency")
     policy = residency.get("policy") if isinstance(residency, dict) else None
     head = [f"method {report.get('method', '?')}", f"{report.get('iterations', '?')} iterations"]

@@ -217,7 +217,7 @@ def build_program(models: Sequence[tuple[str, onnx.ModelProto | str | os.PathLik
             raise BuildError(f"method name {nm!r}: use letters, digits, '_' and '-' only")
     if options.graphs_per_context < 1:
         raise BuildError(f"--graphs-per-context must be >= 1, got {options.graphs_per_context}")
-    out = Path(out)
+    out = Path(out).resolve()  # `-o .` must name the folder, not '.'
     cache = CompileCache(Path(options.cache_dir) if options.cache_dir else default_cache_dir(),
                          enabled=options.use_cache)
     stage = _prepare_out(out)
@@ -233,6 +233,12 @@ def build_program(models: Sequence[tuple[str, onnx.ModelProto | str | os.PathLik
             info = P.analyze_model(model, source=where)
             cpu = place(info, options, cache, work, where)
             plan = P.partition_model(info, cpu)
+            while any(not part.inputs for part in plan.partitions):
+                # QNN refuses graphs without inputs (constant-only subgraphs): the CPU computes them
+                for part in plan.partitions:
+                    if not part.inputs:
+                        cpu.update({i: "no runtime input (QNN needs graph inputs)" for i in part.nodes})
+                plan = P.partition_model(info, cpu)
             if not plan.partitions:
                 raise BuildError(f"{where}: no node is left for the HTP (all {len(info.nodes)} nodes are on the CPU)")
             plans.append((name, plan))

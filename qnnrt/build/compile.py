@@ -250,8 +250,16 @@ class CompileCache:
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.replace(tmp, final)
-        except OSError:           # another process filled it first (or a stale dir): keep theirs
-            shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:
+            if self.get(unit.key) is None:  # a damaged entry (e.g. its .bin deleted): replace it
+                stale = Path(tempfile.mkdtemp(dir=tmp_root))
+                try:
+                    os.replace(final, stale / "x")
+                    os.replace(tmp, final)
+                except OSError:
+                    pass
+                shutil.rmtree(stale, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)  # else another process filled it: keep theirs
         got = self.get(unit.key)
         if got is None:
             return unit
@@ -432,6 +440,10 @@ def compile_unit(models: list[onnx.ModelProto], labels: list[str], options: Comp
                 raise BuildError(f"the QNN EP left nodes of {what} to the CPU: {stray[:8]}. "
                                  "What to do: put those op types on the CPU (--cpu-ops).")
         del sess
+        if not Path(ctx).is_file():
+            raise BuildError(f"compiling {what}: ONNX Runtime wrote no EPContext model (the QNN EP took "
+                             f"none of its nodes: {'; '.join(_describe(m) for m in models)}). "
+                             "What to do: put these ops on the CPU (--cpu-ops).")
         cm = onnx.load(str(ctx), load_external_data=False)
         ep_nodes = [n for n in cm.graph.node if n.op_type == "EPContext"]
         others = [n.op_type for n in cm.graph.node if n.op_type != "EPContext" and not n.name.startswith("__qnnrt_sep")]

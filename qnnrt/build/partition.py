@@ -22,6 +22,7 @@ import heapq
 import onnx
 from onnx import helper
 
+from qnnrt.formats.onnx_graph import node_reads
 from qnnrt.errors import BuildError
 
 # Ops with subgraphs (and ops QNN never takes) always run on the CPU.
@@ -93,27 +94,6 @@ class PartitionPlan:
         return out
 
 
-def _subgraph_outer_refs(node: onnx.NodeProto) -> list[str]:
-    """Names a node's subgraphs read from the enclosing scope."""
-    refs: list[str] = []
-
-    def walk(g: onnx.GraphProto, outer_defined: set[str]):
-        defined = set(outer_defined) | {i.name for i in g.input} | {t.name for t in g.initializer}
-        for n in g.node:
-            for t in n.input:
-                if t and t not in defined:
-                    refs.append(t)
-            for a in n.attribute:
-                for sg in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    walk(sg, defined)
-            defined.update(o for o in n.output if o)
-
-    for a in node.attribute:
-        for sg in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-            walk(sg, set())
-    return refs
-
-
 def _type_of(vi_type: onnx.TypeProto) -> TensorType | None:
     if not vi_type.HasField("tensor_type"):
         return None
@@ -124,16 +104,32 @@ def _type_of(vi_type: onnx.TypeProto) -> TensorType | None:
     return TensorType(tt.elem_type, shape)
 
 
+def _constant_value(n: onnx.NodeProto) -> onnx.TensorProto | None:
+    """The tensor a Constant node holds (any attribute form except sparse), named as its output."""
+    import numpy as np
+    from onnx import numpy_helper
+    if len(n.attribute) != 1:
+        return None
+    a = n.attribute[0]
+    if a.name == "value":
+        t = onnx.TensorProto()
+        t.CopyFrom(a.t)
+    elif a.name in ("value_float", "value_floats", "value_int", "value_ints"):
+        dtype = np.float32 if a.name.startswith("value_float") else np.int64
+        t = numpy_helper.from_array(np.asarray(onnx.helper.get_attribute_value(a), dtype=dtype))
+    else:
+        return None  # strings / sparse: left as a node (the CPU takes them)
+    t.name = n.output[0]
+    return t
+
+
 def _fold_constant_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
     """Constant nodes become initializers (so no partition ever gets a constant as a runtime input)."""
     g = model.graph
     keep, folded = [], []
     for n in g.node:
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.attribute) == 1 \
-                and n.attribute[0].name == "value":
-            t = onnx.TensorProto()
-            t.CopyFrom(n.attribute[0].t)
-            t.name = n.output[0]
+        t = _constant_value(n) if n.op_type == "Constant" and n.domain in ("", "ai.onnx") else None
+        if t is not None:
             folded.append(t)
         else:
             keep.append(n)
@@ -182,7 +178,7 @@ def analyze_model(model: onnx.ModelProto, source: str = "model") -> ModelInfo:
             producer[t] = i
     node_inputs = []
     for n in nodes:
-        node_inputs.append([t for t in n.input if t] + _subgraph_outer_refs(n))
+        node_inputs.append(node_reads(n))
     defined = set(producer) | set(initializers) | set(graph_inputs)
     for i, n in enumerate(nodes):
         for t in node_inputs[i]:

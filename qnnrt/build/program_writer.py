@@ -7,6 +7,7 @@ from onnx import helper
 from qnnrt.build.compile import EPNode
 from qnnrt.build.partition import PartitionPlan
 from qnnrt.errors import BuildError
+from qnnrt.formats.onnx_graph import rename_outer_refs
 
 EPCONTEXT_DOMAIN = "com.microsoft"
 
@@ -62,6 +63,7 @@ def method_model(plan: PartitionPlan, calls: dict[int, tuple[str, EPNode]], grap
                 n.input[k] = R(t)
             for k, t in enumerate(n.output):
                 n.output[k] = R(t)
+            rename_outer_refs(n, R)  # If / Loop bodies reading the enclosing graph
             nodes.append(n)
             used.update(info.node_inputs[i])
             continue
@@ -82,14 +84,16 @@ def method_model(plan: PartitionPlan, calls: dict[int, tuple[str, EPNode]], grap
             if q != t:
                 nodes.append(identity(q, t))
         seen_bins.add(rel)
+    input_names = {vi.name for vi in graph_inputs}
     for o in info.graph_outputs:
-        if R(o) != o:
+        if R(o) != o and o not in input_names:  # an input passed straight out needs no alias
             nodes.append(identity(R(o), o))
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
         dup = sorted({x for x in names if names.count(x) > 1})
         raise BuildError(f"duplicate node names in the method model: {dup[:5]}")
-    inits = [inits_all[t] for t in inits_all if t in used]
+    # initializers the CPU nodes read, and those that are graph outputs themselves
+    inits = [inits_all[t] for t in inits_all if t in used or t in info.graph_outputs]
     produced = {t for n in nodes for t in n.output if t}
     outs = set(info.graph_outputs)
     types = {}

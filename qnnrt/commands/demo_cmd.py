@@ -62,7 +62,7 @@ def run(args) -> int:
     from qnnrt.commands.io_files import write_outputs
     from qnnrt.runtime.program import load
     preset = args.preset
-    iterations = args.iteration or (3 if preset == "tiny" else 2)
+    iterations = args.iteration if args.iteration is not None else (3 if preset == "tiny" else 2)
     if iterations < 1:
         raise QnnrtError("--iteration must be >= 1")
     program = demo_program(preset, args.rebuild)

@@ -81,7 +81,7 @@ def read_input_list(path: str | Path, specs: list[IOSpec]) -> list[dict[str, np.
         for item in line.split():
             name, sep, p = item.rpartition(":=")
             pp = Path(p)
-            if not pp.is_absolute() and not pp.exists():
+            if not pp.is_absolute():  # relative to the list file, as QNN's tools read it
                 pp = path.parent / pp
             items.append(f"{name}{sep}{pp}")
         feeds.append(_parse_line(items, specs, f"{path}:{lineno}"))
@@ -113,12 +113,17 @@ def write_outputs(out_dir: Path, iteration: int, outputs: dict[str, np.ndarray],
                   npy: bool) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
+    used: set[str] = set()
     for index, (name, arr) in enumerate(outputs.items()):
         raw = out_dir / f"output_{iteration}_{index}.raw"
         np.ascontiguousarray(arr).tofile(raw)
         written.append(raw)
         if npy:
-            p = out_dir / f"{safe_name(name)}.npy"
+            stem = safe_name(name)
+            if stem in used:  # names differing only in unsafe characters must not overwrite
+                stem = f"{stem}_{index}"
+            used.add(stem)
+            p = out_dir / f"{stem}.npy"
             np.save(p, arr)
             written.append(p)
     return written

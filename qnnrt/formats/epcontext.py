@@ -41,9 +41,20 @@ class EPContextModel:
         return self.model.graph
 
 
+_ATTR_TYPES = {"embed_mode": onnx.AttributeProto.INT, "main_context": onnx.AttributeProto.INT,
+               "ep_cache_context": onnx.AttributeProto.STRING,
+               "partition_name": onnx.AttributeProto.STRING, "source": onnx.AttributeProto.STRING}
+
+
 def _attr(node: onnx.NodeProto, name: str, default=None):
     for a in node.attribute:
         if a.name == name:
+            want = _ATTR_TYPES.get(name)
+            if want is not None and a.type != want:
+                raise FormatError(
+                    f"EPContext node {node.name!r}: attribute {name!r} is of type "
+                    f"{onnx.AttributeProto.AttributeType.Name(a.type)}, expected "
+                    f"{onnx.AttributeProto.AttributeType.Name(want)}; the model is malformed")
             return onnx.helper.get_attribute_value(a)
     return default
 

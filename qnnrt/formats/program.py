@@ -128,9 +128,11 @@ def _check_rel_path(folder: Path, rel, where: str, must_exist: bool = True) -> P
                     "Paths must stay inside the program folder (no '..').")
     full = _join(folder, rel)
     root = folder.resolve()
+    if "\0" in rel:
+        raise _fail(where, f"path {rel!r} contains a NUL byte", "Fix or rebuild the program.")
     try:
         resolved = full.resolve()
-    except OSError as e:
+    except (OSError, ValueError) as e:
         raise _fail(where, f"cannot resolve {rel!r}: {e}", "Check the program folder.") from e
     if resolved != root and root not in resolved.parents:
         raise _fail(where, f"path {rel!r} resolves to {resolved}, outside the program folder {root}",

@@ -7,6 +7,7 @@ import onnx
 from onnx import helper
 
 from qnnrt.errors import FormatError
+from qnnrt.formats.onnx_graph import node_reads
 
 
 def _session_options():
@@ -32,9 +33,7 @@ class CpuSegment:
         self.inputs = inputs
         self.outputs = outputs
         self.node_names = [n.name or n.op_type for n in nodes]
-        used = {i for n in nodes for i in n.input}
-        for sub in (a.g for n in nodes for a in n.attribute if a.type == onnx.AttributeProto.GRAPH):
-            used |= {i for n in sub.node for i in n.input}
+        used = {t for n in nodes for t in node_reads(n)}
         inits = [t for t in graph.initializer if t.name in used]
         init_names = {t.name for t in inits}
         missing = [i for i in inputs if i not in types]

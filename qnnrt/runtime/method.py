@@ -7,12 +7,13 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from qnnrt.core import ContextBinary
 from qnnrt.core.tensor import TensorSpec, prepare_input
 from qnnrt.errors import FormatError, InputError
 from qnnrt.formats.epcontext import EPContextModel, is_epcontext
+from qnnrt.formats.onnx_graph import node_reads
 from qnnrt.runtime.cpu_segment import CpuSegment
 
 
@@ -94,6 +95,7 @@ class Method:
 
     def run(self, inputs, run_graph: GraphRunner) -> dict[str, np.ndarray]:
         values = validate_inputs(self.inputs, inputs, f"method {self.name!r}")
+        values.update(getattr(self, "_constants", {}))
         keep = {o.name for o in self.outputs}
         position = 0
         for i, step in enumerate(self.steps):
@@ -175,7 +177,7 @@ class OnnxMethod(Method):
         # which tensors are consumed after each node (to decide segment outputs)
         consumers: dict[str, int] = {}
         for i, node in enumerate(g.node):
-            for t in node.input:
+            for t in node_reads(node):
                 consumers[t] = i
         graph_outputs = {o.name for o in g.output}
         self.steps = []
@@ -189,7 +191,7 @@ class OnnxMethod(Method):
             first, last_i = pending[0][0], pending[-1][0]
             seg_in, seen = [], set()
             for n in nodes:
-                for t in n.input:
+                for t in node_reads(n):  # incl. what If / Loop bodies read from this graph
                     if t and t not in produced and t not in init_names and t not in seen:
                         seen.add(t)
                         seg_in.append(t)
@@ -225,6 +227,11 @@ class OnnxMethod(Method):
                 types.setdefault(tname, (_elem_of(ts.dtype), list(ts.shape)))
             self.steps.append(QnnStep(key, ep.graph_name, ins, outs, dequant))
         flush()
+        # graph outputs that are initializers (constants) come straight from the model
+        self._constants = {t.name: numpy_helper.to_array(t) for t in g.initializer
+                           if t.name in graph_outputs}
+        for name, arr in self._constants.items():
+            types.setdefault(name, (_elem_of(arr.dtype), list(arr.shape)))
         self.outputs = [_iospec(o.name, types.get(o.name), where) for o in g.output]
         self._plan_lifetimes()
 
