@@ -99,3 +99,18 @@ def test_build_into_current_folder(tmp_path, monkeypatch):
     build_program([("forward", model)], ".", BuildOptions(progress=False))
     assert (tmp_path / "program.json").is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_damaged_cache_entries_are_recompiled_and_replaced(tmp_path):
+    model, _ = CASES["input_is_output"]
+    opts = BuildOptions(progress=False, cache_dir=tmp_path / "cache")
+    assert build_program([("forward", model)], tmp_path / "a", opts).cache_misses == 1
+    (entry_bin,) = (tmp_path / "cache" / "contexts").glob("*/*/context.bin")
+    data = bytearray(entry_bin.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, different content
+    entry_bin.write_bytes(bytes(data))
+    r = build_program([("forward", model)], tmp_path / "b", opts)
+    assert r.cache_misses == 1 and r.cache_hits == 0
+    entry_bin.unlink()  # gone entirely
+    assert build_program([("forward", model)], tmp_path / "c", opts).cache_misses == 1
+    assert build_program([("forward", model)], tmp_path / "d", opts).cache_hits == 1  # repaired

@@ -8,6 +8,7 @@ and program.json.
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -231,6 +232,11 @@ def build_program(models: Sequence[tuple[str, onnx.ModelProto | str | os.PathLik
         reasons: Counter = Counter()
         for name, model, where in loaded:
             info = P.analyze_model(model, source=where)
+            unknown = sorted(set(options.cpu_ops) - {n.op_type for n in info.nodes})
+            if unknown:
+                logging.getLogger("qnnrt.build").warning(
+                    "%s: --cpu-ops %s match no node of the model (op types are case-sensitive, "
+                    "e.g. MatMul)", where, ",".join(unknown))
             cpu = place(info, options, cache, work, where)
             plan = P.partition_model(info, cpu)
             while any(not part.inputs for part in plan.partitions):

@@ -210,6 +210,14 @@ class CompiledUnit:
         return [n.graph_name for nodes in self.members for n in nodes]
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 @dataclass
 class CompileCache:
     """Content-addressed store of compiled units: ``ROOT/contexts/ab/abcd.../{context.bin,meta.json}``."""
@@ -229,8 +237,8 @@ class CompileCache:
             meta = json.loads((d / "meta.json").read_text())
             bin_path = d / "context.bin"
             size = bin_path.stat().st_size
-            if size != meta["size"]:
-                return None
+            if size != meta["size"] or _sha256(bin_path) != meta["sha256"]:
+                return None  # damaged (or written by an older qnnrt): recompiled and replaced
             members = [[EPNode(**n) for n in nodes] for nodes in meta["members"]]
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -244,7 +252,7 @@ class CompileCache:
         tmp_root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=tmp_root))
         shutil.copyfile(unit.bin_path, tmp / "context.bin")
-        meta = {"key": unit.key, "size": unit.size, "members": [[asdict(n) for n in m] for m in unit.members],
+        meta = {"key": unit.key, "size": unit.size, "sha256": _sha256(tmp / "context.bin"), "members": [[asdict(n) for n in m] for m in unit.members],
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         final.parent.mkdir(parents=True, exist_ok=True)
