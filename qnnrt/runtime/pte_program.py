@@ -52,6 +52,13 @@ class PteMethodAdapter(Method):
             d = method.delegates[i]
             key = context_key(d.key)
             spec = _graph_for(binaries[key], method.graph_name(i))
+            mutable = [t.name for t in spec.inputs + spec.outputs if "mutbuf_" in t.name]
+            if mutable:
+                raise FormatError(
+                    f"method {method.name!r}, delegate {i}: graph {spec.name!r} uses ExecuTorch "
+                    f"mutable buffers ({', '.join(mutable[:4])}), state the QNN delegate keeps "
+                    f"between calls; qnnrt does not run those yet. Export with the state as "
+                    f"explicit graph inputs/outputs (e.g. the KV cache as I/O).")
             in_pos, out_pos = qnn_graph_io_order([t.name for t in spec.inputs],
                                                  [t.name for t in spec.outputs])
             outs = signatures.get(i, ([], []))[1]
