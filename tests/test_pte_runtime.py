@@ -103,3 +103,17 @@ def test_bad_pte_files(tmp_path, damage):
         qnnrt.load(p)
     r = qnnrt_cli("run", p)
     assert r.returncode == 1 and "bad.pte" in r.stderr
+
+
+def test_mutable_buffer_delegates_are_refused_clearly(tmp_path):
+    """ExecuTorch's mutable buffers (graph tensors named mutbuf_*) are state qnnrt does not keep:
+    the load says so instead of failing mid-run."""
+    from tests.qnn_fixtures import add_relu_mul, compile_models
+    m = add_relu_mul(name="mutbuf")
+    for n in m.graph.node:
+        n.input[:] = ["mutbuf_0_x" if t == "x" else t for t in n.input]
+    m.graph.input[0].name = "mutbuf_0_x"
+    built = compile_models([m], ["mutbuf"], tmp_path)
+    pte = chain_pte(tmp_path / "m.pte", built.path.read_bytes(), 1, WIDTH)
+    with pytest.raises(FormatError, match="mutable buffers"):
+        qnnrt.load(pte)
