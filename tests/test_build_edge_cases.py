@@ -114,3 +114,13 @@ def test_damaged_cache_entries_are_recompiled_and_replaced(tmp_path):
     entry_bin.unlink()  # gone entirely
     assert build_program([("forward", model)], tmp_path / "c", opts).cache_misses == 1
     assert build_program([("forward", model)], tmp_path / "d", opts).cache_hits == 1  # repaired
+
+
+def test_output_that_is_an_input_is_not_the_callers_array(tmp_path):
+    model, _ = CASES["input_is_output"]
+    build_program([("forward", model)], tmp_path / "p", BuildOptions(progress=False))
+    x = X.copy()
+    with qnnrt.load(tmp_path / "p") as prog:
+        out = prog.run("forward", {"x": x})
+    assert not np.shares_memory(out["x"], x)
+    np.testing.assert_array_equal(out["x"], X)

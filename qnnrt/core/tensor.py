@@ -159,11 +159,11 @@ def prepare_input(spec: TensorSpec, value, where: str) -> np.ndarray:
                          f"{spec.shape}")
     want = spec.dtype
     if arr.dtype == want:
-        return np.ascontiguousarray(arr)
+        return arr if arr.flags.c_contiguous else arr.copy(order="C")  # 0-d stays 0-d
     if getattr(spec, "is_fixed_point", False) and arr.dtype.kind == "f":
         return spec.quantize(arr)
     if want.kind == "f" and arr.dtype.kind == "f":
-        return np.ascontiguousarray(arr, dtype=want)
+        return arr.astype(want, order="C")
     raise InputError(f"{where}: input {spec.name!r} has dtype {arr.dtype}, expected {want}"
                      + (" (or a float array, quantized with the tensor's scale/offset)"
                         if getattr(spec, "is_fixed_point", False) else ""))

@@ -272,6 +272,15 @@ def _to_operand(x):
 # elementwise
 # ---------------------------------------------------------------------------------------------
 
+def _scalar_as(value, dtype: np.dtype) -> np.ndarray:
+    """A Python scalar in `dtype`; integers out of range wrap around, as PyTorch does."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and \
+            np.dtype(dtype).kind in "iu":
+        with np.errstate(over="ignore"):
+            return np.asarray(int(value) % (1 << (8 * np.dtype(dtype).itemsize))).astype(dtype)
+    return np.asarray(value, dtype=dtype)
+
+
 def _binary_prep(op: str, a, b):
     a, b = _to_operand(a), _to_operand(b)
     common = result_type(a, b)
@@ -279,9 +288,9 @@ def _binary_prep(op: str, a, b):
     av = _astype(np.asarray(a), om) if isinstance(a, np.ndarray) else a
     bv = _astype(np.asarray(b), om) if isinstance(b, np.ndarray) else b
     if not isinstance(av, np.ndarray):
-        av = np.asarray(av, dtype=om)
+        av = _scalar_as(av, om)
     if not isinstance(bv, np.ndarray):
-        bv = np.asarray(bv, dtype=om)
+        bv = _scalar_as(bv, om)
     try:
         np.broadcast_shapes(av.shape, bv.shape)
     except ValueError:
@@ -617,7 +626,7 @@ def permute_copy_out(self, dims, out=None):
     w = [_wrap_dim(d, x.ndim, op) for d in dims] if x.ndim else []
     if len(set(w)) != len(w):
         raise KernelError(f"{op}: repeated dim in permute {dims}")
-    return np.ascontiguousarray(np.transpose(x, w))
+    return np.array(np.transpose(x, w), copy=True, order="C")  # a C-ordered copy; 0-d stays 0-d
 
 
 @register_kernel("aten::transpose_copy.int_out", 4, cast="any")
@@ -627,7 +636,7 @@ def transpose_copy_out(self, dim0, dim1, out=None):
     d0, d1 = _wrap_dim(int(dim0), x.ndim, op), _wrap_dim(int(dim1), x.ndim, op)
     if x.ndim == 0:
         return x.copy()
-    return np.ascontiguousarray(np.swapaxes(x, d0, d1))
+    return np.array(np.swapaxes(x, d0, d1), copy=True, order="C")
 
 
 @register_kernel("aten::cat.out", 3)
@@ -675,7 +684,7 @@ def slice_copy_out(self, dim=0, start=None, end=None, step=1, out=None):
         e = s
     idx = [slice(None)] * x.ndim
     idx[d] = slice(s, e, step)
-    return np.ascontiguousarray(x[tuple(idx)])
+    return np.array(x[tuple(idx)], copy=True, order="C")
 
 
 @register_kernel("aten::select_copy.int_out", 4, cast="any")
@@ -690,7 +699,7 @@ def select_copy_out(self, dim, index, out=None):
     if not -n <= i < n:
         raise KernelError(f"{op}: index {i} out of range for tensor of size {list(x.shape)} at "
                           f"dimension {d}")
-    return np.ascontiguousarray(np.take(x, i % n, axis=d))
+    return np.array(np.take(x, i % n, axis=d), copy=True, order="C")
 
 
 @register_kernel("aten::expand_copy.out", 4, cast="any")
@@ -740,7 +749,11 @@ def _squeeze(op, x, dims):
         for d in dims:
             _wrap_dim(int(d), 0, op)
         return x.copy()
-    w = sorted({_wrap_dim(int(d), x.ndim, op) for d in dims})
+    wrapped = [_wrap_dim(int(d), x.ndim, op) for d in dims]
+    if len(set(wrapped)) != len(wrapped):
+        raise KernelError(f"{op}: dim {next(d for d in wrapped if wrapped.count(d) > 1)} appears "
+                          f"multiple times in the list of dims")
+    w = sorted(set(wrapped))
     keep = tuple(d for d in w if x.shape[d] == 1)
     return np.squeeze(x, axis=keep).copy() if keep else x.copy()
 

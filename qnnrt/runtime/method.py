@@ -108,7 +108,9 @@ class Method:
             for name in self._dead_after[i]:
                 if name not in keep:
                     values.pop(name, None)
-        return {o.name: values[o.name] for o in self.outputs}
+        inputs = {s.name for s in self.inputs}
+        return {o.name: (values[o.name].copy() if o.name in inputs else values[o.name])
+                for o in self.outputs}
 
     def _plan_lifetimes(self) -> None:
         """Which tensors die after each step, so intermediates are freed as soon as possible."""

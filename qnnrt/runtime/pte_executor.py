@@ -107,7 +107,9 @@ class PteMethodRunner:
                     self._static[i] = method.constant(i)        # zero-copy view, loaded once
                     self._const_idx.add(i)
                 elif t.has_initial_data:
-                    self._mutable_init[i] = method.constant(i)  # copied per run (mutable state)
+                    # mutable state (e.g. a buffer the program updates in place): loaded once,
+                    # then it keeps what each run leaves in it, as ExecuTorch's method does
+                    self._mutable_init[i] = np.array(method.constant(i), copy=True)
                 elif t.numel == 0 and t.dtype is not None:
                     self._static[i] = np.zeros(t.shape, dtype=t.dtype)
             elif k in ("null", "none"):
@@ -204,7 +206,7 @@ class PteMethodRunner:
         if any(isinstance(i, JumpFalseCall) and i.destination_instruction <= k
                for k, i in enumerate(self._instrs)):
             return {}
-        keep = set(self._output_idx) | self._const_idx
+        keep = set(self._output_idx) | self._const_idx | set(self._mutable_init)
         last: dict[int, int] = {}
         for k, ins in enumerate(self._instrs):
             for r in self._instr_refs(ins):
@@ -287,7 +289,7 @@ class PteMethodRunner:
                                  f"got {list(a.shape)}")
             slots[spec.value_index] = a
         for i, a in self._mutable_init.items():
-            slots[i] = np.array(a, copy=True)
+            slots[i] = a
         return slots
 
     @staticmethod
@@ -306,6 +308,7 @@ class PteMethodRunner:
         ``{"index", "kind", "name", "seconds"}`` (kind: kernel / delegate / move / jump / free).
         """
         slots = self._prepare_inputs(inputs)
+        given_inputs = [slots[i] for i in self._input_idx if i in slots]
         static = self._static
         values = self._values
         instrs = self._instrs
@@ -368,13 +371,19 @@ class PteMethodRunner:
                               "seconds": time.perf_counter() - t0})
             pc = nxt
 
+        for i in self._mutable_init:  # keep the state this run left for the next one
+            if i in slots and isinstance(slots[i], np.ndarray):
+                self._mutable_init[i] = slots[i]
+        inputs = [x for x in given_inputs if isinstance(x, np.ndarray)]
         outs = []
         for spec in self.method.outputs:
             v = get(spec.value_index)
             if isinstance(v, np.ndarray) and (spec.value_index in self._const_idx or
                                               spec.value_index in self._input_idx or
-                                              not v.flags.writeable):
-                v = np.array(v, copy=True)
+                                              spec.value_index in self._mutable_init or
+                                              not v.flags.writeable or
+                                              any(np.shares_memory(v, x) for x in inputs)):
+                v = np.array(v, copy=True)  # never hand out the caller's or the program's memory
             outs.append(v)
         return outs
 

@@ -76,7 +76,7 @@ class PteMethodAdapter(Method):
         step, in_pos, out_pos = self._calls[index]
         ordered = [None] * len(step.inputs)
         for p, x in zip(in_pos, xs):
-            ordered[p] = np.ascontiguousarray(x)
+            ordered[p] = x if x.flags.c_contiguous else x.copy(order="C")
         outs = self._run_graph(step, self._position, ordered)
         self._position += 1
         return [outs[p] for p in out_pos]
