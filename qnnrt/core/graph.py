@@ -71,9 +71,9 @@ class Graph:
         return list(inputs)
 
     def execute(self, inputs, profile: "Profile | None" = None,
-                dequantize: bool = True) -> dict[str, np.ndarray]:
+                dequantize: "bool | Sequence[bool]" = True) -> dict[str, np.ndarray]:
         """Run the graph. Fixed-point outputs are dequantized to float32 unless `dequantize` is
-        False (then the raw integers are returned)."""
+        False (then the raw integers are returned); a sequence decides per output, in order."""
         values = self._ordered(inputs)
         where = f"graph {self.name!r}"
         arrays = [prepare_input(s, v, where) for s, v in zip(self.spec.inputs, values)]
@@ -89,10 +89,12 @@ class Graph:
             rc = self._execute(self.handle, self._in_array, len(self._inputs), self._out_array,
                                len(self._outputs), profile.handle if profile else None, None)
             backend.check(rc, "graphExecute", mark, f"for graph {self.name!r}")
+            flags = ([dequantize] * len(self._outputs) if isinstance(dequantize, bool)
+                     else list(dequantize))
             out = {}
-            for t in self._outputs:
+            for t, deq in zip(self._outputs, flags):
                 s = t.spec
-                out[s.name] = (s.dequantize(t.buffer) if dequantize and s.is_fixed_point
+                out[s.name] = (s.dequantize(t.buffer) if deq and s.is_fixed_point
                                else t.buffer.copy())
             return out
 

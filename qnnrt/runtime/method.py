@@ -42,7 +42,7 @@ class QnnStep:
     graph: str               # graph name inside that context binary
     inputs: list[str]        # tensor names, in the graph's input order
     outputs: list[str]       # tensor names, in the graph's output order
-    dequantize: bool = True  # fixed-point outputs -> float32 (when the method wants floats)
+    dequantize: "bool | tuple[bool, ...]" = True  # fixed-point outputs -> float32, per output
 
 
 @dataclass
@@ -218,16 +218,16 @@ class OnnxMethod(Method):
             node_where = f"{where}: EPContext node {ep.name!r}"
             ins = self._match(ep.inputs, spec.inputs, node_where, "inputs")
             outs = self._match(ep.outputs, spec.outputs, node_where, "outputs")
-            dequant = True
+            dequant = []  # per output: floats unless the model declares the integer type
             for tname, ts in zip(outs, spec.outputs):
                 want = declared.get(tname)
-                if ts.is_fixed_point and want and _numpy_of(want[0]).kind != "f":
-                    dequant = False
-                out_dtype = (np.dtype(np.float32) if ts.is_fixed_point and dequant else ts.dtype)
+                deq = not (ts.is_fixed_point and want and _numpy_of(want[0]).kind != "f")
+                dequant.append(deq)
+                out_dtype = (np.dtype(np.float32) if ts.is_fixed_point and deq else ts.dtype)
                 types.setdefault(tname, (_elem_of(out_dtype), list(ts.shape)))
             for tname, ts in zip(ins, spec.inputs):
                 types.setdefault(tname, (_elem_of(ts.dtype), list(ts.shape)))
-            self.steps.append(QnnStep(key, ep.graph_name, ins, outs, dequant))
+            self.steps.append(QnnStep(key, ep.graph_name, ins, outs, tuple(dequant)))
         flush()
         # graph outputs that are initializers (constants) come straight from the model
         self._constants = {t.name: numpy_helper.to_array(t) for t in g.initializer

@@ -61,12 +61,15 @@ class PteMethodAdapter(Method):
                     f"explicit graph inputs/outputs (e.g. the KV cache as I/O).")
             in_pos, out_pos = qnn_graph_io_order([t.name for t in spec.inputs],
                                                  [t.name for t in spec.outputs])
-            outs = signatures.get(i, ([], []))[1]
-            # fixed-point graph outputs are dequantized unless the .pte value is an integer tensor
-            dequant = not any(t is not None and t.dtype is not None and t.dtype.kind in "iu"
-                              for t in outs)
+            values = signatures.get(i, ([], []))[1]
+            # fixed-point graph outputs are dequantized unless their .pte value is an integer tensor
+            dequant = [True] * len(spec.outputs)
+            for k, p in enumerate(out_pos):
+                t = values[k] if k < len(values) else None
+                if t is not None and t.dtype is not None and t.dtype.kind in "iu":
+                    dequant[p] = False
             step = QnnStep(key, spec.name, [t.name for t in spec.inputs],
-                           [t.name for t in spec.outputs], dequant)
+                           [t.name for t in spec.outputs], tuple(dequant))
             self._calls[i] = (step, in_pos, out_pos)
         self.steps = [self._calls[i][0] for i in self._runner.delegate_call_order()]
         self._run_graph = None
