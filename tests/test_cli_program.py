@@ -24,6 +24,12 @@ def test_run_program_report_fields(chain12, tmp_path):
     assert {"policy", "contexts_total", "peak_live", "creates", "evictions",
             "capacity_found"} <= set(res)
     assert res["policy"] == "bounded:3" and res["contexts_total"] == 12 and res["peak_live"] <= 3
+    # what the program costs in PD: all contexts vs. what bounded:3 kept live at most
+    est = res["pd_estimate_bytes"]
+    assert len(est) == 12 and min(est.values()) > 10 << 20
+    assert res["pd_estimate_total_bytes"] == sum(est.values())
+    assert 0 < res["pd_peak_bytes"] <= 3 * max(est.values())
+    assert "PD (accelerator address space" in r.stdout
     assert d["outputs"] == [{"name": "t11", "dtype": "float32", "shape": [1, WIDTH]}]
     assert "residency bounded:3" in r.stdout and "check-repeat: 0" in r.stdout
 

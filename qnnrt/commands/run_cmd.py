@@ -183,6 +183,10 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
              f"handled)" if cap else ""))
     for name, st in r.get("latency_ms_per_method", {}).items():
         print(f"    {name}: median {st['median']:.3f} ms over {len(st['all'])} iteration(s)")
+    if res.get("pd_estimate_total_bytes"):
+        print(f"  PD (accelerator address space, QNN's estimates): all contexts "
+              f"{res['pd_estimate_total_bytes'] / 2**20:.1f} MiB, peak live "
+              f"{res['pd_peak_bytes'] / 2**20:.1f} MiB")
     if args.check_repeat:
         print(f"  check-repeat: {r['check_repeat']['mismatches']} mismatching iteration(s)")
     if out_dir is not None:

@@ -76,6 +76,7 @@ class ResidencyStats:
     prefetches: int = 0
     prefetch_hits: int = 0
     peak_live: int = 0
+    peak_pd_bytes: int = 0
     capacity_found: int | None = None
     create_seconds: float = 0.0
     wait_seconds: float = 0.0
@@ -257,7 +258,13 @@ class ContextPool:
     def _insert(self, key: str, ctx: Context) -> None:
         with self._lock:
             self._live[key] = ctx
-            self.stats.peak_live = max(self.stats.peak_live, len(self._live))
+            self._note_peaks()
+
+    def _note_peaks(self) -> None:
+        """Peak live contexts and peak PD in use (sum of live contexts' estimates); lock held."""
+        self.stats.peak_live = max(self.stats.peak_live, len(self._live))
+        pd = sum(self.estimates.get(k, 0) for k in self._live)
+        self.stats.peak_pd_bytes = max(self.stats.peak_pd_bytes, pd)
 
     def _found_capacity(self, live_now: int) -> None:
         with self._lock:
@@ -430,7 +437,7 @@ class ContextPool:
             if not discard:
                 self._live[key] = ctx
                 self._prefetched.add(key)
-                self.stats.peak_live = max(self.stats.peak_live, len(self._live))
+                self._note_peaks()
         if discard:
             self._free(key, evicted=False, ctx=ctx)
 
@@ -458,7 +465,9 @@ class ContextPool:
                 "prefetch_hits": s.prefetch_hits,
                 "create_seconds": round(s.create_seconds, 6),
                 "prefetch_wait_seconds": round(s.wait_seconds, 6),
-                "pd_estimate_bytes": dict(self.estimates)}
+                "pd_estimate_bytes": dict(self.estimates),
+                "pd_estimate_total_bytes": sum(self.estimates.values()),
+                "pd_peak_bytes": s.peak_pd_bytes}
 
     def close(self) -> None:
         """Cancel prefetches not started, wait for a running one, then free every live context
