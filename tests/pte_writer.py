@@ -239,6 +239,16 @@ class PteBuilder:
     def _vec_offsets(self, b, offs):
         return self._vec(b, offs, 4, b.PrependUOffsetTRelative)
 
+    def _byte_tables(self, b, blobs):
+        """A vector of one-field tables each holding bytes (Buffer / BackendDelegateInlineData)."""
+        tables = []
+        for blob in blobs:
+            data = self._bytes(b, blob, 16)
+            b.StartObject(1)
+            b.PrependUOffsetTRelativeSlot(0, data, 0)
+            tables.append(b.EndObject())
+        return self._vec_offsets(b, tables)
+
     def _bytes(self, b, data: bytes, align: int = 16):
         b.StartVector(1, len(data), align)
         b.head = b.head - len(data)
@@ -422,20 +432,8 @@ class PteBuilder:
         plans = self._vec_offsets(b, [self._plan(b, m) for m in self.methods])
         cbuf = None
         if self.constants_mode == "inline" and len(self.constants) > 1:
-            bufs = []
-            for c in self.constants:
-                storage = self._bytes(b, c, 16)
-                b.StartObject(1)
-                b.PrependUOffsetTRelativeSlot(0, storage, 0)
-                bufs.append(b.EndObject())
-            cbuf = self._vec_offsets(b, bufs)
-        inl = []
-        for d in self.inline_delegate_data:
-            data = self._bytes(b, d, 16)
-            b.StartObject(1)
-            b.PrependUOffsetTRelativeSlot(0, data, 0)
-            inl.append(b.EndObject())
-        inline_v = self._vec_offsets(b, inl)
+            cbuf = self._byte_tables(b, self.constants)
+        inline_v = self._byte_tables(b, self.inline_delegate_data)
         # segment offsets are relative to the segment base; each segment starts aligned
         seg_offsets, pos = [], 0
         for s in segments:
