@@ -106,18 +106,13 @@ def _main(argv: list[str] | None = None) -> int:
     _setup_logging(level)
     try:
         return int(args.func(args) or 0)
-    except QnnrtError as e:
-        if level == "debug":
-            logging.getLogger("qnnrt").exception("error")
-        print(f"qnnrt {args.command}: error: {e}", file=sys.stderr)
-        return 1
     except BrokenPipeError:  # e.g. `qnnrt inspect x | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
         print(f"qnnrt {args.command}: interrupted", file=sys.stderr)
         return 130
-    except (OSError, ValueError) as e:
+    except (QnnrtError, OSError, ValueError) as e:  # after BrokenPipeError, an OSError
         if level == "debug":
             logging.getLogger("qnnrt").exception("error")
         print(f"qnnrt {args.command}: error: {e}", file=sys.stderr)

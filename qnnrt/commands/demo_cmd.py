@@ -60,6 +60,7 @@ def _reference(program: Path) -> tuple[dict, dict]:
 
 def run(args) -> int:
     from qnnrt.commands.io_files import write_outputs
+    from qnnrt.commands.run_cmd import latency_stats
     from qnnrt.runtime.program import load
     preset = args.preset
     iterations = args.iteration if args.iteration is not None else (3 if preset == "tiny" else 2)
@@ -100,7 +101,7 @@ def run(args) -> int:
         res = prog.pool.summary()
         pd_total = sum(res["pd_estimate_bytes"].values())
     err = max(float(np.abs(outputs[k] - reference[k]).max()) for k in reference)
-    lat = np.asarray(latencies)
+    lat = latency_stats(latencies)
     print(f"\nqnnrt demo ({preset}): {program}")
     print(f"  contexts      {res['contexts_total']} context binaries, one QNN graph call each "
           f"per iteration; {method.describe()['cpu_segments']} CPU segments (ONNX Runtime)")
@@ -112,9 +113,8 @@ def run(args) -> int:
           f"{res['prefetches']}" + (f"; PD full at {cap} live contexts, handled "
                                     f"({res['pd_failures_handled']} failure(s) absorbed)"
                                     if cap else ""))
-    print(f"  latency       first output {first_s:.2f} s; per iteration min {lat.min():.1f} / "
-          f"median {np.median(lat):.1f} / p90 {np.percentile(lat, 90):.1f} / "
-          f"max {lat.max():.1f} ms")
+    print(f"  latency       first output {first_s:.2f} s; per iteration min {lat['min']:.1f} / "
+          f"median {lat['median']:.1f} / p90 {lat['p90']:.1f} / max {lat['max']:.1f} ms")
     print(f"  accuracy      max |qnnrt - float32 reference| = {err:.4f} (fp16 on the HTP)")
     print(f"  outputs       {out_dir}/ (output_<iteration>_<index>.raw, <name>.npy)")
     print(f"  heap profile  {heap_path} (+ .json timeline)")

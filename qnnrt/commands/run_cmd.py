@@ -45,7 +45,8 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _stats(ms: list[float]) -> dict:
+def latency_stats(ms: list[float]) -> dict:
+    """min / median / p90 / max / mean and every value, in the unit given (ms)."""
     a = np.asarray(ms, dtype=np.float64)
     return {"min": float(a.min()), "median": float(np.median(a)),
             "p90": float(np.percentile(a, 90)), "max": float(a.max()), "mean": float(a.mean()),
@@ -131,7 +132,7 @@ def run(args) -> int:
                 run_bar.update(it + 1, total)
         if run_bar:
             run_bar.done()
-        lat = _stats(latencies)
+        lat = latency_stats(latencies)
         residency = prog.pool.summary()
         report = {
             "path": str(args.path), "method": ",".join(m.name for m in methods),
@@ -145,7 +146,7 @@ def run(args) -> int:
                              if args.check_repeat else {"checked": False}),
         }
         if len(methods) > 1:
-            report["latency_ms_per_method"] = {k: _stats(v) for k, v in per_method.items() if v}
+            report["latency_ms_per_method"] = {k: latency_stats(v) for k, v in per_method.items() if v}
     finally:
         prog.close()
     if prog.heap is not None:

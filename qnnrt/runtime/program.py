@@ -143,11 +143,6 @@ class Program:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def describe(self) -> dict:
-        return {"path": str(self.path), "methods": [m.describe() for m in self.methods.values()],
-                "contexts": [{"key": k, "size": b.size, "graphs": [g.name for g in b.graphs]}
-                             for k, b in self.binaries.items()]}
-
     def __repr__(self) -> str:
         return (f"Program({str(self.path)!r}, methods={list(self.methods)}, "
                 f"contexts={len(self.binaries)}, residency={self.pool.residency})")
