@@ -20,8 +20,8 @@ def main() -> int:
     ap.add_argument("--two-method", action="store_true")
     ap.add_argument("--graphs-per-context", type=int, default=1)
     args = ap.parse_args()
-    from qnnrt.build import demo
-    from qnnrt.build.builder import BuildOptions, build_demo
+    from qnnrt.compiler import demo
+    from qnnrt.compiler.builder import BuildOptions, build_demo
     rows = []
     for preset in [p for p in args.presets.split(",") if p]:
         cfg = demo.demo_config(preset)

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def build(width: int, workdir: Path) -> tuple[Path, Path, str]:
     """An EPContext model + its binary for add_relu_mul at `width`."""
-    from qnnrt.build.compile import qnn_session
-    from tests.qnn_fixtures import add_relu_mul
+    from qnnrt.compiler.compile import qnn_session
+    from tests.helpers.qnn_fixtures import add_relu_mul
     src = workdir / "m.onnx"
     onnx.save(add_relu_mul(width), src)
     qnn_session(src, config={"ep.context_enable": "1", "ep.context_embed_mode": "0",
@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=10)
     a = ap.parse_args()
-    from qnnrt.build.compile import qnn_session
+    from qnnrt.compiler.compile import qnn_session
     from qnnrt.core import Backend, Context, ContextBinary
     with tempfile.TemporaryDirectory() as d:
         model, binary, graph_name = build(a.width, Path(d))
@@ -68,8 +68,8 @@ def main() -> None:
                     to.append(time.perf_counter() - t0)
         mq, mo = statistics.median(tq) * 1e6, statistics.median(to) * 1e6
         print(f"width {a.width}, {len(tq)} calls each (outputs identical: yes)")
-        print(f"| runner | median us/call | p90 us/call |")
-        print(f"| --- | --- | --- |")
+        print("| runner | median us/call | p90 us/call |")
+        print("| --- | --- | --- |")
         print(f"| qnnrt Graph.execute | {mq:.1f} | {np.percentile(tq, 90) * 1e6:.1f} |")
         print(f"| ORT session.run (QNN EP) | {mo:.1f} | {np.percentile(to, 90) * 1e6:.1f} |")
         print(f"ratio qnnrt/ORT: {mq / mo:.3f}")

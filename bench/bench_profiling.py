@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def run(program: Path, level: str, heap: bool, iterations: int) -> list[float]:
     import qnnrt
-    from qnnrt.commands.io_files import random_inputs
-    from qnnrt.runtime.exec_profile import ExecutionProfiler
+    from qnnrt.cli.io_files import random_inputs
+    from qnnrt.profiling.exec_profile import ExecutionProfiler
     prof = ExecutionProfiler(level) if level != "off" else None
     with tempfile.TemporaryDirectory() as d:
         with qnnrt.load(program, profile_level=level, exec_profiler=prof,

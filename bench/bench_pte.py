@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def build_both(d: Path, n: int) -> tuple[Path, Path]:
-    from tests.pte_writer import chain_pte
-    from tests.program_fixtures import epcontext_node
-    from tests.qnn_fixtures import WIDTH, add_relu_mul, compile_models
+    from tests.helpers.pte_writer import chain_pte
+    from tests.helpers.program_fixtures import epcontext_node
+    from tests.helpers.qnn_fixtures import WIDTH, add_relu_mul, compile_models
     built = compile_models([add_relu_mul()], ["bench"], d)
     data = built.path.read_bytes()
     (d / "contexts").mkdir()

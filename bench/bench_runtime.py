@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -23,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def feed_for(method, seed=0):
-    from qnnrt.commands.io_files import random_inputs
+    from qnnrt.cli.io_files import random_inputs
     return random_inputs(method.inputs, seed)
 
 
@@ -49,7 +47,7 @@ def overhead(program, iterations):
     """Iteration wall time vs the limit: QNN's own 'QNN (execute) time' events + CPU segment time."""
     import qnnrt
     from qnnrt.runtime import cpu_segment
-    from qnnrt.runtime.exec_profile import ExecutionProfiler
+    from qnnrt.profiling.exec_profile import ExecutionProfiler
     cpu_time = [0.0]
     orig = cpu_segment.CpuSegment.run
 
@@ -85,7 +83,7 @@ def overhead(program, iterations):
 
 
 def time_ort(program, method_file, feed, iterations, rounds):
-    from qnnrt.build.compile import qnn_session
+    from qnnrt.compiler.compile import qnn_session
     t0 = time.perf_counter()
     sess = qnn_session(method_file)
     load = time.perf_counter() - t0
@@ -106,7 +104,7 @@ def peak_rss_child(program, residency, iterations) -> dict:
 import resource, sys, time, json
 sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
 import qnnrt
-from qnnrt.commands.io_files import random_inputs
+from qnnrt.cli.io_files import random_inputs
 times = []
 with qnnrt.load({str(program)!r}, residency={residency!r}) as prog:
     m = prog.method(); feed = random_inputs(m.inputs, 0)

@@ -1,9 +1,9 @@
 """Shared fixtures: real context binaries and programs built at test time (cached per session)."""
-from tests.program_fixtures import (chain12, chain_pd, distinct_binaries,  # noqa: F401
+from tests.helpers.program_fixtures import (chain12, chain_pd, distinct_binaries,  # noqa: F401
                                     two_method_program)
-from tests.qnn_fixtures import q8_binary, small_binary, two_graph_binary  # noqa: F401
+from tests.helpers.qnn_fixtures import q8_binary, small_binary, two_graph_binary  # noqa: F401
 
 try:
-    from tests.build_fixtures import *  # noqa: F401,F403  (demo programs, from the builder)
+    from tests.helpers.build_fixtures import *  # noqa: F401,F403  (demo programs, from the builder)
 except ImportError:
     pass

@@ -1,5 +1,5 @@
 """Owned handles over the QNN ABI: explicit lifetimes, context managers, idempotent close."""
-from qnnrt.core.backend import Backend, parse_soc
+from qnnrt.core.backend import Backend
 from qnnrt.core.binary import BinaryInfo, ContextBinary, GraphSpec
 from qnnrt.core.context import Context
 from qnnrt.core.graph import Graph
@@ -7,4 +7,4 @@ from qnnrt.core.profile import Profile
 from qnnrt.core.tensor import Quantization, TensorSpec
 
 __all__ = ["Backend", "ContextBinary", "BinaryInfo", "GraphSpec", "Context", "Graph", "Profile",
-           "TensorSpec", "Quantization", "parse_soc"]
+           "TensorSpec", "Quantization"]

@@ -15,6 +15,7 @@ from qnnrt._capi import types as T
 from qnnrt._capi.library import QnnLibrary, open_library
 from qnnrt._capi.log import make_log_callback
 from qnnrt.errors import QnnError, QnnrtError
+from qnnrt.soc import parse_soc
 
 if TYPE_CHECKING:
     from qnnrt.core.context import Context
@@ -22,27 +23,6 @@ if TYPE_CHECKING:
 qnn_logger = logging.getLogger("qnnrt.qnn")
 _PY_LEVEL = {1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO, 4: logging.DEBUG,
              5: logging.DEBUG}
-
-# SoC names users type, -> QNN SoC model numbers (the ones QNN's HTP backend knows as SM*)
-SOC_MODELS = {"SM8350": 30, "SM8450": 36, "SM8475": 42, "SM8550": 43, "SM8650": 57,
-              "SM8750": 69, "SA8295": 39, "SSG2115P": 46, "SM7675": 70, "QCS6490": 35}
-
-
-def parse_soc(soc: str | int | None) -> int | None:
-    """A SoC given as a number (43) or a name (SM8550) -> QNN SoC model number."""
-    if soc is None or soc == "":
-        return None
-    if isinstance(soc, int) or str(soc).isdigit():
-        if not 0 < int(soc) < 1 << 32:
-            raise QnnrtError(f"SoC model {soc} is out of range; QNN SoC model numbers are small "
-                             f"positive integers (e.g. 43 for SM8550)")
-        return int(soc)
-    key = str(soc).upper()
-    if key not in SOC_MODELS:
-        raise QnnrtError(f"unknown SoC {soc!r}; use a QNN SoC model number or one of "
-                         f"{', '.join(sorted(SOC_MODELS))}")
-    return SOC_MODELS[key]
-
 
 class LogBook:
     """Receives QNN log lines: forwards them to `logging` and keeps the recent ones, numbered, so a

@@ -16,7 +16,8 @@ import numpy as np
 from qnnrt._capi.library import open_library
 from qnnrt.core import Backend, ContextBinary, Profile
 from qnnrt.errors import FormatError, QnnrtError
-from qnnrt.runtime.heap import HeapProfiler, pd_estimate_from_log
+from qnnrt.profiling.heap import HeapProfiler
+from qnnrt.profiling.pd_log import pd_estimate_from_log
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod, QnnStep
 from qnnrt.runtime.residency import ContextPool, Residency
 
@@ -249,7 +250,7 @@ def _open_source(p: Path, lib, graph: str | None, closers: list):
     if p.suffix == ".onnx":
         return (*_onnx_methods({p.stem: p}, p.parent, lib), None)
     if p.suffix == ".pte":
-        from qnnrt.runtime.pte_program import pte_methods
+        from qnnrt.executorch.program import pte_methods
         binaries, build, built_for, pte = pte_methods(p, lib)
         closers.append(pte)
         return binaries, build, built_for

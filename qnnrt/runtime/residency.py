@@ -24,10 +24,9 @@ from typing import Callable
 from qnnrt._capi.codes import NOT_SUPPORTED
 from qnnrt.core import Backend, Context, ContextBinary, Profile
 from qnnrt.errors import QnnError, QnnrtError
+from qnnrt.units import SIZE_RE, to_bytes
 
 POLICIES = ("auto", "eager", "lazy", "sequential", "bounded")
-_UNITS = {"": 1, "b": 1, "kb": 1 << 10, "k": 1 << 10, "mb": 1 << 20, "m": 1 << 20,
-          "gb": 1 << 30, "g": 1 << 30}
 
 
 @dataclass(frozen=True)
@@ -44,11 +43,11 @@ class Residency:
         t = str(text).strip().lower()
         if t in ("auto", "eager", "lazy", "sequential"):
             return cls(t)
-        m = re.fullmatch(r"bounded:(\d+(?:\.\d+)?)\s*([kmg]?b?)", t)
+        m = re.fullmatch(r"bounded:" + SIZE_RE, t)
         if m:
-            num, unit = m.group(1), m.group(2)
+            num, unit = m.group("num"), m.group("unit")
             if unit:
-                return cls("bounded", max_bytes=int(float(num) * _UNITS[unit]))
+                return cls("bounded", max_bytes=to_bytes(num, unit))
             if "." in num or int(num) < 1:
                 raise QnnrtError(f"residency {text!r}: K must be a whole number >= 1")
             return cls("bounded", max_live=int(num))

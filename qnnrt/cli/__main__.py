@@ -1,0 +1,5 @@
+import sys
+
+from qnnrt.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,154 @@
+"""`qnnrt inspect PATH [--json]`: what is inside a context binary, program, EPContext model or .pte."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from qnnrt.errors import FormatError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("inspect", help="show graphs, tensors and sizes of a binary or program")
+    p.add_argument("path", help="context binary (.bin), program folder, EPContext .onnx or .pte")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--backend-lib", help="path to libQnnHtp.so (default: discovered)")
+    p.add_argument("--log-level", default="warn", choices=["error", "warn", "info", "verbose",
+                                                           "debug"])
+    p.set_defaults(func=run)
+
+
+def _quant(t: dict) -> str:
+    q = t.get("quantization")
+    if not q:
+        return "-"
+    return f"{q['encoding']} scale={q['scale']:.6g} offset={q['offset']}"
+
+
+def describe_binary(path: Path, backend_lib: str | None = None) -> dict:
+    from qnnrt.core import ContextBinary
+    with ContextBinary(path, backend_lib=backend_lib) as b:
+        info = b.info.to_dict()
+        info.update({"path": str(path), "kind": "context_binary", "file_size": b.size})
+        return info
+
+
+def describe(path: Path, backend_lib: str | None = None) -> dict:
+    if not path.exists():
+        raise FormatError(f"{path}: no such file or folder")
+    if path.is_dir() or path.suffix == ".onnx":
+        return _describe_program(path, backend_lib)
+    if path.suffix == ".pte":
+        from qnnrt.executorch.reader import read_pte
+        from qnnrt.executorch.interpreter import describe_pte, qnn_graph_lister
+        with read_pte(path) as prog:
+            d = describe_pte(prog, qnn_graph_lister())
+        d["kind"] = "pte"
+        return d
+    return describe_binary(path, backend_lib)
+
+
+def _describe_program(path: Path, backend_lib: str | None) -> dict:
+    from qnnrt.formats.epcontext import read_epcontext_model
+    from qnnrt.core import ContextBinary
+    if path.is_dir():
+        from qnnrt.formats.program import read_program
+        manifest = read_program(path)
+        models = {m.name: path / m.model for m in manifest.methods}
+        root = path
+    else:
+        models, root = {path.stem: path}, path.parent
+    out = {"path": str(path), "kind": "program", "methods": [], "contexts": {}}
+    for name, mp in models.items():
+        em = read_epcontext_model(mp, root=root)
+        cpu_ops: dict[str, int] = {}
+        for n in em.graph.node:
+            if n.op_type != "EPContext":
+                cpu_ops[n.op_type] = cpu_ops.get(n.op_type, 0) + 1
+        out["methods"].append({
+            "name": name, "model": str(mp),
+            "inputs": [i.name for i in em.graph.input],
+            "outputs": [o.name for o in em.graph.output],
+            "graph_calls": [{"node": n.name, "graph": n.graph_name,
+                             "binary": str(n.binary_path.relative_to(root.resolve()))
+                             if n.binary_path else "embedded"} for n in em.epcontext_nodes],
+            "cpu_ops": cpu_ops})
+        for n in em.epcontext_nodes:
+            if n.binary_path and str(n.binary_path) not in out["contexts"]:
+                with ContextBinary(n.binary_path, backend_lib=backend_lib) as b:
+                    out["contexts"][str(n.binary_path.relative_to(root.resolve()))] = {
+                        "size": b.size, "soc_model": b.info.soc_model,
+                        "graphs": [g.name for g in b.graphs]}
+    return out
+
+
+def _print_binary(d: dict) -> None:
+    print(f"{d['path']}: QNN context binary, {d['file_size']} bytes")
+    print(f"  build {d['build_id']}, core API {d['core_api']}, backend API {d['backend_api']}, "
+          f"SoC model {d['soc_model'] if d['soc_model'] is not None else '?'}"
+          + (f" ({d['soc_version']})" if d["soc_version"] else ""))
+    print(f"  context blob {d['context_blob_size']} bytes, {len(d['graphs'])} graph(s)")
+    for g in d["graphs"]:
+        print(f"\n  graph {g['name']}")
+        rows = [("", "name", "dtype", "shape", "quantization")]
+        for kind in ("inputs", "outputs"):
+            for t in g[kind]:
+                rows.append((kind[:-1], t["name"], t["dtype"], "x".join(map(str, t["shape"])),
+                             _quant(t)))
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        for r in rows:
+            print("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def _print_program(d: dict) -> None:
+    print(f"{d['path']}: program, {len(d['methods'])} method(s), {len(d['contexts'])} context "
+          f"binaries ({sum(c['size'] for c in d['contexts'].values())} bytes)")
+    for m in d["methods"]:
+        print(f"\n  method {m['name']}: inputs {m['inputs']} -> outputs {m['outputs']}")
+        print(f"    {len(m['graph_calls'])} QNN graph call(s); CPU ops: "
+              + (", ".join(f"{k} x{v}" for k, v in sorted(m["cpu_ops"].items())) or "none"))
+    print("\n  contexts:")
+    for k, c in d["contexts"].items():
+        print(f"    {k}: {c['size']} bytes, graphs {c['graphs']}")
+
+
+def run(args) -> int:
+    d = describe(Path(args.path), args.backend_lib)
+    if args.json:
+        print(json.dumps(d, indent=2))
+    elif d.get("kind") == "context_binary":
+        _print_binary(d)
+    elif d.get("kind") == "program":
+        _print_program(d)
+    else:
+        _print_pte(d)
+    return 0
+
+
+def _shape(t: dict) -> str:
+    return f"{t.get('dtype')}[{'x'.join(map(str, t.get('shape') or []))}]"
+
+
+def _print_pte(d: dict) -> None:
+    print(f"{d['path']}: ExecuTorch program, {d['file_size']} bytes, {len(d['methods'])} method(s), "
+          f"{len(d['contexts'])} QNN context binar{'y' if len(d['contexts']) == 1 else 'ies'}")
+    for m in d["methods"]:
+        ins = ", ".join(f"{t['name']} {_shape(t)}" for t in m["inputs"])
+        outs = ", ".join(f"{t['name']} {_shape(t)}" for t in m["outputs"])
+        n = m["instructions"]
+        print(f"\n  method {m['name']}: ({ins}) -> ({outs})")
+        print(f"    {n['total']} instructions: {n['delegate_calls']} delegate call(s), "
+              f"{n['kernel_calls']} CPU kernel call(s)")
+        if m["cpu_operators"]:
+            ops = [f"{o['name']} x{o['calls']}" + ("" if o.get("implemented", True)
+                                                  else " (NOT IMPLEMENTED)")
+                   for o in m["cpu_operators"]]
+            print(f"    CPU operators: {', '.join(ops)}")
+    print("\n  context binaries:")
+    for c in d["contexts"]:
+        graphs = ", ".join(g["name"] for g in c.get("graphs", []))
+        print(f"    {c['key']}: {c['context_binary_size']} bytes, graphs [{graphs}], used by "
+              f"{', '.join(c['used_by'])}")
+    if d.get("missing_operators"):
+        print(f"\n  missing CPU operators (qnnrt cannot run these): {d['missing_operators']}")
+    if d.get("non_qnn_delegates"):
+        print(f"\n  delegates of other backends: {d['non_qnn_delegates']}")

@@ -1,0 +1,198 @@
+"""`qnnrt run PATH`: load a program / binary / .pte, run a method N times, report latency."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from qnnrt.cli.io_files import (parse_inputs_arg, random_inputs, read_input_list,
+                                     write_outputs)
+from qnnrt.progress import ProgressBar
+from qnnrt.errors import QnnrtError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run a method of a program, binary or .pte and time it")
+    p.add_argument("path", help="program folder, EPContext .onnx, context binary .bin or .pte")
+    m = p.add_mutually_exclusive_group()
+    m.add_argument("--method", help="method name (default: the only one, or 'forward'); a comma "
+                                    "list (prefill,decode) runs them in turn, one per iteration")
+    m.add_argument("--method-index", type=int, help="method by position")
+    m.add_argument("--graph", help="for a .bin: the graph to run (default: the first)")
+    i = p.add_mutually_exclusive_group()
+    i.add_argument("--inputs", help="comma-separated .npy/.raw files in input order, or name:=path")
+    i.add_argument("--input-list", help="QNN input list: one line of raw files per inference")
+    p.add_argument("--iteration", type=int, default=1, help="timed iterations (default 1)")
+    p.add_argument("--warm-up", type=int, default=0, help="untimed iterations first (default 0)")
+    p.add_argument("--output-dir", help="write outputs: <name>.npy and output_<iter>_<idx>.raw")
+    p.add_argument("--residency", default="auto",
+                   help="auto (default), eager, lazy, sequential, bounded:K or bounded:<size>")
+    p.add_argument("--report", help="write a JSON report to this file")
+    p.add_argument("--soc", help="SoC model number or name (e.g. 43 or SM8550)")
+    p.add_argument("--backend-lib", help="path to libQnnHtp.so (default: discovered)")
+    p.add_argument("--check-repeat", action="store_true",
+                   help="fail unless every iteration's outputs equal the first's for equal inputs")
+    p.add_argument("--heap-profiling-path", help="write the heap profile (two lines + .json)")
+    p.add_argument("--profile-level", default="off", choices=["off", "basic", "detailed"])
+    p.add_argument("--profile-path", help="write the execution profile (JSON + CSV)")
+    p.add_argument("--seed", type=int, default=0, help="seed of random inputs (default 0)")
+    p.add_argument("--log-level", default="warn",
+                   choices=["error", "warn", "info", "verbose", "debug"])
+    p.set_defaults(func=run)
+
+
+def latency_stats(ms: list[float]) -> dict:
+    """min / median / p90 / max / mean and every value, in the unit given (ms)."""
+    a = np.asarray(ms, dtype=np.float64)
+    return {"min": float(a.min()), "median": float(np.median(a)),
+            "p90": float(np.percentile(a, 90)), "max": float(a.max()), "mean": float(a.mean()),
+            "all": [round(float(x), 4) for x in a]}
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bit-for-bit repeat check; NaN in the same places counts as equal."""
+    return np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" and b.dtype.kind in "fc")
+
+
+def _exec_profiler(level: str):
+    if level == "off":
+        return None
+    from qnnrt.profiling.exec_profile import ExecutionProfiler
+    return ExecutionProfiler(level)
+
+
+def run(args) -> int:
+    from qnnrt.runtime.program import load
+    if args.iteration < 1 or args.warm_up < 0:
+        raise QnnrtError("--iteration must be >= 1 and --warm-up >= 0")
+    if args.graph and Path(args.path).suffix != ".bin" and not Path(args.path).is_file():
+        raise QnnrtError("--graph applies to a context binary (.bin); use --method for programs")
+    for flag, val in (("--report", args.report), ("--profile-path", args.profile_path),
+                      ("--heap-profiling-path", args.heap_profiling_path)):
+        if val and not Path(val).resolve().parent.is_dir():
+            raise QnnrtError(f"{flag} {val}: folder {Path(val).resolve().parent} does not exist")
+    t_start = time.perf_counter()
+    bar = ProgressBar("creating contexts") if sys.stderr.isatty() else None
+    profiler = _exec_profiler(args.profile_level)
+    prog = load(args.path, residency=args.residency, soc=args.soc, backend_lib=args.backend_lib,
+                log_level=args.log_level, graph=args.graph,
+                heap_profiling_path=args.heap_profiling_path, profile_level=args.profile_level,
+                exec_profiler=profiler, progress=bar.update if bar else None)
+    try:
+        if bar:
+            bar.done()
+        load_s = time.perf_counter() - t_start
+        names = args.method.split(",") if args.method else [args.method_index]
+        methods = [prog.method(n) for n in names]
+        method = methods[0]
+        if len(methods) > 1 and (args.inputs or args.input_list):
+            raise QnnrtError("--inputs / --input-list apply to one method; with several methods "
+                             "seeded random inputs are used per method")
+        if args.inputs:
+            feeds = {method.name: parse_inputs_arg(args.inputs, method.inputs)}
+        elif args.input_list:
+            feeds = {method.name: read_input_list(args.input_list, method.inputs)}
+        else:
+            feeds = {m.name: [random_inputs(m.inputs, args.seed)] for m in methods}
+            print(f"note: no inputs given; using seeded random inputs (seed {args.seed})",
+                  file=sys.stderr)
+        out_dir = Path(args.output_dir) if args.output_dir else None
+        latencies, first_output_s, first_outputs = [], None, {}
+        per_method: dict[str, list[float]] = {m.name: [] for m in methods}
+        mismatches = []
+        total = args.warm_up + args.iteration
+        run_bar = ProgressBar("running") if sys.stderr.isatty() and total > 20 else None
+        for it in range(total):
+            m = methods[it % len(methods)]
+            mfeeds = feeds[m.name]
+            feed_index = (it // len(methods)) % len(mfeeds)
+            t0 = time.perf_counter()
+            outputs = prog.run(m.name, mfeeds[feed_index])
+            dt = time.perf_counter() - t0
+            if first_output_s is None:
+                first_output_s = time.perf_counter() - t_start
+            timed = it >= args.warm_up
+            if timed:
+                latencies.append(dt * 1e3)
+                per_method[m.name].append(dt * 1e3)
+            if args.check_repeat:
+                ref = first_outputs.setdefault((m.name, feed_index), outputs)
+                if ref is not outputs:
+                    bad = [k for k in ref if not _same(ref[k], outputs[k])]
+                    if bad:
+                        mismatches.append((it, m.name, bad))
+            if out_dir is not None and timed:
+                write_outputs(out_dir, it - args.warm_up, outputs,
+                              npy=(it == total - 1))
+            if run_bar:
+                run_bar.update(it + 1, total)
+        if run_bar:
+            run_bar.done()
+        lat = latency_stats(latencies)
+        residency = prog.pool.summary()
+        report = {
+            "path": str(args.path), "method": ",".join(m.name for m in methods),
+            "iterations": args.iteration,
+            "warm_up": args.warm_up, "load_s": round(load_s, 6),
+            "first_output_s": round(first_output_s, 6), "latency_ms": lat,
+            "residency": residency,
+            "outputs": [{"name": k, "dtype": str(v.dtype), "shape": list(v.shape)}
+                        for k, v in outputs.items()],
+            "check_repeat": ({"checked": True, "mismatches": len(mismatches)}
+                             if args.check_repeat else {"checked": False}),
+        }
+        if len(methods) > 1:
+            report["latency_ms_per_method"] = {k: latency_stats(v) for k, v in per_method.items() if v}
+    finally:
+        prog.close()
+    if prog.heap is not None:
+        report["heap"] = prog.heap.to_json()
+    if profiler is not None:
+        report["profile"] = profiler.to_json()
+        if args.profile_path:
+            profiler.write(args.profile_path)
+    _print_summary(report, method, out_dir, profiler, args)
+    if args.report:
+        tmp = Path(args.report).with_suffix(".tmp")
+        tmp.write_text(json.dumps(report, indent=2))
+        os.replace(tmp, args.report)
+        print(f"report: {args.report}")
+    if mismatches:
+        it, name, outs = mismatches[0]
+        raise QnnrtError(f"--check-repeat failed: {len(mismatches)} iteration(s) differ from the "
+                         f"first with the same inputs (first: iteration {it}, method {name}, "
+                         f"outputs {outs})")
+    return 0
+
+
+def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
+    lat, res = r["latency_ms"], r["residency"]
+    print(f"{r['path']}: method {r['method']} ({len(method.graph_calls)} QNN graph call(s) per "
+          f"iteration, {res['contexts_total']} context(s))")
+    print(f"  load {r['load_s'] * 1e3:.1f} ms, first output {r['first_output_s'] * 1e3:.1f} ms")
+    print(f"  latency over {r['iterations']} iteration(s) (+{r['warm_up']} warm-up): "
+          f"min {lat['min']:.3f} ms, median {lat['median']:.3f} ms, p90 {lat['p90']:.3f} ms, "
+          f"max {lat['max']:.3f} ms")
+    cap = res["capacity_found"]
+    print(f"  residency {res['policy']}: peak live {res['peak_live']}/{res['contexts_total']}, "
+          f"creates {res['creates']}, evictions {res['evictions']}, reloads {res['reloads']}"
+          + (f", PD capacity found {cap} context(s) ({res['pd_failures_handled']} PD failure(s) "
+             f"handled)" if cap else ""))
+    for name, st in r.get("latency_ms_per_method", {}).items():
+        print(f"    {name}: median {st['median']:.3f} ms over {len(st['all'])} iteration(s)")
+    if res.get("pd_estimate_total_bytes"):
+        print(f"  PD (accelerator address space, QNN's estimates): all contexts "
+              f"{res['pd_estimate_total_bytes'] / 2**20:.1f} MiB, peak live "
+              f"{res['pd_peak_bytes'] / 2**20:.1f} MiB")
+    if args.check_repeat:
+        print(f"  check-repeat: {r['check_repeat']['mismatches']} mismatching iteration(s)")
+    if out_dir is not None:
+        print(f"  outputs written to {out_dir}/ (output_<iteration>_<index>.raw, <name>.npy)")
+    if "heap" in r and args.heap_profiling_path:
+        print(f"  heap profile: {args.heap_profiling_path} (+ .json)")
+    if profiler is not None:
+        print(profiler.summary_table())

@@ -1,1 +1,0 @@
-"""The CLI's subcommands, one module each."""

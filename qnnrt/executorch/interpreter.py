@@ -1,0 +1,579 @@
+"""Interpreter for one ExecuTorch execution plan (a ``.pte`` method).
+
+:class:`PteMethodRunner` executes a method's instruction chain: KernelCalls through the numpy kernels
+of :mod:`qnnrt.executorch.kernels`, DelegateCalls through a caller-supplied ``delegate_runner``
+(the runtime wires it to QNN contexts), MoveCall, JumpFalseCall and FreeCall as ExecuTorch's
+``Method::execute_instruction`` does. Memory planning is ignored: every value gets its own numpy
+array, and each one is dropped right after its last use (straight-line programs), so peak memory is
+that of the live values only.
+
+DelegateCall args are the delegate's inputs followed by its outputs (ExecuTorch's emitter), but the
+program does not record where one ends; the runner finds the split by data flow (inputs are the
+leading args already produced or given when the call is reached) unless ``delegate_num_inputs``
+says it. Inputs reach ``delegate_runner`` in arg order, which for QNN delegates is the order of the
+graph inputs sorted by the number in their names (see :func:`qnnrt.executorch.reader.qnn_graph_io_order`).
+
+:func:`describe_pte` summarises a program for ``qnnrt inspect``.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from qnnrt.errors import FormatError, InputError, QnnrtError
+from qnnrt.executorch.reader import (DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall,
+                               PteMethod, PteProgram, TensorInfo, parse_qnn_compile_spec,
+                               unwrap_qnn_delegate)
+from qnnrt.executorch import kernels as K
+
+__all__ = ["PteMethodRunner", "DelegateRunner", "check_operators", "describe_pte",
+           "qnn_graph_lister"]
+
+DelegateRunner = Callable[[int, list], list]
+
+
+class _Undefined:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<undefined>"
+
+
+_UNDEF = _Undefined()
+
+
+def check_operators(method: PteMethod) -> None:
+    """Raise one FormatError listing every operator of ``method`` that has no CPU kernel."""
+    counts: dict[str, int] = {}
+    for ins in method.instructions:
+        if isinstance(ins, KernelCall):
+            n = method.operators[ins.op_index].qualified_name
+            counts[n] = counts.get(n, 0) + 1
+    missing = K.missing_operators(counts)
+    if missing:
+        listed = ", ".join(f"{m} ({counts[m]} call{'s' if counts[m] != 1 else ''})" for m in missing)
+        raise FormatError(
+            f"method {method.name!r} uses {len(missing)} CPU operator(s) that qnnrt does not "
+            f"implement: {listed}. Re-export so these run inside the QNN delegate, or add a kernel "
+            f"to qnnrt.executorch.kernels. Implemented: {', '.join(K.supported_operators())}.")
+
+
+class PteMethodRunner:
+    """Runs one method of a ``.pte`` program.
+
+    Parameters
+    ----------
+    method:
+        A :class:`~qnnrt.executorch.reader.PteMethod` from :func:`~qnnrt.executorch.reader.read_pte`.
+    delegate_runner:
+        ``delegate_runner(delegate_index, inputs) -> outputs``; called for every DelegateCall with the
+        delegate's input arrays (numpy, in DelegateCall arg order) and must return its outputs in
+        order. Tensors whose dim order is not the default are passed / expected in their physical
+        (dim-ordered) layout, as a delegate reads ExecuTorch memory. May be None only when the
+        method has no DelegateCall.
+    delegate_num_inputs:
+        Optional ``{delegate_index: number of inputs}`` overriding the data-flow split of
+        DelegateCall args (e.g. from the QNN graph's input count).
+    free_values:
+        Drop each intermediate value after its last use (default True).
+    """
+
+    def __init__(self, method: PteMethod, delegate_runner: DelegateRunner | None = None, *,
+                 delegate_num_inputs: Mapping[int, int] | None = None, free_values: bool = True):
+        self.method = method
+        self.name = method.name
+        self.delegate_runner = delegate_runner
+        self._instrs = list(method.instructions)
+        values = method.values
+        self._values = values
+        n = len(values)
+
+        check_operators(method)
+        if delegate_runner is None and any(isinstance(i, DelegateCall) for i in self._instrs):
+            raise QnnrtError(f"method {method.name!r} has DelegateCalls; PteMethodRunner needs a "
+                             "delegate_runner to execute them")
+
+        # static (program-given) values: scalars, lists, constants
+        self._static: list[Any] = [_UNDEF] * n
+        self._const_idx: set[int] = set()
+        self._mutable_init: dict[int, np.ndarray] = {}
+        for i, v in enumerate(values):
+            k = v.kind
+            if k == "tensor":
+                t: TensorInfo = v.value
+                if t.is_constant:
+                    self._static[i] = method.constant(i)        # zero-copy view, loaded once
+                    self._const_idx.add(i)
+                elif t.has_initial_data:
+                    # mutable state (e.g. a buffer the program updates in place): loaded once,
+                    # then it keeps what each run leaves in it, as ExecuTorch's method does
+                    self._mutable_init[i] = np.array(method.constant(i), copy=True)
+                elif t.numel == 0 and t.dtype is not None:
+                    self._static[i] = np.zeros(t.shape, dtype=t.dtype)
+            elif k in ("null", "none"):
+                self._static[i] = None
+            elif k in ("int", "bool", "double", "string"):
+                self._static[i] = v.value
+            elif k in ("double_list", "bool_list"):
+                self._static[i] = list(v.value)
+            # int_list / tensor_list / optional_tensor_list are resolved at use time
+
+        self._input_idx = [s.value_index for s in method.inputs]
+        self._output_idx = [s.value_index for s in method.outputs]
+
+        # kernels and their arg layout
+        self._kernels: dict[int, K.KernelDef] = {}
+        for k, ins in enumerate(self._instrs):
+            if isinstance(ins, KernelCall):
+                opname = method.operators[ins.op_index].qualified_name
+                kd = K.KERNELS[opname]
+                if len(ins.args) != kd.n_args + kd.n_out:
+                    raise FormatError(
+                        f"method {method.name!r} instruction {k}: {opname} has {len(ins.args)} "
+                        f"args, but its schema has {kd.n_args} (out included) and ExecuTorch adds "
+                        f"{kd.n_out} returned value(s): {kd.n_args + kd.n_out} expected. The program "
+                        "was made for a different operator version.")
+                for oi in ins.args[kd.n_inputs:]:
+                    if values[oi].kind != "tensor":
+                        raise FormatError(f"method {method.name!r} instruction {k}: {opname}'s out "
+                                          f"argument (value {oi}) is a {values[oi].kind}, not a tensor")
+                self._kernels[k] = kd
+
+        self._split = self._plan_delegate_args(dict(delegate_num_inputs or {}))
+        self._free_after = self._plan_frees() if free_values else {}
+
+    # -- planning ---------------------------------------------------------------------------
+    def _refs(self, idx: int) -> list[int]:
+        """A value and the values it names (list items)."""
+        v = self._values[idx]
+        if v.kind in ("tensor_list", "int_list"):
+            return [idx, *v.value]
+        if v.kind == "optional_tensor_list":
+            return [idx, *(j for j in v.value if j != -1)]
+        return [idx]
+
+    def _instr_refs(self, ins) -> list[int]:
+        if isinstance(ins, (KernelCall, DelegateCall)):
+            out = []
+            for a in ins.args:
+                out.extend(self._refs(a))
+            return out
+        if isinstance(ins, MoveCall):
+            return [*self._refs(ins.move_from), ins.move_to]
+        if isinstance(ins, JumpFalseCall):
+            return [ins.cond_value_index]
+        if isinstance(ins, FreeCall):
+            return [ins.value_index]
+        return []
+
+    def _plan_delegate_args(self, override: dict[int, int]) -> dict[int, int]:
+        defined = {i for i, s in enumerate(self._static) if s is not _UNDEF}
+        defined |= {i for i, v in enumerate(self._values) if v.kind != "tensor"}
+        defined |= set(self._input_idx) | set(self._mutable_init)
+        split: dict[int, int] = {}
+        for k, ins in enumerate(self._instrs):
+            if isinstance(ins, KernelCall):
+                defined.update(ins.args[self._kernels[k].n_inputs:])
+            elif isinstance(ins, DelegateCall):
+                args = ins.args
+                if ins.delegate_index in override:
+                    n_in = int(override[ins.delegate_index])
+                    if not 0 <= n_in <= len(args):
+                        raise FormatError(f"method {self.name!r} instruction {k}: delegate "
+                                          f"{ins.delegate_index} said to take {n_in} inputs but the "
+                                          f"call has {len(args)} args")
+                else:
+                    n_in = 0
+                    while n_in < len(args) and args[n_in] in defined:
+                        n_in += 1
+                    late = [a for a in args[n_in:] if a in defined]
+                    if late:
+                        raise FormatError(
+                            f"method {self.name!r} instruction {k}: cannot tell the inputs of "
+                            f"delegate {ins.delegate_index} from its outputs (args {list(args)}; "
+                            f"values {late} are produced earlier but follow an output). Pass "
+                            "delegate_num_inputs={delegate: count}.")
+                split[k] = n_in
+                defined.update(args[n_in:])
+            elif isinstance(ins, MoveCall):
+                defined.add(ins.move_to)
+        return split
+
+    def _plan_frees(self) -> dict[int, list[int]]:
+        # backward jumps (loops) make "last use" position-dependent: then only FreeCall frees
+        if any(isinstance(i, JumpFalseCall) and i.destination_instruction <= k
+               for k, i in enumerate(self._instrs)):
+            return {}
+        keep = set(self._output_idx) | self._const_idx | set(self._mutable_init)
+        last: dict[int, int] = {}
+        for k, ins in enumerate(self._instrs):
+            for r in self._instr_refs(ins):
+                last[r] = k
+        free_after: dict[int, list[int]] = {}
+        for v, k in last.items():
+            if v in keep or self._values[v].kind != "tensor":
+                continue
+            free_after.setdefault(k, []).append(v)
+        return free_after
+
+    # -- public info ------------------------------------------------------------------------
+    @property
+    def input_specs(self):
+        return self.method.inputs
+
+    @property
+    def output_specs(self):
+        return self.method.outputs
+
+    def delegate_call_order(self) -> list[int]:
+        """Delegate indices in the order the chain calls them (repeats included)."""
+        return [i.delegate_index for i in self._instrs if isinstance(i, DelegateCall)]
+
+    def context_call_order(self) -> list[tuple[str, int]]:
+        """Blob keys (:attr:`PteDelegate.key`, one QNN context each) in call order, repeats included:
+        what a residency manager needs to plan loads and evictions across shared contexts."""
+        return [self.method.delegates[i].key for i in self.delegate_call_order()]
+
+    def delegate_inputs(self, instruction_index: int) -> tuple[list[int], list[int]]:
+        """(input value indices, output value indices) of the DelegateCall at that instruction."""
+        ins = self._instrs[instruction_index]
+        if not isinstance(ins, DelegateCall):
+            raise QnnrtError(f"instruction {instruction_index} is not a DelegateCall")
+        n = self._split[instruction_index]
+        return list(ins.args[:n]), list(ins.args[n:])
+
+    def delegate_signatures(self) -> dict[int, tuple[list[TensorInfo | None], list[TensorInfo | None]]]:
+        """For each delegate index: (input TensorInfos, output TensorInfos) of its first call."""
+        out = {}
+        for k, ins in enumerate(self._instrs):
+            if isinstance(ins, DelegateCall) and ins.delegate_index not in out:
+                i, o = self.delegate_inputs(k)
+                info = lambda j: self._values[j].value if self._values[j].kind == "tensor" else None
+                out[ins.delegate_index] = ([info(j) for j in i], [info(j) for j in o])
+        return out
+
+    # -- execution --------------------------------------------------------------------------
+    def _prepare_inputs(self, inputs) -> dict[int, Any]:
+        specs = self.method.inputs
+        if isinstance(inputs, Mapping):
+            unknown = [k for k in inputs if k not in {s.name for s in specs}]
+            if unknown:
+                raise InputError(f"method {self.name!r}: unknown input name(s) {unknown}; expected "
+                                 f"{[s.name for s in specs]}")
+            missing = [s.name for s in specs if s.name not in inputs]
+            if missing:
+                raise InputError(f"method {self.name!r}: missing input(s) {missing}")
+            inputs = [inputs[s.name] for s in specs]
+        else:
+            inputs = list(inputs)
+        if len(inputs) != len(specs):
+            raise InputError(f"method {self.name!r} takes {len(specs)} input(s) "
+                             f"({', '.join(s.name for s in specs)}), got {len(inputs)}")
+        slots: dict[int, Any] = {}
+        for spec, x in zip(specs, inputs):
+            if spec.kind != "tensor":
+                slots[spec.value_index] = x
+                continue
+            t: TensorInfo = spec.tensor
+            a = np.asarray(x)
+            if t.dtype is not None and a.dtype != t.dtype:
+                if not np.can_cast(a.dtype, t.dtype, "same_kind"):
+                    raise InputError(f"method {self.name!r} {spec.name}: expected {t.dtype}, got "
+                                     f"{a.dtype} (which does not convert without changing kind)")
+                a = a.astype(t.dtype)
+            if not self._shape_ok(a.shape, t):
+                raise InputError(f"method {self.name!r} {spec.name}: expected shape "
+                                 f"{list(t.shape)}{' (upper bound)' if t.shape_dynamism else ''}, "
+                                 f"got {list(a.shape)}")
+            slots[spec.value_index] = a
+        for i, a in self._mutable_init.items():
+            slots[i] = a
+        return slots
+
+    @staticmethod
+    def _shape_ok(shape, t: TensorInfo) -> bool:
+        shape = tuple(int(s) for s in shape)
+        if t.shape_dynamism == 0:
+            return shape == t.shape
+        if t.shape_dynamism == 1:
+            return len(shape) == len(t.shape) and all(a <= b for a, b in zip(shape, t.shape))
+        return True
+
+    def run(self, inputs: Sequence[Any] | Mapping[str, Any], *, trace: list | None = None) -> list:
+        """Execute the method; returns its outputs (numpy arrays for tensors) in order.
+
+        ``trace``: if a list, one dict per executed instruction is appended:
+        ``{"index", "kind", "name", "seconds"}`` (kind: kernel / delegate / move / jump / free).
+        """
+        slots = self._prepare_inputs(inputs)
+        given_inputs = [slots[i] for i in self._input_idx if i in slots]
+        static = self._static
+        values = self._values
+        instrs = self._instrs
+        name = self.name
+
+        def get(i: int):
+            v = slots.get(i, _UNDEF)
+            if v is _UNDEF:
+                v = static[i]
+                if v is _UNDEF:
+                    kind = values[i].kind
+                    if kind == "int_list":
+                        return [int(get(j)) for j in values[i].value]
+                    if kind == "tensor_list":
+                        return [get(j) for j in values[i].value]
+                    if kind == "optional_tensor_list":
+                        return [None if j == -1 else get(j) for j in values[i].value]
+                    raise QnnrtError(f"method {name!r}: value {i} ({kind}) is used before any "
+                                     "instruction produced it; the program is inconsistent")
+            return v
+
+        pc = 0
+        n = len(instrs)
+        timing = trace is not None
+        while pc < n:
+            ins = instrs[pc]
+            t0 = time.perf_counter() if timing else 0.0
+            nxt = pc + 1
+            if isinstance(ins, KernelCall):
+                kd = self._kernels[pc]
+                self._run_kernel(pc, ins, kd, get, slots)
+                label, kind = kd.name, "kernel"
+            elif isinstance(ins, DelegateCall):
+                self._run_delegate(pc, ins, get, slots)
+                label, kind = f"delegate {ins.delegate_index}", "delegate"
+            elif isinstance(ins, MoveCall):
+                slots[ins.move_to] = get(ins.move_from)
+                label, kind = "move", "move"
+            elif isinstance(ins, JumpFalseCall):
+                cond = get(ins.cond_value_index)
+                if isinstance(cond, np.ndarray):
+                    if cond.dtype != np.bool_:
+                        raise QnnrtError(f"method {name!r} instruction {pc}: jump condition is a "
+                                         f"{cond.dtype} tensor, expected bool")
+                    ok = bool(np.all(cond))
+                else:
+                    ok = bool(cond)
+                if not ok:
+                    nxt = ins.destination_instruction
+                label, kind = "jump_false", "jump"
+            elif isinstance(ins, FreeCall):
+                slots.pop(ins.value_index, None)
+                label, kind = "free", "free"
+            else:  # pragma: no cover - the reader only produces the five kinds
+                raise QnnrtError(f"method {name!r}: unknown instruction {ins!r}")
+            for v in self._free_after.get(pc, ()):
+                slots.pop(v, None)
+            if timing:
+                trace.append({"index": pc, "kind": kind, "name": label,
+                              "seconds": time.perf_counter() - t0})
+            pc = nxt
+
+        for i in self._mutable_init:  # keep the state this run left for the next one
+            if i in slots and isinstance(slots[i], np.ndarray):
+                self._mutable_init[i] = slots[i]
+        inputs = [x for x in given_inputs if isinstance(x, np.ndarray)]
+        outs = []
+        for spec in self.method.outputs:
+            v = get(spec.value_index)
+            if isinstance(v, np.ndarray) and (spec.value_index in self._const_idx or
+                                              spec.value_index in self._input_idx or
+                                              spec.value_index in self._mutable_init or
+                                              not v.flags.writeable or
+                                              any(np.shares_memory(v, x) for x in inputs)):
+                v = np.array(v, copy=True)  # never hand out the caller's or the program's memory
+            outs.append(v)
+        return outs
+
+    __call__ = run
+
+    def _run_kernel(self, pc, ins: KernelCall, kd: K.KernelDef, get, slots) -> None:
+        args = ins.args
+        n_in = kd.n_inputs
+        xs = [get(a) for a in args[:n_in]]
+        out_i = args[n_in]
+        t: TensorInfo = self._values[out_i].value
+        info = K.OutInfo(t.dtype, t.shape)
+        try:
+            r = kd.fn(*xs, out=info)
+            r = K.cast_to_out(r, info, kd.name, kd.cast)
+        except K.KernelError as e:
+            raise K.KernelError(f"method {self.name!r} instruction {pc} ({kd.name}): {e}") from None
+        if not self._shape_ok(r.shape, t):
+            raise QnnrtError(f"method {self.name!r} instruction {pc} ({kd.name}): the result has "
+                             f"shape {list(r.shape)} but the program's out tensor (value {out_i}) "
+                             f"is {list(t.shape)}")
+        for o in args[n_in:]:
+            slots[o] = r
+
+    def _physical(self, idx: int, x):
+        """A tensor in the memory layout its dim order describes (what a delegate reads)."""
+        v = self._values[idx]
+        if v.kind == "tensor" and isinstance(x, np.ndarray):
+            t: TensorInfo = v.value
+            if len(t.dim_order) == x.ndim and not t.is_contiguous_order:
+                return np.ascontiguousarray(np.transpose(x, t.dim_order))
+        return x
+
+    def _run_delegate(self, pc, ins: DelegateCall, get, slots) -> None:
+        n_in = self._split[pc]
+        args = ins.args
+        xs = [self._physical(a, get(a)) for a in args[:n_in]]
+        res = self.delegate_runner(ins.delegate_index, xs)
+        out_idx = args[n_in:]
+        res = list(res) if res is not None else []
+        if len(res) != len(out_idx):
+            raise QnnrtError(f"method {self.name!r} instruction {pc}: delegate {ins.delegate_index} "
+                             f"returned {len(res)} output(s), the program expects {len(out_idx)}")
+        for j, (o, r) in enumerate(zip(out_idx, res)):
+            v = self._values[o]
+            if v.kind != "tensor":
+                slots[o] = r
+                continue
+            t: TensorInfo = v.value
+            a = np.asarray(r)
+            if t.dtype is not None and a.dtype != t.dtype:
+                a = K._astype(a, t.dtype)
+            if len(t.dim_order) == len(t.shape) and not t.is_contiguous_order:
+                phys = tuple(t.shape[d] for d in t.dim_order)
+                if a.size == t.numel:      # the delegate wrote the physical layout
+                    a = a.reshape(phys).transpose(np.argsort(t.dim_order))
+            if not self._shape_ok(a.shape, t):
+                if t.shape_dynamism == 0 and a.size == t.numel:
+                    a = a.reshape(t.shape)
+                else:
+                    raise QnnrtError(
+                        f"method {self.name!r} instruction {pc}: output {j} of delegate "
+                        f"{ins.delegate_index} has shape {list(a.shape)}, the program expects "
+                        f"{list(t.shape)} (value {o})")
+            slots[o] = a
+
+
+# ---------------------------------------------------------------------------------------------
+# inspect
+# ---------------------------------------------------------------------------------------------
+
+def _io(specs) -> list[dict]:
+    out = []
+    for s in specs:
+        d = {"name": s.name, "value_index": s.value_index, "kind": s.kind}
+        if s.kind == "tensor":
+            d["shape"] = list(s.shape)
+            d["dtype"] = s.dtype.name if s.dtype is not None else s.tensor.scalar_type_name
+            if s.tensor.shape_dynamism:
+                d["dynamic"] = ["static", "bounded", "unbounded"][s.tensor.shape_dynamism]
+        out.append(d)
+    return out
+
+
+def qnn_graph_lister(backend_lib: str | None = None) -> Callable[[memoryview], list[dict]] | None:
+    """A ``graph_lister`` for :func:`describe_pte` reading graphs through the QNN System API
+    (``qnnrt.core.ContextBinary``); None when qnnrt.core / the QNN libraries are unavailable."""
+    try:
+        from qnnrt.core import ContextBinary
+    except Exception:
+        return None
+
+    def lister(binary: memoryview) -> list[dict]:
+        cb = ContextBinary(buffer=binary, name="pte delegate", backend_lib=backend_lib)
+        try:
+            return [g.to_dict() for g in cb.graphs]
+        finally:
+            cb.close()
+    return lister
+
+
+def describe_pte(program: PteProgram,
+                 graph_lister: Callable[[memoryview], list] | None = None) -> dict:
+    """A JSON-able summary of a ``.pte`` program for ``qnnrt inspect``.
+
+    ``graph_lister(context_binary) -> [graph names or dicts]`` fills each context's ``graphs``
+    (:func:`qnn_graph_lister` reads them through the QNN System API). Without it, the graph each
+    method runs is still given (ExecuTorch's QNN backend runs the graph named after the method).
+    Never raises for a delegate it cannot unwrap: the problem is reported in that entry's ``error``.
+    """
+    contexts: dict[tuple[str, int], dict] = {}
+    methods = []
+    missing_all: dict[str, None] = {}
+    non_qnn = []
+    for m in program.methods.values():
+        counts = {"total": 0, "kernel_calls": 0, "delegate_calls": 0, "moves": 0, "jumps": 0,
+                  "frees": 0}
+        ops: dict[str, int] = {}
+        for ins in m.instructions:
+            counts["total"] += 1
+            if isinstance(ins, KernelCall):
+                counts["kernel_calls"] += 1
+                nm = m.operators[ins.op_index].qualified_name
+                ops[nm] = ops.get(nm, 0) + 1
+            elif isinstance(ins, DelegateCall):
+                counts["delegate_calls"] += 1
+            elif isinstance(ins, MoveCall):
+                counts["moves"] += 1
+            elif isinstance(ins, JumpFalseCall):
+                counts["jumps"] += 1
+            elif isinstance(ins, FreeCall):
+                counts["frees"] += 1
+        for nm in K.missing_operators(ops):
+            missing_all.setdefault(nm, None)
+        const_bytes = sum(v.value.nbytes for v in m.values
+                          if v.kind == "tensor" and v.value.is_constant)
+        delegates = []
+        for d in m.delegates:
+            key = f"{d.location.lower()}:{d.data_index}"
+            e = {"index": d.index, "backend_id": d.backend_id, "location": d.location,
+                 "data_index": d.data_index, "key": key, "size": d.size,
+                 "file_offset": d.file_offset, "graph": m.graph_name(d.index)}
+            if d.is_qnn:
+                try:
+                    q = unwrap_qnn_delegate(d)
+                    e.update(wrapper=q.wrapper, context_binary_size=len(q.binary),
+                             signature=q.signature, found=q.description)
+                except FormatError as err:
+                    q = None
+                    e["error"] = str(err)
+                spec = parse_qnn_compile_spec(d)
+                if spec:
+                    e["compile_spec"] = spec
+                ctx = contexts.get((d.location, d.data_index))
+                if ctx is None:
+                    ctx = {"key": key, "size": d.size,
+                           "context_binary_size": e.get("context_binary_size"),
+                           "used_by": [], "graphs_used": []}
+                    if q is not None and graph_lister is not None:
+                        try:
+                            ctx["graphs"] = list(graph_lister(q.binary))
+                        except Exception as err:  # listing is informative only
+                            ctx["graphs_error"] = str(err)
+                    contexts[(d.location, d.data_index)] = ctx
+                ctx["used_by"].append(f"{m.name}.delegates[{d.index}]")
+                if e["graph"] not in ctx["graphs_used"]:
+                    ctx["graphs_used"].append(e["graph"])
+            else:
+                non_qnn.append(f"{m.name}.delegates[{d.index}] ({d.backend_id})")
+            delegates.append(e)
+        methods.append({
+            "name": m.name, "inputs": _io(m.inputs), "outputs": _io(m.outputs),
+            "instructions": counts, "delegate_call_order": m.delegate_call_order(),
+            "cpu_operators": [{"name": k, "calls": v, "implemented": k in K.KERNELS}
+                              for k, v in ops.items()],
+            "delegates": delegates, "constant_bytes": const_bytes,
+            "non_const_buffer_sizes": list(m.non_const_buffer_sizes),
+        })
+    h = program.header
+    return {
+        "format": "executorch-pte",
+        "path": program.path,
+        "file_size": program.file_size,
+        "schema_version": program.version,
+        "extended_header": None if h is None else {
+            "length": h.length, "program_size": h.program_size,
+            "segment_base_offset": h.segment_base_offset, "segment_data_size": h.segment_data_size},
+        "segments": [{"index": i, "offset": o, "size": s} for i, (o, s) in enumerate(program.segments)],
+        "methods": methods,
+        "contexts": list(contexts.values()),
+        "missing_operators": list(missing_all),
+        "non_qnn_delegates": non_qnn,
+    }

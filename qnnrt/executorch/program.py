@@ -1,0 +1,114 @@
+"""ExecuTorch .pte programs on qnnrt's runtime: each execution plan becomes a Method whose
+DelegateCalls run QNN graphs through the program's context pool (so residency, profiling and the
+runner work the same as for qnnrt's own programs)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from qnnrt.core import ContextBinary
+from qnnrt.errors import FormatError
+from qnnrt.executorch.reader import (PteMethod, parse_qnn_compile_spec, qnn_context_binary,
+                               qnn_graph_io_order, read_pte)
+from qnnrt.runtime.method import IOSpec, Method, QnnStep, validate_inputs
+from qnnrt.executorch.interpreter import PteMethodRunner
+
+
+def context_key(blob_key: tuple[str, int]) -> str:
+    """Pool key of a delegate blob: one context per blob, shared by every method using it."""
+    return f"{blob_key[0]}:{blob_key[1]}"
+
+
+def _iospecs(specs, method: str, what: str) -> list[IOSpec]:
+    out = []
+    for s in specs:
+        if s.kind != "tensor" or s.dtype is None:
+            raise FormatError(f"method {method!r} has a non-tensor {what} {s.name!r} ({s.kind}); "
+                              f"qnnrt runs methods whose inputs and outputs are tensors")
+        out.append(IOSpec(s.name, tuple(s.shape), np.dtype(s.dtype)))
+    return out
+
+
+def _graph_for(binary: ContextBinary, name: str):
+    """ExecuTorch runs the graph named after the method; a binary with a single graph of another
+    name (e.g. one qnnrt or ORT compiled) runs that graph."""
+    if len(binary.graphs) == 1 and binary.graphs[0].name != name:
+        return binary.graphs[0]
+    return binary.graph(name)
+
+
+class PteMethodAdapter(Method):
+    """One .pte execution plan: CPU kernels in numpy, DelegateCalls through QNN graphs."""
+
+    def __init__(self, method: PteMethod, binaries: dict[str, ContextBinary]):
+        self.name = method.name
+        self.inputs = _iospecs(method.inputs, method.name, "input")
+        self.outputs = _iospecs(method.outputs, method.name, "output")
+        self._runner = PteMethodRunner(method, self._delegate)
+        signatures = self._runner.delegate_signatures()
+        self._calls: dict[int, tuple[QnnStep, list[int], list[int]]] = {}
+        for i in set(self._runner.delegate_call_order()):
+            d = method.delegates[i]
+            key = context_key(d.key)
+            spec = _graph_for(binaries[key], method.graph_name(i))
+            mutable = [t.name for t in spec.inputs + spec.outputs if "mutbuf_" in t.name]
+            if mutable:
+                raise FormatError(
+                    f"method {method.name!r}, delegate {i}: graph {spec.name!r} uses ExecuTorch "
+                    f"mutable buffers ({', '.join(mutable[:4])}), state the QNN delegate keeps "
+                    f"between calls; qnnrt does not run those yet. Export with the state as "
+                    f"explicit graph inputs/outputs (e.g. the KV cache as I/O).")
+            in_pos, out_pos = qnn_graph_io_order([t.name for t in spec.inputs],
+                                                 [t.name for t in spec.outputs])
+            values = signatures.get(i, ([], []))[1]
+            # fixed-point graph outputs are dequantized unless their .pte value is an integer tensor
+            dequant = [True] * len(spec.outputs)
+            for k, p in enumerate(out_pos):
+                t = values[k] if k < len(values) else None
+                if t is not None and t.dtype is not None and t.dtype.kind in "iu":
+                    dequant[p] = False
+            step = QnnStep(key, spec.name, [t.name for t in spec.inputs],
+                           [t.name for t in spec.outputs], tuple(dequant))
+            self._calls[i] = (step, in_pos, out_pos)
+        self.steps = [self._calls[i][0] for i in self._runner.delegate_call_order()]
+        self._run_graph = None
+        self._position = 0
+
+    def _delegate(self, index: int, xs: list) -> list:
+        step, in_pos, out_pos = self._calls[index]
+        ordered = [None] * len(step.inputs)
+        for p, x in zip(in_pos, xs):
+            ordered[p] = x if x.flags.c_contiguous else x.copy(order="C")
+        outs = self._run_graph(step, self._position, ordered)
+        self._position += 1
+        return [outs[p] for p in out_pos]
+
+    def run(self, inputs, run_graph) -> dict[str, np.ndarray]:
+        values = validate_inputs(self.inputs, inputs, f"method {self.name!r}")
+        self._run_graph, self._position = run_graph, 0
+        try:
+            outs = self._runner.run([values[s.name] for s in self.inputs])
+        finally:
+            self._run_graph = None
+        return {s.name: o for s, o in zip(self.outputs, outs)}
+
+
+def pte_methods(path: Path, lib):
+    """(binaries by pool key, method builder, target SoC, the open PteProgram to close last)."""
+    prog = read_pte(path, require_qnn=True)
+    try:
+        binaries: dict[str, ContextBinary] = {}
+        soc = None
+        for blob_key, users in prog.unique_delegate_blobs().items():
+            key = context_key(blob_key)
+            binaries[key] = ContextBinary(buffer=qnn_context_binary(users[0]),
+                                          name=f"{path.name}:{key}", lib=lib)
+            soc = soc or parse_qnn_compile_spec(users[0]).get("soc_model")
+    except BaseException:
+        prog.close()
+        raise
+
+    def build(program) -> dict[str, Method]:
+        return {name: PteMethodAdapter(m, binaries) for name, m in prog.methods.items()}
+    return binaries, build, soc, prog

@@ -1,0 +1,87 @@
+"""`qnnrt run` on programs: methods, residency, --check-repeat, the report, profiling files, plot."""
+import json
+
+import pytest
+
+from tests.helpers.cli_helpers import qnnrt
+from tests.helpers.qnn_fixtures import WIDTH
+
+REPORT_KEYS = {"method", "iterations", "warm_up", "load_s", "first_output_s", "latency_ms",
+               "residency", "outputs"}
+
+
+def test_run_program_report_fields(chain12, tmp_path):
+    rep = tmp_path / "r.json"
+    r = qnnrt("run", chain12.model, "--residency", "bounded:3", "--iteration", 4, "--warm-up", 1,
+              "--check-repeat", "--report", rep)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(rep.read_text())
+    assert REPORT_KEYS <= set(d)
+    assert set(d["latency_ms"]) >= {"min", "median", "p90", "max", "all"}
+    assert len(d["latency_ms"]["all"]) == 4
+    res = d["residency"]
+    assert {"policy", "contexts_total", "peak_live", "creates", "evictions",
+            "capacity_found"} <= set(res)
+    assert res["policy"] == "bounded:3" and res["contexts_total"] == 12 and res["peak_live"] <= 3
+    # what the program costs in PD: all contexts vs. what bounded:3 kept live at most
+    est = res["pd_estimate_bytes"]
+    assert len(est) == 12 and min(est.values()) > 10 << 20
+    assert res["pd_estimate_total_bytes"] == sum(est.values())
+    assert 0 < res["pd_peak_bytes"] <= 3 * max(est.values())
+    assert "PD (accelerator address space" in r.stdout
+    assert d["outputs"] == [{"name": "t11", "dtype": "float32", "shape": [1, WIDTH]}]
+    assert "residency bounded:3" in r.stdout and "check-repeat: 0" in r.stdout
+
+
+def test_run_two_methods_by_name_and_index(two_method_program, tmp_path):
+    for sel in (["--method", "second"], ["--method-index", "1"]):
+        rep = tmp_path / "r.json"
+        r = qnnrt("run", two_method_program, *sel, "--iteration", 3, "--report", rep)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(rep.read_text())["method"] == "second"
+    r = qnnrt("run", two_method_program, "--method", "third")
+    assert r.returncode == 1 and "no method 'third'" in r.stderr
+    r = qnnrt("run", two_method_program, "--method-index", "5")
+    assert r.returncode == 1 and "out of range" in r.stderr
+
+
+def test_pd_program_eager_fails_auto_runs(chain_pd, tmp_path):
+    r = qnnrt("run", chain_pd.model, "--residency", "eager")
+    assert r.returncode == 1
+    assert "Failed to find available PD" in r.stderr and "protection-domain" in r.stderr
+    rep = tmp_path / "r.json"
+    r = qnnrt("run", chain_pd.model, "--iteration", 2, "--check-repeat", "--report", rep)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(rep.read_text())["residency"]
+    assert res["capacity_found"] and res["evictions"] > 0
+    assert "PD capacity found" in r.stdout
+
+
+def test_profiling_files_and_plot(chain12, tmp_path):
+    pytest.importorskip("matplotlib")
+    heap, prof, rep = tmp_path / "heap.txt", tmp_path / "prof.json", tmp_path / "r.json"
+    r = qnnrt("run", chain12.model, "--iteration", 2, "--heap-profiling-path", heap,
+              "--profile-level", "detailed", "--profile-path", prof, "--report", rep)
+    assert r.returncode == 0, r.stderr
+    assert heap.read_text().startswith("HOST:before_context_created (bytes), ")
+    assert (tmp_path / "heap.txt.json").is_file() and prof.is_file()
+    assert prof.with_suffix(".csv").is_file()
+    d = json.loads(rep.read_text())
+    graphs = d["profile"]["graphs"]
+    assert len(graphs) == 12 and all(g["executions"] == 2 for g in graphs)
+    png = tmp_path / "r.png"
+    r = qnnrt("plot", rep, "-o", png)
+    assert r.returncode == 0, r.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (["--residency", "bounded:0"], "K must be"),
+    (["--residency", "greedy"], "unknown residency"),
+    (["--iteration", "0"], "--iteration"),
+    (["--report", "/no/such/dir/r.json"], "does not exist"),
+    (["--heap-profiling-path", "/no/such/dir/h.txt"], "does not exist"),
+])
+def test_bad_runner_options(chain12, args, pattern):
+    r = qnnrt("run", chain12.model, *args)
+    assert r.returncode == 1 and pattern in r.stderr, r.stderr
