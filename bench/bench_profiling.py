@@ -23,8 +23,9 @@ def run(program: Path, level: str, heap: bool, iterations: int) -> list[float]:
     from qnnrt.profiling.exec_profile import ExecutionProfiler
     prof = ExecutionProfiler(level) if level != "off" else None
     with tempfile.TemporaryDirectory() as d:
-        with qnnrt.load(program, profile_level=level, exec_profiler=prof,
-                        heap_profiling_path=str(Path(d) / "heap.txt") if heap else None) as prog:
+        opts = qnnrt.LoadOptions(profile_level=level, exec_profiler=prof,
+                                 heap_profiling_path=str(Path(d) / "heap.txt") if heap else None)
+        with qnnrt.load(program, options=opts) as prog:
             m = prog.method()
             feed = random_inputs(m.inputs, 0)
             prog.run(m.name, feed)

@@ -60,8 +60,8 @@ def overhead(program, iterations):
     cpu_segment.CpuSegment.run = timed
     try:
         prof = ExecutionProfiler("basic")
-        with qnnrt.load(program, residency="lazy", profile_level="basic",
-                        exec_profiler=prof) as prog:
+        with qnnrt.load(program, residency="lazy",
+                        options=qnnrt.LoadOptions(profile_level="basic", exec_profiler=prof)) as prog:
             m = prog.method()
             feed = feed_for(m)
             prog.run(m.name, feed)  # contexts created, caches warm

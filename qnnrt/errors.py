@@ -5,6 +5,33 @@ Subclasses say which part of the input was wrong, so callers can react without p
 """
 from __future__ import annotations
 
+# what a user can do about the QNN error codes whose cause we know
+PD_EXHAUSTION_REMEDY = (
+    "the accelerator's protection-domain (PD) address space is exhausted: too many contexts (or "
+    "too large ones) are alive at once. Keep fewer contexts live: run with the default "
+    "residency 'auto' (it evicts and retries), or 'sequential' / 'bounded:K'; free contexts you no "
+    "longer need; or compile larger partitions into fewer context binaries.")
+
+_REMEDIES = {
+    1002: "an allocation failed in the QNN backend; free contexts you no longer need, or run "
+    "with residency 'auto', 'bounded:K' or 'sequential' to keep fewer contexts live.",
+    1000: "the backend does not support this feature here (some features, e.g. DSP "
+    "memory profiling, exist on devices only).",
+    1008: "the binary was built for another QNN/SoC version; rebuild it for this backend.",
+    5004: "the context binary's version is not supported by this QNN library; rebuild it with a "
+          "matching QNN SDK.",
+    5005: "the file is not a valid QNN context binary for this backend (corrupt, truncated, or "
+          "built for another backend); rebuild it.",
+    6002: "no graph of that name is in the context; `qnnrt inspect` lists the graphs.",
+    14001: "the device config was rejected; check --soc / the SoC model number.",
+}
+
+
+def remedy_for(code: int, log_tail: list[str]) -> str:
+    if code == 1002 and any("available PD" in line for line in log_tail):
+        return PD_EXHAUSTION_REMEDY
+    return _REMEDIES.get(code, "")
+
 
 class QnnrtError(Exception):
     """Base of every error qnnrt raises for bad input or a failed QNN call."""
@@ -24,6 +51,10 @@ class InputError(QnnrtError):
 
 class BuildError(QnnrtError):
     """Partitioning or compiling a model failed."""
+
+
+class KernelError(QnnrtError):
+    """A CPU kernel of an ExecuTorch program got arguments it cannot run (names the op)."""
 
 
 class QnnError(QnnrtError):
@@ -48,6 +79,11 @@ class QnnError(QnnrtError):
     def is_pd_exhaustion(self) -> bool:
         """True when the failure is the accelerator's protection-domain address space running out."""
         return self.code == 1002 and any("available PD" in line for line in self.log_tail)
+
+    @property
+    def is_not_supported(self) -> bool:
+        """QNN_COMMON_ERROR_NOT_SUPPORTED: the backend lacks the feature (e.g. device-only ones)."""
+        return self.code == 1000
 
     @property
     def is_out_of_memory(self) -> bool:

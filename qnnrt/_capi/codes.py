@@ -1,4 +1,4 @@
-"""QNN error codes -> names, and what a user can do about the ones we understand."""
+"""QNN error codes -> names (the remedies users read live in qnnrt.errors)."""
 from __future__ import annotations
 
 _BASES = {"COMMON": 1000, "PROPERTY": 2000, "OP_PACKAGE": 3000, "BACKEND": 4000, "CONTEXT": 5000,
@@ -49,27 +49,6 @@ ERROR_NAMES: dict[int, str] = {
 NOT_SUPPORTED = 1000
 MEM_ALLOC = 1002
 
-PD_EXHAUSTION_REMEDY = (
-    "the accelerator's protection-domain (PD) address space is exhausted: too many contexts (or "
-    "too large ones) are alive at once. Keep fewer contexts live: run with the default "
-    "residency 'auto' (it evicts and retries), or 'sequential' / 'bounded:K'; free contexts you no "
-    "longer need; or compile larger partitions into fewer context binaries.")
-
-_REMEDIES = {
-    MEM_ALLOC: "an allocation failed in the QNN backend; free contexts you no longer need, or run "
-               "with residency 'auto', 'bounded:K' or 'sequential' to keep fewer contexts live.",
-    NOT_SUPPORTED: "the backend does not support this feature here (some features, e.g. DSP "
-                   "memory profiling, exist on devices only).",
-    1008: "the binary was built for another QNN/SoC version; rebuild it for this backend.",
-    5004: "the context binary's version is not supported by this QNN library; rebuild it with a "
-          "matching QNN SDK.",
-    5005: "the file is not a valid QNN context binary for this backend (corrupt, truncated, or "
-          "built for another backend); rebuild it.",
-    6002: "no graph of that name is in the context; `qnnrt inspect` lists the graphs.",
-    14001: "the device config was rejected; check --soc / the SoC model number.",
-}
-
-
 def code_of(handle: int) -> int:
     """The error code inside a 64-bit Qnn_ErrorHandle_t (its low 16 bits)."""
     return int(handle) & 0xFFFF
@@ -77,9 +56,3 @@ def code_of(handle: int) -> int:
 
 def error_name(code: int) -> str:
     return ERROR_NAMES.get(code, f"QNN_ERROR_{code}")
-
-
-def remedy_for(code: int, log_tail: list[str]) -> str:
-    if code == MEM_ALLOC and any("available PD" in line for line in log_tail):
-        return PD_EXHAUSTION_REMEDY
-    return _REMEDIES.get(code, "")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from qnnrt.errors import QnnError, QnnrtError
+from qnnrt.units import format_bytes
 
 
 def add_parser(sub) -> None:
@@ -60,7 +61,7 @@ def _reference(program: Path) -> tuple[dict, dict]:
 def run(args) -> int:
     from qnnrt.cli.io_files import write_outputs
     from qnnrt.cli.run import latency_stats
-    from qnnrt.runtime.program import load
+    from qnnrt.loader import LoadOptions, load
     preset = args.preset
     iterations = args.iteration if args.iteration is not None else (3 if preset == "tiny" else 2)
     if iterations < 1:
@@ -74,7 +75,7 @@ def run(args) -> int:
         print("\n1) residency eager: create every context up front (what ExecuTorch / ORT do)")
         t0 = time.perf_counter()
         try:
-            with load(program, residency="eager", log_level=args.log_level):
+            with load(program, residency="eager", options=LoadOptions(log_level=args.log_level)):
                 print("   all contexts fit (this machine's PD budget is larger than expected)")
         except QnnError as e:
             first = str(e).splitlines()[0]
@@ -86,8 +87,8 @@ def run(args) -> int:
 
     heap_path = out_dir / "heap.txt"
     t0 = time.perf_counter()
-    with load(program, residency=args.residency, log_level=args.log_level,
-              heap_profiling_path=str(heap_path)) as prog:
+    with load(program, residency=args.residency,
+              options=LoadOptions(log_level=args.log_level, heap_profiling_path=str(heap_path))) as prog:
         method = prog.method("forward")
         latencies, first_s, outputs = [], None, None
         for it in range(iterations):
@@ -98,13 +99,12 @@ def run(args) -> int:
             write_outputs(out_dir, it, outputs, npy=(it == iterations - 1))
             print(f"   iteration {it}: {latencies[-1]:.1f} ms", flush=True)
         res = prog.pool.summary()
-        pd_total = sum(res["pd_estimate_bytes"].values())
     err = max(float(np.abs(outputs[k] - reference[k]).max()) for k in reference)
     lat = latency_stats(latencies)
     print(f"\nqnnrt demo ({preset}): {program}")
     print(f"  contexts      {res['contexts_total']} context binaries, one QNN graph call each "
           f"per iteration; {method.describe()['cpu_segments']} CPU segments (ONNX Runtime)")
-    print(f"  PD estimates  {pd_total / 2**20:.0f} MiB summed over all contexts "
+    print(f"  PD estimates  {format_bytes(res['pd_estimate_total_bytes'])} summed over all contexts "
           f"(QNN's verbose log; the simulator's PD budget is ~3.64 GB)")
     cap = res["capacity_found"]
     print(f"  residency     {res['policy']}: peak live {res['peak_live']}, creates {res['creates']}, "

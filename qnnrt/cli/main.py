@@ -91,7 +91,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except ImportError as e:  # a broken install: say what is missing, never drop the command
+        print(f"qnnrt: error: a qnnrt command failed to import ({e}); reinstall qnnrt "
+              f"(pip install -e .) and its dependencies", file=sys.stderr)
+        return 1
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse: bad usage is a user error (1), --help / --version are 0

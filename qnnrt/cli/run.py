@@ -2,17 +2,18 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from qnnrt.cli.io_files import (parse_inputs_arg, random_inputs, read_input_list,
-                                     write_outputs)
-from qnnrt.progress import ProgressBar
+from qnnrt.cli.io_files import parse_inputs_arg, random_inputs, read_input_list, write_outputs
+from qnnrt.core.profile import PROFILE_LEVELS
 from qnnrt.errors import QnnrtError
+from qnnrt.units import format_bytes
+from qnnrt.fileio import check_output_path, write_atomic
+from qnnrt.progress import ProgressBar
 
 
 def add_parser(sub) -> None:
@@ -37,7 +38,7 @@ def add_parser(sub) -> None:
     p.add_argument("--check-repeat", action="store_true",
                    help="fail unless every iteration's outputs equal the first's for equal inputs")
     p.add_argument("--heap-profiling-path", help="write the heap profile (two lines + .json)")
-    p.add_argument("--profile-level", default="off", choices=["off", "basic", "detailed"])
+    p.add_argument("--profile-level", default="off", choices=list(PROFILE_LEVELS))
     p.add_argument("--profile-path", help="write the execution profile (JSON + CSV)")
     p.add_argument("--seed", type=int, default=0, help="seed of random inputs (default 0)")
     p.add_argument("--log-level", default="warn",
@@ -66,22 +67,23 @@ def _exec_profiler(level: str):
 
 
 def run(args) -> int:
-    from qnnrt.runtime.program import load
+    from qnnrt.loader import LoadOptions, load
     if args.iteration < 1 or args.warm_up < 0:
         raise QnnrtError("--iteration must be >= 1 and --warm-up >= 0")
     if args.graph and Path(args.path).suffix != ".bin" and not Path(args.path).is_file():
         raise QnnrtError("--graph applies to a context binary (.bin); use --method for programs")
     for flag, val in (("--report", args.report), ("--profile-path", args.profile_path),
                       ("--heap-profiling-path", args.heap_profiling_path)):
-        if val and not Path(val).resolve().parent.is_dir():
-            raise QnnrtError(f"{flag} {val}: folder {Path(val).resolve().parent} does not exist")
+        if val:
+            check_output_path(val, flag)  # before the work: a bad path never costs a run
     t_start = time.perf_counter()
     bar = ProgressBar("creating contexts") if sys.stderr.isatty() else None
     profiler = _exec_profiler(args.profile_level)
     prog = load(args.path, residency=args.residency, soc=args.soc, backend_lib=args.backend_lib,
-                log_level=args.log_level, graph=args.graph,
-                heap_profiling_path=args.heap_profiling_path, profile_level=args.profile_level,
-                exec_profiler=profiler, progress=bar.update if bar else None)
+                options=LoadOptions(log_level=args.log_level, graph=args.graph,
+                                    heap_profiling_path=args.heap_profiling_path,
+                                    profile_level=args.profile_level, exec_profiler=profiler,
+                                    progress=bar.update if bar else None))
     try:
         if bar:
             bar.done()
@@ -157,9 +159,7 @@ def run(args) -> int:
             profiler.write(args.profile_path)
     _print_summary(report, method, out_dir, profiler, args)
     if args.report:
-        tmp = Path(args.report).with_suffix(".tmp")
-        tmp.write_text(json.dumps(report, indent=2))
-        os.replace(tmp, args.report)
+        write_atomic(args.report, json.dumps(report, indent=2), "report")
         print(f"report: {args.report}")
     if mismatches:
         it, name, outs = mismatches[0]
@@ -186,8 +186,8 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
         print(f"    {name}: median {st['median']:.3f} ms over {len(st['all'])} iteration(s)")
     if res.get("pd_estimate_total_bytes"):
         print(f"  PD (accelerator address space, QNN's estimates): all contexts "
-              f"{res['pd_estimate_total_bytes'] / 2**20:.1f} MiB, peak live "
-              f"{res['pd_peak_bytes'] / 2**20:.1f} MiB")
+              f"{format_bytes(res['pd_estimate_total_bytes'])}, peak live "
+              f"{format_bytes(res['pd_peak_bytes'])}")
     if args.check_repeat:
         print(f"  check-repeat: {r['check_repeat']['mismatches']} mismatching iteration(s)")
     if out_dir is not None:

@@ -75,7 +75,8 @@ class BuildReport:
                     if self.cpu_reasons else ""),
                  f"  partitions  {self.partitions} per method",
                  f"  binaries    {self.binaries}, {format_bytes(self.total_bytes)} total"
-                 + (f" (min {format_bytes(min(sizes))}, median {format_bytes(sorted(sizes)[len(sizes) // 2])}, max {format_bytes(max(sizes))})"
+                 + (f" (min {format_bytes(min(sizes))}, median {format_bytes(sorted(sizes)[len(sizes) // 2])}, "
+                    f"max {format_bytes(max(sizes))})"
                     if sizes else ""),
                  f"  cache       {self.cache_hits} hit(s), {self.cache_misses} compiled",
                  f"  time        {self.seconds:.1f} s ({self.compile_seconds:.1f} s compiling)"]

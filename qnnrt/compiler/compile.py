@@ -242,7 +242,8 @@ class CompileCache:
         tmp_root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=tmp_root))
         shutil.copyfile(unit.bin_path, tmp / "context.bin")
-        meta = {"key": unit.key, "size": unit.size, "sha256": _sha256(tmp / "context.bin"), "members": [[asdict(n) for n in m] for m in unit.members],
+        meta = {"key": unit.key, "size": unit.size, "sha256": _sha256(tmp / "context.bin"),
+                "members": [[asdict(n) for n in m] for m in unit.members],
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         final.parent.mkdir(parents=True, exist_ok=True)

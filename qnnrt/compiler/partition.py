@@ -22,7 +22,7 @@ import heapq
 import onnx
 from onnx import helper
 
-from qnnrt.formats.onnx_graph import node_reads
+from qnnrt.formats.onnx_graph import node_reads, tensor_type
 from qnnrt.errors import BuildError
 
 # Ops with subgraphs (and ops QNN never takes) always run on the CPU.
@@ -95,13 +95,8 @@ class PartitionPlan:
 
 
 def _type_of(vi_type: onnx.TypeProto) -> TensorType | None:
-    if not vi_type.HasField("tensor_type"):
-        return None
-    tt = vi_type.tensor_type
-    shape = None
-    if tt.HasField("shape"):
-        shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
-    return TensorType(tt.elem_type, shape)
+    t = tensor_type(vi_type)
+    return TensorType(*t) if t is not None else None
 
 
 def _constant_value(n: onnx.NodeProto) -> onnx.TensorProto | None:

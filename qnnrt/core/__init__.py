@@ -1,10 +1,11 @@
 """Owned handles over the QNN ABI: explicit lifetimes, context managers, idempotent close."""
+from qnnrt._capi.library import QnnLibrary, open_library
 from qnnrt.core.backend import Backend
 from qnnrt.core.binary import BinaryInfo, ContextBinary, GraphSpec
 from qnnrt.core.context import Context
 from qnnrt.core.graph import Graph
-from qnnrt.core.profile import Profile
+from qnnrt.core.profile import PROFILE_LEVELS, Profile
 from qnnrt.core.tensor import Quantization, TensorSpec
 
 __all__ = ["Backend", "ContextBinary", "BinaryInfo", "GraphSpec", "Context", "Graph", "Profile",
-           "TensorSpec", "Quantization"]
+           "TensorSpec", "Quantization", "QnnLibrary", "open_library", "PROFILE_LEVELS"]

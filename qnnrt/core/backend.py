@@ -14,7 +14,7 @@ from qnnrt._capi import codes
 from qnnrt._capi import types as T
 from qnnrt._capi.library import QnnLibrary, open_library
 from qnnrt._capi.log import make_log_callback
-from qnnrt.errors import QnnError, QnnrtError
+from qnnrt.errors import QnnError, QnnrtError, remedy_for
 from qnnrt.soc import parse_soc
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class LogBook:
             return [t for _, lvl, t in self._lines if lvl <= max_level][-n:]
 
 
-_live_backends: "weakref.WeakSet[Backend]" = weakref.WeakSet()
+_live_backends: weakref.WeakSet[Backend] = weakref.WeakSet()
 
 
 @atexit.register
@@ -107,7 +107,7 @@ class Backend:
         lines = self.log.since(mark, max_level=2) if mark is not None else self.log.tail()
         lines = lines[-12:]
         raise QnnError(function, code, codes.error_name(code), self.lib.error_message(rc),
-                       lines, codes.remedy_for(code, lines), context)
+                       lines, remedy_for(code, lines), context)
 
     # -- device ----------------------------------------------------------------------------
     def device_config_type(self):
@@ -149,7 +149,8 @@ class Backend:
         return self._log_level
 
     # -- contexts --------------------------------------------------------------------------
-    def _register(self, child) -> None:
+    def adopt(self, child) -> None:
+        """Take ownership of a context or profile made on this backend: freed before it, newest first."""
         """Record a context or profile created on this backend; it is closed before the backend."""
         with self._lock:
             if self._closed:
@@ -161,7 +162,7 @@ class Backend:
         with self._lock:
             return [c for c in (r() for r in self._children) if c is not None and not c.closed]
 
-    def live_contexts(self) -> list["Context"]:
+    def live_contexts(self) -> list[Context]:
         from qnnrt.core.context import Context
         return [c for c in self._live_children() if isinstance(c, Context)]
 
@@ -191,7 +192,7 @@ class Backend:
                 self.log_handle = C.c_void_p()
             _live_backends.discard(self)
 
-    def __enter__(self) -> "Backend":
+    def __enter__(self) -> Backend:
         return self
 
     def __exit__(self, *exc) -> None:

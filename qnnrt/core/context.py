@@ -49,7 +49,7 @@ class Context:
         backend.check(rc, "contextCreateFromBinary", mark, f"for {binary.where}")
         self._closed = False
         try:
-            backend._register(self)
+            backend.adopt(self)
         except BaseException:
             self.close()
             raise
@@ -84,14 +84,13 @@ class Context:
                 return
             self._closed = True
             for g in self._graphs.values():
-                with g._lock:  # an execution in progress on another thread finishes first
-                    g._invalidate()
+                g.invalidate()  # waits for an execution in progress on another thread
             self._graphs.clear()
             if self.handle:
                 self.backend.api.contextFree(self.handle, profile.handle if profile else None)
             self.handle = C.c_void_p()
 
-    def __enter__(self) -> "Context":
+    def __enter__(self) -> Context:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import ctypes as C
 import threading
-from typing import TYPE_CHECKING, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,7 +23,7 @@ class Graph:
     once and reused; outputs are returned as fresh arrays, so a later execution never changes what
     an earlier one returned."""
 
-    def __init__(self, context: "Context", spec: GraphSpec, handle: C.c_void_p):
+    def __init__(self, context: Context, spec: GraphSpec, handle: C.c_void_p):
         self.context = context
         self.spec = spec
         self.name = spec.name
@@ -46,9 +47,11 @@ class Graph:
     def outputs(self) -> tuple:
         return self.spec.outputs
 
-    def _invalidate(self) -> None:
-        self._valid = False
-        self.handle = C.c_void_p()
+    def invalidate(self) -> None:
+        """The context is being freed: wait for a running execution, then refuse new ones."""
+        with self._lock:
+            self._valid = False
+            self.handle = C.c_void_p()
 
     def _ordered(self, inputs) -> list:
         where = f"graph {self.name!r}"
@@ -70,13 +73,20 @@ class Graph:
                              f"{len(self._input_names)} ({self._input_names})")
         return list(inputs)
 
-    def execute(self, inputs, profile: "Profile | None" = None,
-                dequantize: "bool | Sequence[bool]" = True) -> dict[str, np.ndarray]:
+    def execute(self, inputs, profile: Profile | None = None,
+                dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
         """Run the graph. Fixed-point outputs are dequantized to float32 unless `dequantize` is
         False (then the raw integers are returned); a sequence decides per output, in order."""
         values = self._ordered(inputs)
         where = f"graph {self.name!r}"
         arrays = [prepare_input(s, v, where) for s, v in zip(self.spec.inputs, values)]
+        return self.execute_prepared(arrays, profile, dequantize)
+
+    def execute_prepared(self, arrays: Sequence[np.ndarray], profile: Profile | None = None,
+                         dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
+        """`execute` for callers that already validated: `arrays` in input order, each of the
+        tensor's dtype and shape and C-contiguous (what `prepare_input` returns). No checks."""
+        where = f"graph {self.name!r}"
         with self._lock:
             if not self._valid or self.context.closed:
                 raise QnnrtError(f"{where}: its context {self.context.name!r} was freed; "

@@ -9,6 +9,10 @@ from qnnrt.core.backend import Backend
 from qnnrt.errors import QnnrtError
 
 
+# the levels users choose ("off" creates no QNN profile); the ABI numbers are in _capi.types
+PROFILE_LEVELS = ("off", "basic", "detailed")
+
+
 class Profile:
     """Owns one QNN profile handle. `events()` returns the events recorded since the last call as
     `{"name", "type", "unit", "value", "sub": [...]}` trees (QNN accumulates; we read, then reset by
@@ -24,7 +28,7 @@ class Profile:
         mark = backend.log.mark()
         backend.check(backend.api.profileCreate(backend.handle, T.PROFILE_LEVELS[level],
                                                 C.byref(self.handle)), "profileCreate", mark)
-        backend._register(self)
+        backend.adopt(self)
 
     @property
     def closed(self) -> bool:
@@ -67,7 +71,7 @@ class Profile:
             self.backend.api.profileFree(self.handle)
         self.handle = C.c_void_p()
 
-    def __enter__(self) -> "Profile":
+    def __enter__(self) -> Profile:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -22,20 +22,29 @@ Semantics follow PyTorch's eager CPU operators:
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from qnnrt.errors import QnnrtError
+from qnnrt.errors import KernelError
 
-__all__ = ["KernelError", "KernelDef", "OutInfo", "KERNELS", "register_kernel", "get_kernel",
-           "missing_operators", "supported_operators", "promote_types", "result_type", "can_cast",
-           "cast_to_out", "run_kernel"]
-
-
-class KernelError(QnnrtError):
-    """A CPU kernel was given arguments its operator does not accept."""
+__all__ = [
+    "KERNELS",
+    "KernelDef",
+    "KernelError",
+    "OutInfo",
+    "can_cast",
+    "cast_to_out",
+    "get_kernel",
+    "missing_operators",
+    "promote_types",
+    "register_kernel",
+    "result_type",
+    "run_kernel",
+    "supported_operators",
+]
 
 
 @dataclass(frozen=True)
@@ -254,7 +263,9 @@ def _wrap_dim(d: int, ndim: int, op: str) -> int:
 
 
 def _scalar_type(code, what: str, op: str) -> np.dtype:
-    from qnnrt.executorch.reader import scalar_type_to_numpy   # late import: formats -> runtime is fine
+    from qnnrt.executorch.reader import (
+        scalar_type_to_numpy,  # late import: formats -> runtime is fine
+    )
     dt = scalar_type_to_numpy(int(code))
     if dt is None:
         raise KernelError(f"{op}: {what} ScalarType {code} is not supported by qnnrt's CPU kernels")
@@ -680,8 +691,7 @@ def slice_copy_out(self, dim=0, start=None, end=None, step=1, out=None):
         e += n
     s = min(max(s, 0), n)
     e = min(max(e, 0), n)
-    if e < s:
-        e = s
+    e = max(e, s)
     idx = [slice(None)] * x.ndim
     idx[d] = slice(s, e, step)
     return np.array(x[tuple(idx)], copy=True, order="C")

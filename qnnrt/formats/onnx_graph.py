@@ -53,3 +53,20 @@ def rename_outer_refs(node: onnx.NodeProto, rename: Callable[[str], str]) -> Non
 
     for sg in subgraphs(node):
         walk(sg, set())
+
+
+Dims = list[int | str | None]
+
+
+def tensor_type(vi_type: onnx.TypeProto) -> tuple[int, Dims | None] | None:
+    """(element type, dims) of a tensor type; dims None when the rank is unknown, a dim is its
+    value, its symbolic name, or None. None when it is not a tensor of a known element type."""
+    if not vi_type.HasField("tensor_type"):
+        return None
+    tt = vi_type.tensor_type
+    if not tt.elem_type:
+        return None
+    dims: Dims | None = None
+    if tt.HasField("shape"):
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+    return tt.elem_type, dims

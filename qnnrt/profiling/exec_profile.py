@@ -17,11 +17,12 @@ import re
 import threading
 from typing import Any, Iterable
 
+from qnnrt.core.profile import PROFILE_LEVELS
+from qnnrt.errors import QnnrtError
 from qnnrt.fileio import check_output_path, write_atomic
 
 __all__ = ["ExecutionProfiler", "PROFILE_LEVELS", "PHASES", "clean_op_name", "classify_event"]
 
-PROFILE_LEVELS = ("off", "basic", "detailed")
 PHASES = ("context_create", "execute", "context_free")
 
 _TIMED = re.compile(r"^\s*(?P<who>qnn|accelerator)\s*\((?P<action>[^)]*)\)\s*time\s*(?:\((?P<suffix>[^)]*)\))?\s*$",
@@ -112,7 +113,7 @@ class ExecutionProfiler:
 
     def __init__(self, level: str = "basic") -> None:
         if level not in PROFILE_LEVELS:
-            raise ValueError(f"profile level must be one of {PROFILE_LEVELS}, not {level!r}")
+            raise QnnrtError(f"profile level must be one of {PROFILE_LEVELS}, not {level!r}")
         self.level = level
         self._lock = threading.Lock()
         self._graphs: dict[tuple[str, str], _GraphStats] = {}

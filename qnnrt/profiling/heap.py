@@ -16,13 +16,13 @@ Sources (each says whether it works here, and why not):
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import threading
 import time
 from collections import Counter
 from typing import Any, Callable, Protocol, runtime_checkable
 
+from qnnrt._capi.libc import mallinfo_reader
 from qnnrt.fileio import check_output_path, write_atomic
 
 __all__ = ["HeapSource", "HostHeapSource", "PdEstimateSource", "DspHeapSource", "HeapProfiler",
@@ -45,23 +45,6 @@ class HeapSource(Protocol):
 
 
 # --------------------------------------------------------------------------------------------- host
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in
-                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
-
-
-class _MallInfo(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_int) for n in
-                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
-
-
-def _load_libc() -> Any:
-    try:
-        return ctypes.CDLL(None)
-    except OSError:
-        return None
-
-
 class HostHeapSource:
     """Host process heap: malloc in-use bytes (arena + mmapped chunks) and resident set size.
 
@@ -77,20 +60,8 @@ class HostHeapSource:
         self._mallinfo: Callable[[], Any] | None = None
         self._wraps = False
         notes = []
-        libc = _load_libc() if libc is None else libc
-        fn = getattr(libc, "mallinfo2", None) if libc is not None else None
-        if fn is not None:
-            fn.restype = _MallInfo2
-            self._mallinfo = fn
-            notes.append("heap_in_use from glibc mallinfo2() (uordblks + hblkhd)")
-        else:
-            fn = getattr(libc, "mallinfo", None) if libc is not None else None
-            if fn is not None:
-                fn.restype = _MallInfo
-                self._mallinfo, self._wraps = fn, True
-                notes.append("heap_in_use from mallinfo() (glibc < 2.33: 32-bit counters wrap at 4 GiB)")
-            else:
-                notes.append("no mallinfo2/mallinfo in this C library (not glibc): heap_in_use unavailable")
+        self._mallinfo, self._wraps, note = mallinfo_reader(libc)
+        notes.append(note)
         self._has_rss = self._read_rss() is not None
         notes.append("rss from VmRSS" if self._has_rss else f"no VmRSS in {status_path}")
         self.supported = self._mallinfo is not None or self._has_rss

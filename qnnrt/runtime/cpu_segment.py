@@ -7,7 +7,7 @@ import onnx
 from onnx import helper
 
 from qnnrt.errors import FormatError
-from qnnrt.formats.onnx_graph import node_reads
+from qnnrt.formats.onnx_graph import node_reads, tensor_type
 
 
 def _session_options():
@@ -54,11 +54,9 @@ class CpuSegment:
             inferred = model
         self.output_types: dict[str, tuple[int, list]] = {}
         for vi in list(inferred.graph.output) + list(inferred.graph.value_info):
-            tt = vi.type.tensor_type
-            if vi.name in outputs and tt.elem_type:
-                dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                        for d in tt.shape.dim] if tt.HasField("shape") else None
-                self.output_types[vi.name] = (tt.elem_type, dims)
+            t = tensor_type(vi.type)
+            if vi.name in outputs and t is not None:
+                self.output_types[vi.name] = t
         import onnxruntime as ort
         try:
             self.session = ort.InferenceSession(model.SerializeToString(), _session_options(),

@@ -13,7 +13,7 @@ from qnnrt.core import ContextBinary
 from qnnrt.core.tensor import TensorSpec, prepare_input
 from qnnrt.errors import FormatError, InputError
 from qnnrt.formats.epcontext import EPContextModel, is_epcontext
-from qnnrt.formats.onnx_graph import node_reads
+from qnnrt.formats.onnx_graph import node_reads, tensor_type
 from qnnrt.runtime.cpu_segment import CpuSegment
 
 
@@ -139,14 +139,7 @@ def _elem_of(dtype: np.dtype) -> int:
 
 
 def _vi_type(vi: onnx.ValueInfoProto) -> tuple[int, list] | None:
-    tt = vi.type.tensor_type
-    if not tt.elem_type:
-        return None
-    dims = None
-    if tt.HasField("shape"):
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                for d in tt.shape.dim]
-    return tt.elem_type, dims
+    return tensor_type(vi.type)
 
 
 def _iospec(name: str, t: tuple[int, list] | None, where: str) -> IOSpec:

@@ -17,11 +17,10 @@ import bisect
 import re
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
 
-from qnnrt._capi.codes import NOT_SUPPORTED
 from qnnrt.core import Backend, Context, ContextBinary, Profile
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.units import SIZE_RE, to_bytes
@@ -37,7 +36,7 @@ class Residency:
     max_bytes: int | None = None
 
     @classmethod
-    def parse(cls, text: "str | Residency") -> "Residency":
+    def parse(cls, text: str | Residency) -> Residency:
         if isinstance(text, Residency):
             return text
         t = str(text).strip().lower()
@@ -92,7 +91,7 @@ class ContextPool:
     """
 
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary],
-                 residency: "Residency | str" = "auto", hooks=None,
+                 residency: Residency | str = "auto", hooks=None,
                  pd_estimate: Callable[[list[str]], int | None] | None = None,
                  profiler=None):
         self.backend = backend
@@ -162,7 +161,7 @@ class ContextPool:
             ctx = Context(self.backend, self.binaries[key], name=key, profile=profile,
                           dsp_memory_profiling=True)
         except QnnError as e:
-            if state != "probe" or e.code != NOT_SUPPORTED:
+            if state != "probe" or not e.is_not_supported:
                 raise
             self.hooks.dsp.mark_unsupported(
                 "DSP memory profiling is not supported by this backend (QNN error 1000 on "

@@ -140,7 +140,8 @@ def test_missing_initializer_is_a_clear_error():
 
 
 def test_double_definition_is_a_clear_error():
-    m = _tiny_model([helper.make_node("Relu", ["x"], ["y"], name="a"), helper.make_node("Relu", ["x"], ["y"], name="b")])
+    m = _tiny_model([helper.make_node("Relu", ["x"], ["y"], name="a"),
+                     helper.make_node("Relu", ["x"], ["y"], name="b")])
     with pytest.raises(BuildError, match="defined more than once"):
         P.analyze_model(m)
 

@@ -159,7 +159,7 @@ def test_bad_binary_files(tmp_path, content):
     p = tmp_path / "bad.bin"
     p.write_bytes(content)
     with pytest.raises(FormatError):
-        ContextBinary(p).info
+        _ = ContextBinary(p).info
 
 
 def test_missing_binary_file(tmp_path):

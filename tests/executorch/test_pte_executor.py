@@ -149,7 +149,9 @@ def test_shared_delegate_two_methods(tmp_path):
     assert keys == {("segment", 0)}
     graphs_run = []
     for name, meth in prog.methods.items():
-        def runner(i, xs, graph=meth.graph_name(0)):
+        graph0 = meth.graph_name(0)
+
+        def runner(i, xs, graph=graph0):
             graphs_run.append(graph)
             return [xs[0] * (2 if graph == "prefill" else 3)]
         r = PteMethodRunner(meth, runner)

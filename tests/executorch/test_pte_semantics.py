@@ -5,6 +5,10 @@ across runs, 0-d inputs run through the program adapter."""
 import numpy as np
 import pytest
 from qnnrt.executorch import kernels as K
+from qnnrt.executorch.reader import read_pte
+from qnnrt.executorch.interpreter import PteMethodRunner
+from qnnrt.executorch.program import PteMethodAdapter
+from tests.helpers.pte_writer import PteBuilder
 
 I8, U8, F32 = np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.float32)
 
@@ -47,10 +51,6 @@ def test_squeeze_duplicate_dims_rejected_like_torch():
     with pytest.raises(K.KernelError):
         K.run_kernel("aten::squeeze_copy.dims_out", [np.zeros((1, 3), F32), [0, 0]], K.OutInfo(F32))
 
-from qnnrt.executorch.reader import read_pte
-from qnnrt.executorch.interpreter import PteMethodRunner
-from qnnrt.executorch.program import PteMethodAdapter
-from tests.helpers.pte_writer import PteBuilder
 
 f32 = np.float32
 

@@ -143,7 +143,7 @@ def test_off_level_records_nothing_and_bad_level_raises():
     assert not p.enabled
     p.record("execute", "g", "c", RUN1)
     assert p.to_json()["graphs"] == [] and p.summary_table() == "Execution profile: off"
-    with pytest.raises(ValueError, match="off"):
+    with pytest.raises(QnnrtError, match="off"):
         ExecutionProfiler("verbose")
 
 

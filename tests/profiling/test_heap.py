@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from qnnrt._capi.libc import MallInfo
 from qnnrt.errors import QnnrtError
 from qnnrt.profiling import heap as heap_mod
 from qnnrt.profiling.heap import (DSP_AFTER_EVENT, DSP_BEFORE_EVENT, DspHeapSource, HeapProfiler,
@@ -252,7 +253,7 @@ def test_events_after_close_are_ignored_and_counted(tmp_path):
 def test_marks_keep_the_timeline_json_serializable(tmp_path):
     prof = HeapProfiler(sources=[FakeHost()], clock=lambda: 0.0)    # constant clock: equal entries
     prof.before_create("a"); prof.after_create("a", True)
-    prof.mark("evict", context="a", path=tmp_path, victims={"a", "a"}, reason="budget")
+    prof.mark("evict", context="a", path=tmp_path, victims={"a"}, reason="budget")
     prof.after_free("a")
     prof.before_create("a"); prof.after_create("a", True); prof.after_free("a")
     prof.close(str(tmp_path / "h.txt"))
@@ -487,7 +488,7 @@ def test_host_source_falls_back_to_mallinfo_then_rss_only(tmp_path):
     class OldLibc:
         @staticmethod
         def mallinfo():
-            m = heap_mod._MallInfo()
+            m = MallInfo()
             m.uordblks, m.hblkhd = -2, 5          # wrapped 32-bit counter
             return m
 

@@ -25,7 +25,7 @@ def belady_misses(n: int, k: int, iterations: int = 12) -> int:
             continue
         misses[t // n] += 1
         if len(cache) >= k:
-            def next_use(c):
+            def next_use(c, t=t):
                 return next((u for u in range(t + 1, len(order)) if order[u] == c), 1 << 30)
             cache.remove(max(cache, key=next_use))
         cache.add(key)

@@ -14,8 +14,8 @@ TOL = dict(rtol=3e-2, atol=3e-2)
 X = np.linspace(-2, 2, WIDTH, dtype=np.float32)[None]
 
 
-def run_chain(model, residency, iterations=2, **kw):
-    with qnnrt.load(model, residency=residency, **kw) as prog:
+def run_chain(model, residency, iterations=2, **options):
+    with qnnrt.load(model, residency=residency, options=qnnrt.LoadOptions(**options)) as prog:
         outs = [prog.run(None, {"x": X}) for _ in range(iterations)]
         return outs, prog.pool.summary()
 
@@ -86,7 +86,8 @@ def test_corrupt_binary_among_good_ones(tmp_path, distinct_binaries):
     for policy in ("eager", "lazy", "auto"):
         heap = tmp_path / f"heap_{policy}.txt"
         with pytest.raises(FormatError) as ei:
-            qnnrt.load(chain.model, residency=policy, heap_profiling_path=str(heap))
+            qnnrt.load(chain.model, residency=policy,
+                       options=qnnrt.LoadOptions(heap_profiling_path=str(heap)))
         assert "c003.bin" in str(ei.value) and "truncated" in str(ei.value)
         stats = json.loads(heap.with_name(heap.name + ".json").read_text())["stats"]
         assert stats["live"] == 0 and stats["creates"] == 0
@@ -97,7 +98,8 @@ def test_creation_failure_mid_load_leaks_nothing(chain_pd, tmp_path):
     the failure is freed, the heap counter ends at zero, and the error names the context."""
     heap = tmp_path / "heap.txt"
     with pytest.raises(QnnError) as ei:
-        qnnrt.load(chain_pd.model, residency="eager", heap_profiling_path=str(heap))
+        qnnrt.load(chain_pd.model, residency="eager",
+                   options=qnnrt.LoadOptions(heap_profiling_path=str(heap)))
     assert ".bin" in str(ei.value)
     tl = json.loads(heap.with_name("heap.txt.json").read_text())
     assert tl["stats"]["live"] == 0 and tl["stats"]["failed_creates"] == 1
@@ -142,7 +144,8 @@ def test_two_methods_share_one_context_and_alternate(two_method_program):
 def test_heap_profile_lazy_and_bounded(chain12, tmp_path):
     for policy, more in (("lazy", False), ("bounded:3", True)):
         path = tmp_path / f"heap_{policy.replace(':', '_')}.txt"
-        with qnnrt.load(chain12.model, residency=policy, heap_profiling_path=str(path)) as prog:
+        with qnnrt.load(chain12.model, residency=policy,
+                        options=qnnrt.LoadOptions(heap_profiling_path=str(path))) as prog:
             prog.run(None, [X])
             prog.run(None, [X])
         lines = path.read_text().splitlines()

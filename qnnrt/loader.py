@@ -1,0 +1,154 @@
+"""`qnnrt.load`: open what users bring (program folder, EPContext .onnx, context binary .bin,
+ExecuTorch .pte) and hand the runtime a Program. It sits above runtime/ and executorch/ because it
+chooses between them; files are read and checked before QNN is initialised."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from qnnrt.core import Backend, ContextBinary, open_library
+from qnnrt.core.profile import PROFILE_LEVELS
+from qnnrt.errors import FormatError, QnnrtError
+from qnnrt.profiling.heap import HeapProfiler
+from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod
+from qnnrt.runtime.program import Program
+from qnnrt.runtime.residency import Residency
+
+
+@dataclass
+class LoadOptions:
+    """How `qnnrt.load` opens a program (everything but the residency, the SoC and the library).
+
+    log_level: QNN's log level (error, warn, info, verbose, debug).
+    graph: for a .bin with several graphs, run only this one.
+    heap_profiling_path: write the heap profile (two lines + JSON timeline) here at close.
+    profile_level: QNN execution profiling: off, basic or detailed.
+    exec_profiler: an `ExecutionProfiler` receiving the profile events (with profile_level).
+    progress: called as progress(done, total) while an eager load creates contexts.
+    """
+    log_level: str = "warn"
+    graph: str | None = None
+    heap_profiling_path: str | None = None
+    profile_level: str = "off"
+    exec_profiler: Any = None
+    progress: Callable[[int, int], None] | None = None
+
+
+def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: str | int | None = None,
+         backend_lib: str | os.PathLike | None = None, options: LoadOptions | None = None) -> Program:
+    """Open a program folder, an EPContext .onnx, a context binary .bin or an ExecuTorch .pte.
+
+    `soc` defaults to the SoC the artifact was built for; `backend_lib` names libQnnHtp (a file or
+    its folder) instead of discovery; `residency` is auto, eager, lazy, sequential, bounded:K or
+    bounded:<size>."""
+    opts = options or LoadOptions()
+    p = Path(path)
+    if not p.exists():
+        raise FormatError(f"{p}: no such file or folder")
+    if opts.profile_level not in PROFILE_LEVELS:
+        raise QnnrtError(f"unknown profile level {opts.profile_level!r}; use {', '.join(PROFILE_LEVELS)}")
+    policy = Residency.parse(residency)
+    lib_path = os.fspath(backend_lib) if backend_lib is not None else None
+    lib = open_library(lib_path)
+    # the heap profiler exists first: whatever fails later, its file is written (zero contexts)
+    heap = HeapProfiler(path=opts.heap_profiling_path) if opts.heap_profiling_path else None
+    binaries: dict[str, ContextBinary] = {}
+    owned: list = []
+    backend = None
+    try:
+        binaries, build, built_for = _open_source(p, lib, opts.graph, owned)
+        if soc is None:
+            soc = built_for or _soc_of(binaries)
+        backend = Backend(backend_lib=lib_path, soc=soc, log_level=opts.log_level)
+        return Program(p, binaries, build, backend, policy, heap=heap, exec_profiler=opts.exec_profiler,
+                       profile_level=opts.profile_level, progress=opts.progress, owned=owned)
+    except BaseException:
+        if heap is not None:
+            try:
+                heap.close()  # a failed load still leaves its heap file (both checkpoints)
+            except QnnrtError:
+                pass
+        for b in binaries.values():
+            b.close()
+        for c in owned:
+            c.close()
+        if backend is not None:
+            backend.close()
+        raise
+
+
+def _relkey(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _onnx_methods(models: dict[str, Path], root: Path, lib) -> tuple[dict, Callable]:
+    """Binaries referenced by EPContext models, and a builder for their methods."""
+    from qnnrt.formats.epcontext import read_epcontext_model
+    binaries: dict[str, ContextBinary] = {}
+    parsed = {name: read_epcontext_model(p, root=root) for name, p in models.items()}
+    node_key: dict[tuple[str, int], str] = {}   # (method, node index) -> pool key
+    for name, em in parsed.items():
+        for n in em.epcontext_nodes:
+            if n.binary_path is not None:
+                key = _relkey(n.binary_path, root)
+                if key not in binaries:
+                    binaries[key] = ContextBinary(n.binary_path, name=key, lib=lib)
+            elif n.embedded:
+                key = f"{models[name].name}:{n.index}:{n.name}"
+                binaries[key] = ContextBinary(buffer=n.embedded, name=key, lib=lib)
+            else:
+                continue
+            node_key[(name, n.index)] = key
+    by_graph: dict[str, str] = {}
+    for key, b in binaries.items():
+        for g in b.graphs:
+            by_graph.setdefault(g.name, key)
+    for name, em in parsed.items():  # non-main nodes: the context that holds their graph
+        for n in em.epcontext_nodes:
+            if (name, n.index) not in node_key:
+                if n.graph_name not in by_graph:
+                    raise FormatError(f"{models[name]}: EPContext node {n.name!r} names no context "
+                                      f"binary and no other node's binary has graph "
+                                      f"{n.graph_name!r}")
+                node_key[(name, n.index)] = by_graph[n.graph_name]
+
+    def build(program: Program) -> dict[str, Method]:
+        return {name: OnnxMethod(name, em, binaries, lambda n, name=name: node_key[(name, n.index)])
+                for name, em in parsed.items()}
+    return binaries, build
+
+
+def _open_source(p: Path, lib, graph: str | None, owned: list):
+    """(binaries by pool key, method builder, SoC the artifact was built for) of a program folder,
+    EPContext model, .pte or .bin; objects to close after the binaries go to `owned`."""
+    if p.is_dir():
+        from qnnrt.formats.program import read_program
+        manifest = read_program(p)
+        models = {m.name: p / m.model for m in manifest.methods}
+        return (*_onnx_methods(models, p, lib), manifest.target.get("soc_model"))
+    if p.suffix == ".onnx":
+        return (*_onnx_methods({p.stem: p}, p.parent, lib), None)
+    if p.suffix == ".pte":
+        from qnnrt.executorch.program import pte_methods
+        binaries, build, built_for, pte = pte_methods(p, lib)
+        owned.append(pte)
+        return binaries, build, built_for
+    key = p.name
+    binaries = {key: ContextBinary(p, name=key, lib=lib)}
+    specs = [binaries[key].graph(graph)] if graph is not None else binaries[key].graphs
+
+    def build(program: Program) -> dict[str, Method]:
+        return {s.name: GraphMethod(key, s) for s in specs}
+    return binaries, build, None
+
+
+def _soc_of(binaries: dict[str, ContextBinary]):
+    """The SoC model the first binary was compiled for (0 / unknown -> None: no device config)."""
+    for b in binaries.values():
+        return b.info.soc_model or None
+    return None

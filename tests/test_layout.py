@@ -1,0 +1,147 @@
+"""The shape the tree promises: layers import only downwards, one SoC table serves every layer, the
+program path validates a graph's inputs once, a broken subcommand is an error."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import flatbuffers
+import numpy as np
+import pytest
+
+import qnnrt
+from qnnrt import soc
+from qnnrt.errors import BuildError, QnnrtError
+from tests.helpers.cli_helpers import qnnrt as qnnrt_cli
+
+ROOT = Path(qnnrt.__file__).parent
+# a package may import itself and the ones listed after it (lower layers) only
+LAYERS = {
+    "_capi": set(),
+    "core": {"_capi"},
+    "formats": set(),
+    "profiling": {"_capi", "core", "formats"},
+    "runtime": {"core", "formats", "profiling"},
+    "executorch": {"core", "formats", "runtime"},
+    "compiler": {"core", "formats", "_capi"},
+    "cli": {"*"},
+}
+SHARED = {"errors", "soc", "units", "fileio", "progress"}  # beneath every layer
+
+
+def _imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("qnnrt."):
+            out.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            out.update(a.name.split(".")[1] for a in node.names if a.name.startswith("qnnrt."))
+    return out
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_layers_import_only_downwards(layer):
+    allowed = LAYERS[layer] | SHARED | {layer}
+    bad = {}
+    for f in (ROOT / layer).rglob("*.py"):
+        wrong = _imports(f) - allowed
+        if "*" not in allowed and wrong:
+            bad[str(f.relative_to(ROOT))] = sorted(wrong)
+    assert not bad, f"{layer}/ reaches up or sideways: {bad}"
+
+
+def test_runtime_never_touches_ctypes():
+    for f in (ROOT / "runtime").rglob("*.py"):
+        text = f.read_text()
+        assert "ctypes" not in text and "_capi" not in text, f
+
+
+# ------------------------------------------------------------------------------------ SoC table
+@pytest.mark.parametrize("name, model, arch", [
+    ("SM8850", 87, 81), ("SM8845", 97, 81), ("SM8750", 69, 79), ("SM8735", 85, 79), ("SM8650", 57, 75),
+    ("SM8635", 68, 73), ("SM8550", 43, 73), ("SM8475", 42, 69), ("SM8450", 36, 69), ("SM8350", 30, 68),
+    ("SC8380XP", 60, 73), ("SA8295", 39, 68), ("SA8255", 52, 73), ("SA8797", 72, 81), ("QCS9100", 77, 73),
+    ("QCM6490", 93, 68), ("SXR1230P", 45, 73), ("SXR2230P", 53, 69), ("SXR2330P", 75, 79),
+    ("SSG2115P", 46, 73), ("SSG2125P", 58, 73), ("SAR2230P", 95, 81), ("SW6100", 96, 81)])
+def test_one_soc_table_for_runtime_and_compiler(name, model, arch):
+    from qnnrt.compiler.compile import resolve_soc
+    assert soc.parse_soc(name) == model == soc.parse_soc(name.lower()) == soc.parse_soc(str(model))
+    assert soc.htp_arch_of(model) == arch and soc.name_of(model) == name
+    c = resolve_soc(name)
+    assert (c.soc_model, c.htp_arch) == (model, arch)
+
+
+def test_unknown_soc_is_a_clear_error():
+    from qnnrt.compiler.compile import resolve_soc
+    with pytest.raises(QnnrtError, match="unknown SoC 'SM9999'.*SM8850"):
+        soc.parse_soc("SM9999")
+    with pytest.raises(BuildError, match="unknown SoC"):
+        resolve_soc("SM9999")
+
+
+def test_run_accepts_sm8850(small_binary):
+    r = qnnrt_cli("run", small_binary.path, "--soc", "SM8850", "--iteration", "1")
+    assert "unknown SoC" not in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 0 or "error" in r.stderr   # the simulator may refuse it, with a message
+
+
+def _compile_spec(model: int, arch: int) -> bytes:
+    """A QnnExecuTorchOptions flatbuffer: soc_info { soc_model, htp_info { htp_arch } }."""
+    b = flatbuffers.Builder(64)
+    b.StartObject(2); b.PrependInt32Slot(0, arch, 0); htp = b.EndObject()
+    b.StartObject(2); b.PrependInt32Slot(0, model, 0); b.PrependUOffsetTRelativeSlot(1, htp, 0)
+    socinfo = b.EndObject()
+    b.StartObject(2); b.PrependUOffsetTRelativeSlot(0, socinfo, 0); root = b.EndObject()
+    b.Finish(root)
+    return bytes(b.Output())
+
+
+def test_pte_compile_spec_naming_sm8850_is_understood():
+    from qnnrt.executorch.reader import parse_qnn_compile_spec
+    spec = parse_qnn_compile_spec(_compile_spec(87, 81))
+    assert spec["soc_model"] == "SM8850" and spec["htp_arch"] == 81
+    assert soc.parse_soc(spec["soc_model"]) == 87
+    assert parse_qnn_compile_spec(_compile_spec(12345, 99))["soc_model"] == "12345"   # not in the table
+
+
+# -------------------------------------------------------------------------------- one validation
+def test_program_path_validates_graph_inputs_once(chain12, monkeypatch):
+    import qnnrt.core.graph as graph_mod
+    import qnnrt.core.tensor as tensor_mod
+    calls = {"graph": 0}
+    real = tensor_mod.prepare_input
+
+    def counting(*a, **k):
+        calls["graph"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(graph_mod, "prepare_input", counting)
+    x = np.linspace(-2, 2, 64, dtype=np.float32)[None]
+    with qnnrt.load(chain12.model, residency="lazy") as prog:
+        m = prog.method()
+        prog.run(m.name, {m.inputs[0].name: x.reshape(m.inputs[0].shape)})
+    assert calls["graph"] == 0          # Method validated at entry; graph steps skip re-validation
+
+
+def test_a_subcommand_that_fails_to_import_is_an_error(monkeypatch, capsys):
+    import importlib
+
+    from qnnrt.cli import main as cli_main
+    real = importlib.import_module
+
+    def broken(name, *a, **k):
+        if name == "qnnrt.cli.plot":
+            raise ImportError("No module named 'matplotlib_broken'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    monkeypatch.setenv("QNNRT_NO_FORK", "1")
+    assert cli_main.main(["inspect", "--help"]) == 1
+    assert "failed to import" in capsys.readouterr().err
+
+
+def test_public_api_is_importable_and_typed():
+    for name in ("load", "LoadOptions", "Program", "Method", "IOSpec", "Residency", "QnnrtError",
+                 "QnnError", "FormatError", "InputError", "KernelError"):
+        assert hasattr(qnnrt, name), name
+    assert (ROOT / "py.typed").exists()
