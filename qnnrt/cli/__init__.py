@@ -1,4 +1,1 @@
-"""The `qnnrt` command line: one module per subcommand, one entry point (`main`)."""
-from qnnrt.cli.main import main
-
-__all__ = ["main"]
+"""The `qnnrt` command line: the entry point (qnnrt.cli.main) and one module per subcommand."""
