@@ -42,8 +42,8 @@ def _category(dt: np.dtype) -> int:
     return 0 if _is_bool(dt) else (2 if _is_float(dt) else 1)
 
 
-def promote_types(a, b) -> np.dtype:
-    """PyTorch's ``torch.promote_types`` for real dtypes."""
+def promote_types(a, b) -> np.dtype | None:
+    """PyTorch's ``torch.promote_types`` for real dtypes (None only when both are None)."""
     if a is None:
         return None if b is None else np.dtype(b)
     if b is None:

@@ -14,7 +14,7 @@ from qnnrt.executorch.kernels.dtypes import cast_to_out
 @dataclass(frozen=True)
 class OutInfo:
     """What a kernel knows about its out tensor: dtype and (static / upper-bound) shape."""
-    dtype: np.dtype
+    dtype: np.dtype | None   # None: unknown, the result is returned as computed
     shape: tuple[int, ...] | None = None
 
 
