@@ -135,9 +135,9 @@ def _open_source(p: Path, lib, graph: str | None, owned: list):
         return (*_onnx_methods({p.stem: p}, p.parent, lib), None)
     if p.suffix == ".pte":
         from qnnrt.executorch.program import pte_methods
-        binaries, build, built_for, pte = pte_methods(p, lib)
+        binaries, pte_build, built_for, pte = pte_methods(p, lib)
         owned.append(pte)
-        return binaries, build, built_for
+        return binaries, pte_build, built_for
     key = p.name
     binaries = {key: ContextBinary(p, name=key, lib=lib)}
     specs = [binaries[key].graph(graph)] if graph is not None else binaries[key].graphs

@@ -7,11 +7,14 @@ v1..v3, graph info v1..v3) are unions tagged by a leading `version`, exactly as 
 from __future__ import annotations
 
 import ctypes as C
+from typing import Any
 
 u8, u32, i32, u64, i64 = C.c_uint8, C.c_uint32, C.c_int32, C.c_uint64, C.c_int64
 vp = C.c_void_p
 P = C.POINTER
 ErrorHandle = C.c_uint64  # Qnn_ErrorHandle_t is uint64_t; the code is its low 16 bits
+# (name, ctypes type) lists shared by versioned structs; typeshed's own field-type alias is private
+Fields = list[tuple[str, Any]]
 
 # ---------------------------------------------------------------------------------------- enums
 DATA_TYPES = {
@@ -114,7 +117,7 @@ class _TensorDataUnion(C.Union):
     _fields_ = [("clientBuf", ClientBuffer), ("memHandle", vp), ("retrieveRaw", vp)]
 
 
-_TENSOR_V1_FIELDS = [("id", u32), ("name", C.c_char_p), ("type", u32), ("dataFormat", u32),
+_TENSOR_V1_FIELDS: Fields = [("id", u32), ("name", C.c_char_p), ("type", u32), ("dataFormat", u32),
                      ("dataType", u32), ("quantizeParams", QuantizeParams), ("rank", u32),
                      ("dimensions", P(u32)), ("memType", u32), ("d", _TensorDataUnion)]
 
@@ -233,10 +236,10 @@ class ProfileExtendedEventData(C.Structure):
 
 
 # ---- system context: binary info
-_GRAPH_INFO_V1_FIELDS = [("graphName", C.c_char_p), ("numGraphInputs", u32),
+_GRAPH_INFO_V1_FIELDS: Fields = [("graphName", C.c_char_p), ("numGraphInputs", u32),
                          ("graphInputs", P(Tensor)), ("numGraphOutputs", u32),
                          ("graphOutputs", P(Tensor))]
-_GRAPH_INFO_V2_FIELDS = _GRAPH_INFO_V1_FIELDS + [("numUpdateableTensors", u32),
+_GRAPH_INFO_V2_FIELDS: Fields = _GRAPH_INFO_V1_FIELDS + [("numUpdateableTensors", u32),
                                                  ("updateableTensors", P(Tensor))]
 
 
@@ -267,7 +270,7 @@ class GraphInfo(C.Structure):
         return {1: self.graphInfoV1, 2: self.graphInfoV2, 3: self.graphInfoV3}[self.version]
 
 
-_BINARY_INFO_V1_FIELDS = [("backendId", u32), ("buildId", C.c_char_p),
+_BINARY_INFO_V1_FIELDS: Fields = [("backendId", u32), ("buildId", C.c_char_p),
                           ("coreApiVersion", Version), ("backendApiVersion", Version),
                           ("socVersion", C.c_char_p), ("hwInfoBlobVersion", Version),
                           ("contextBlobVersion", Version), ("hwInfoBlobSize", u32),

@@ -90,7 +90,9 @@ def run(args) -> int:
     with load(program, residency=args.residency,
               options=LoadOptions(log_level=args.log_level, heap_profiling_path=str(heap_path))) as prog:
         method = prog.method("forward")
-        latencies, first_s, outputs = [], None, None
+        latencies: list[float] = []
+        first_s: float | None = None
+        outputs: dict[str, np.ndarray] | None = None
         for it in range(iterations):
             t = time.perf_counter()
             outputs = prog.run(method.name, inputs)
@@ -99,6 +101,8 @@ def run(args) -> int:
             write_outputs(out_dir, it, outputs, npy=(it == iterations - 1))
             print(f"   iteration {it}: {latencies[-1]:.1f} ms", flush=True)
         res = prog.pool.summary()
+    if outputs is None:  # unreachable: iterations >= 1 is checked above
+        raise QnnrtError("no iteration ran")
     err = max(float(np.abs(outputs[k] - reference[k]).max()) for k in reference)
     lat = latency_stats(latencies)
     print(f"\nqnnrt demo ({preset}): {program}")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from qnnrt.errors import FormatError
 
@@ -57,7 +58,7 @@ def _describe_program(path: Path, backend_lib: str | None) -> dict:
         root = path
     else:
         models, root = {path.stem: path}, path.parent
-    out = {"path": str(path), "kind": "program", "methods": [], "contexts": {}}
+    out: dict[str, Any] = {"path": str(path), "kind": "program", "methods": [], "contexts": {}}
     for name, mp in models.items():
         em = read_epcontext_model(mp, root=root)
         cpu_ops: dict[str, int] = {}

@@ -103,7 +103,9 @@ def run(args) -> int:
             print(f"note: no inputs given; using seeded random inputs (seed {args.seed})",
                   file=sys.stderr)
         out_dir = Path(args.output_dir) if args.output_dir else None
-        latencies, first_output_s, first_outputs = [], None, {}
+        latencies: list[float] = []
+        first_output_s: float | None = None
+        first_outputs: dict[tuple[str, int], dict[str, np.ndarray]] = {}
         per_method: dict[str, list[float]] = {m.name: [] for m in methods}
         mismatches = []
         total = args.warm_up + args.iteration
@@ -134,6 +136,8 @@ def run(args) -> int:
                 run_bar.update(it + 1, total)
         if run_bar:
             run_bar.done()
+        if first_output_s is None:  # unreachable: --iteration >= 1 is checked above
+            raise QnnrtError("no iteration ran")
         lat = latency_stats(latencies)
         residency = prog.pool.summary()
         report = {

@@ -22,7 +22,8 @@ import onnx
 
 import qnnrt
 from qnnrt.compiler import partition as P
-from qnnrt.compiler.compile import (CompileCache, CompileOptions, CompiledUnit, compile_unit, default_cache_dir,
+from qnnrt.compiler.compile import (CompileCache, CompileOptions, CompiledUnit, EPNode, compile_unit,
+                                 default_cache_dir,
                                  probe_unsupported, rename_tensors, resolve_soc)
 from qnnrt.compiler.program_writer import method_model
 from qnnrt.errors import BuildError
@@ -223,7 +224,7 @@ def build_program(models: Sequence[tuple[str, onnx.ModelProto | str | os.PathLik
         (stage / CONTEXT_DIR).mkdir()
         progress = ProgressBar("compiling", len(groups), options.progress)
         cached = 0
-        calls: dict[str, dict[int, tuple[str, object]]] = {name: {} for name, _ in plans}
+        calls: dict[str, dict[int, tuple[str, EPNode]]] = {name: {} for name, _ in plans}
         contexts: list[ContextEntry] = []
         t_compile = time.perf_counter()
         for gi, group in enumerate(groups):

@@ -331,7 +331,7 @@ def combine_members(models: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, lis
     opsets: dict[str, int] = {}
     defined: set[str] = set()
     all_aliases: list[dict[str, str]] = []
-    prev = None
+    prev: tuple[str, int] | None = None   # the previous member's (output name, elem type)
     for j, m in enumerate(models):
         g = m.graph
         io = [vi.name for vi in g.input] + [vi.name for vi in g.output]
@@ -349,6 +349,8 @@ def combine_members(models: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, lis
         else:
             if not len(g.input):
                 raise BuildError("internal error: a member without inputs cannot follow another in one binary")
+            if prev is None:
+                raise BuildError("internal error: no previous member output to carry")
             prev_name, prev_type = prev
             carried = [(f"__qnnrt_sep{j}_in{k}", vi.type.tensor_type.elem_type) for k, vi in enumerate(g.input)]
             carried.append((prev_name, prev_type))
@@ -407,6 +409,7 @@ def compile_unit(models: list[onnx.ModelProto], labels: list[str], options: Comp
     t0 = time.perf_counter()
     d = Path(tempfile.mkdtemp(prefix=f"u{key[:12]}_", dir=workdir))
     try:
+        aliases: list[dict[str, str]]
         if len(models) == 1:
             data, aliases = blobs[0], [{}]
         else:

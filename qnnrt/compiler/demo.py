@@ -86,7 +86,7 @@ def _rope_tables(seq: int, start_pos: int, dim: int) -> tuple[np.ndarray, np.nda
 
 
 class _GraphBuilder:
-    def __init__(self):
+    def __init__(self) -> None:
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self._n = 0
@@ -95,10 +95,16 @@ class _GraphBuilder:
         self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], name: str, n_out: int = 1, **attrs) -> str | list[str]:
-        outs = [name] if n_out == 1 else [f"{name}_{i}" for i in range(n_out)]
+    def op(self, op_type: str, inputs: list[str], name: str, **attrs) -> str:
+        """A single-output node; returns its output name."""
+        self.nodes.append(helper.make_node(op_type, inputs, [name], name=f"{name}_node", **attrs))
+        return name
+
+    def op_n(self, op_type: str, inputs: list[str], name: str, n_out: int, **attrs) -> list[str]:
+        """A node with ``n_out`` outputs ``{name}_0``..; returns their names."""
+        outs = [f"{name}_{i}" for i in range(n_out)]
         self.nodes.append(helper.make_node(op_type, inputs, outs, name=f"{name}_node", **attrs))
-        return outs[0] if n_out == 1 else outs
+        return outs
 
 
 def make_decoder(preset: str | DemoConfig, seq: int | None = None, start_pos: int = 0) -> onnx.ModelProto:
@@ -143,7 +149,7 @@ def make_decoder(preset: str | DemoConfig, seq: int | None = None, start_pos: in
         return b.op("Transpose", [r], f"{p}_t", perm=[1, 0, 2])
 
     def rope(t, p):                                    # [H,S,D]
-        lo, hi = b.op("Split", [t, "halves"], f"{p}_split", n_out=2, axis=-1)
+        lo, hi = b.op_n("Split", [t, "halves"], f"{p}_split", n_out=2, axis=-1)
         rot = b.op("Concat", [b.op("Neg", [hi], f"{p}_neg"), lo], f"{p}_rot", axis=-1)
         return b.op("Add", [b.op("Mul", [t, "rope_cos"], f"{p}_c"), b.op("Mul", [rot, "rope_sin"], f"{p}_s")],
                     f"{p}_out")

@@ -85,7 +85,7 @@ class PartitionPlan:
 
     def signature(self) -> list[tuple]:
         """Structure of the plan (op types per step), to compare the methods of a program."""
-        out = []
+        out: list[tuple] = []
         for kind, i in self.steps:
             if kind == "cpu":
                 out.append(("cpu", self.info.nodes[i].op_type))
@@ -353,7 +353,7 @@ def partition_model(info: ModelInfo, cpu_nodes: dict[int, str]) -> PartitionPlan
     for r, ms in groups.items():
         for i in ms:
             step_of[i] = ("grp", r)
-    step_first = {}
+    step_first: dict[tuple[str, int], int] = {}
     for i in range(n):
         step_first.setdefault(step_of[i], i)
     step_preds: dict[tuple, set] = defaultdict(set)

@@ -1,6 +1,8 @@
 """Write a method's EPContext model from a partition plan and its compiled contexts."""
 from __future__ import annotations
 
+from typing import Any
+
 import onnx
 from onnx import helper
 
@@ -14,7 +16,7 @@ EPCONTEXT_DOMAIN = "com.microsoft"
 
 def epcontext_node(ep: EPNode, bin_rel_path: str, main_context: bool) -> onnx.NodeProto:
     """An EPContext node calling graph ``ep.graph_name`` of the binary at ``bin_rel_path``."""
-    attrs = dict(ep.attributes)
+    attrs: dict[str, Any] = dict(ep.attributes)
     attrs["ep_cache_context"] = bin_rel_path
     attrs["embed_mode"] = 0
     attrs["main_context"] = 1 if main_context else 0
@@ -104,9 +106,9 @@ def method_model(plan: PartitionPlan, calls: dict[int, tuple[str, EPNode]], grap
             types.setdefault(n.output[0], types[n.input[0]])
     value_info = []
     for t in sorted(produced - outs):
-        ty = types.get(t)
-        if ty is not None and ty.elem_type:
-            value_info.append(helper.make_tensor_value_info(t, ty.elem_type, ty.shape))
+        vt = types.get(t)
+        if vt is not None and vt.elem_type:
+            value_info.append(helper.make_tensor_value_info(t, vt.elem_type, vt.shape))
     graph = helper.make_graph(nodes, graph_name, graph_inputs, list(info.model.graph.output), inits,
                               value_info=value_info)
     opsets = {o.domain: o.version for o in info.model.opset_import}

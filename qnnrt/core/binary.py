@@ -15,7 +15,7 @@ from qnnrt._capi import codes
 from qnnrt._capi import types as T
 from qnnrt._capi.library import QnnLibrary, open_library
 from qnnrt.core.tensor import TensorSpec, spec_from_struct
-from qnnrt.errors import FormatError
+from qnnrt.errors import FormatError, QnnrtError
 
 MIN_BINARY_SIZE = 64  # nothing smaller can hold a QNN context binary header
 
@@ -124,7 +124,8 @@ class ContextBinary:
 
     def __init__(self, path: str | os.PathLike | None = None, *, buffer=None, name: str | None = None,
                  lib: QnnLibrary | None = None, backend_lib: str | None = None):
-        self._mmap = None
+        self._mmap: mmap.mmap | None = None
+        self.path: Path | None
         if (path is None) == (buffer is None):
             raise ValueError("give exactly one of path or buffer")
         if path is not None:
@@ -141,6 +142,8 @@ class ContextBinary:
 
     def _open_file(self) -> None:
         p = self.path
+        if p is None:
+            raise QnnrtError(f"{self.name}: this context binary was given as a buffer; it has no file to map")
         if not p.exists():
             raise FormatError(f"{p}: no such file. Check the path (a context binary is usually a "
                               f".bin file written by qnnrt build, ORT's QNN EP or qnn-context-binary-generator).")

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import ctypes as C
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from qnnrt._capi import types as T
-from qnnrt.errors import FormatError, InputError
+from qnnrt.errors import FormatError, InputError, QnnrtError
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,20 @@ class TensorSpec:
                 "quantization": self.quantization.to_dict() if self.quantization else None}
 
     # -- numeric conversion for fixed-point I/O -------------------------------------------
+    def _quant(self) -> Quantization:
+        if self.quantization is None:
+            raise QnnrtError(f"{self.name}: {self.data_type_name} tensor has no quantization parameters "
+                             "(scale / offset) to convert with")
+        return self.quantization
+
     def quantize(self, x: np.ndarray) -> np.ndarray:
-        q = self.quantization
+        q = self._quant()
         info = np.iinfo(self.dtype)
         vals = np.rint(np.asarray(x, np.float64) / q.scale) - q.offset
         return np.clip(vals, info.min, info.max).astype(self.dtype)
 
     def dequantize(self, q_values: np.ndarray) -> np.ndarray:
-        q = self.quantization
+        q = self._quant()
         return ((q_values.astype(np.float64) + q.offset) * q.scale).astype(np.float32)
 
 
@@ -146,7 +153,18 @@ class IOTensor:
         b.clientBuf.dataSize = arr.nbytes
 
 
-def prepare_input(spec: TensorSpec, value, where: str) -> np.ndarray:
+class InputSpec(Protocol):
+    """What prepare_input reads of a spec: a TensorSpec, or a runtime IOSpec wrapping one."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def shape(self) -> tuple: ...
+    @property
+    def dtype(self) -> np.dtype: ...
+    def quantize(self, x: np.ndarray) -> np.ndarray: ...
+
+
+def prepare_input(spec: InputSpec, value, where: str) -> np.ndarray:
     """Validate one input and return a C-contiguous array of the tensor's storage dtype.
 
     Floats go to float tensors (cast between float widths) and to fixed-point tensors (quantized with

@@ -125,21 +125,21 @@ class PteMethodRunner:
 
         # kernels and their arg layout
         self._kernels: dict[int, K.KernelDef] = {}
-        for k, ins in enumerate(self._instrs):
+        for pc, ins in enumerate(self._instrs):
             if isinstance(ins, KernelCall):
                 opname = method.operators[ins.op_index].qualified_name
                 kd = K.KERNELS[opname]
                 if len(ins.args) != kd.n_args + kd.n_out:
                     raise FormatError(
-                        f"method {method.name!r} instruction {k}: {opname} has {len(ins.args)} "
+                        f"method {method.name!r} instruction {pc}: {opname} has {len(ins.args)} "
                         f"args, but its schema has {kd.n_args} (out included) and ExecuTorch adds "
                         f"{kd.n_out} returned value(s): {kd.n_args + kd.n_out} expected. The program "
                         "was made for a different operator version.")
                 for oi in ins.args[kd.n_inputs:]:
                     if values[oi].kind != "tensor":
-                        raise FormatError(f"method {method.name!r} instruction {k}: {opname}'s out "
+                        raise FormatError(f"method {method.name!r} instruction {pc}: {opname}'s out "
                                           f"argument (value {oi}) is a {values[oi].kind}, not a tensor")
-                self._kernels[k] = kd
+                self._kernels[pc] = kd
 
         self._split = self._plan_delegate_args(dict(delegate_num_inputs or {}))
         self._free_after = self._plan_frees() if free_values else {}
@@ -276,6 +276,9 @@ class PteMethodRunner:
             if spec.kind != "tensor":
                 slots[spec.value_index] = x
                 continue
+            if spec.tensor is None:
+                raise QnnrtError(f"method {self.name!r} {spec.name}: is a tensor but the program gives no tensor info; "
+                                 "the program is inconsistent")
             t: TensorInfo = spec.tensor
             a = np.asarray(x)
             if t.dtype is not None and a.dtype != t.dtype:
@@ -364,9 +367,9 @@ class PteMethodRunner:
                 label, kind = "free", "free"
             else:  # pragma: no cover - the reader only produces the five kinds
                 raise QnnrtError(f"method {name!r}: unknown instruction {ins!r}")
-            for v in self._free_after.get(pc, ()):
-                slots.pop(v, None)
-            if timing:
+            for fv in self._free_after.get(pc, ()):
+                slots.pop(fv, None)
+            if trace is not None:
                 trace.append({"index": pc, "kind": kind, "name": label,
                               "seconds": time.perf_counter() - t0})
             pc = nxt
@@ -421,6 +424,8 @@ class PteMethodRunner:
         n_in = self._split[pc]
         args = ins.args
         xs = [self._physical(a, get(a)) for a in args[:n_in]]
+        if self.delegate_runner is None:  # __init__ refuses programs with delegates and no runner
+            raise QnnrtError(f"method {self.name!r} instruction {pc}: no delegate_runner")
         res = self.delegate_runner(ins.delegate_index, xs)
         out_idx = args[n_in:]
         res = list(res) if res is not None else []

@@ -3,12 +3,13 @@ DelegateCalls run QNN graphs through the program's context pool (so residency, p
 runner work the same as for qnnrt's own programs)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from qnnrt.core import ContextBinary
-from qnnrt.errors import FormatError
+from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.executorch.reader import (PteMethod, parse_qnn_compile_spec, qnn_context_binary,
                                qnn_graph_io_order, read_pte)
 from qnnrt.runtime.method import IOSpec, Method, QnnStep, validate_inputs
@@ -72,7 +73,7 @@ class PteMethodAdapter(Method):
                            [t.name for t in spec.outputs], tuple(dequant))
             self._calls[i] = (step, in_pos, out_pos)
         self.steps = [self._calls[i][0] for i in self._runner.delegate_call_order()]
-        self._run_graph = None
+        self._run_graph: Callable[[QnnStep, int, list], list] | None = None
         self._position = 0
 
     def _delegate(self, index: int, xs: list) -> list:
@@ -80,6 +81,8 @@ class PteMethodAdapter(Method):
         ordered = [None] * len(step.inputs)
         for p, x in zip(in_pos, xs):
             ordered[p] = x if x.flags.c_contiguous else x.copy(order="C")
+        if self._run_graph is None:
+            raise QnnrtError(f"method {self.name!r}: delegate {index} called outside run()")
         outs = self._run_graph(step, self._position, ordered)
         self._position += 1
         return [outs[p] for p in out_pos]

@@ -701,7 +701,7 @@ def _read_plan(prog: PteProgram, plan: S.ExecutionPlan, k: int) -> PteMethod:
 
     chains = []
     for ci, ch in enumerate(plan.chains):
-        instrs = []
+        instrs: list[Instruction] = []
         raw = ch.instructions
         n_instr = len(raw)
         for ii, ins in enumerate(raw):

@@ -13,6 +13,7 @@ map themselves.
 from __future__ import annotations
 
 import struct
+from typing import NoReturn
 
 import numpy as np
 from flatbuffers import number_types as _N
@@ -90,7 +91,7 @@ class _Table:
         self._check(pos, obj_len, "table body")
 
     # -- errors ------------------------------------------------------------------------------
-    def _fail(self, msg: str):
+    def _fail(self, msg: str) -> NoReturn:
         raise FormatError(f"ExecuTorch program: {self.where} {msg}. The .pte file is damaged or was "
                           "not written by ExecuTorch; re-export it.")
 

@@ -210,7 +210,7 @@ class ExecutionProfiler:
     def to_json(self) -> dict[str, Any]:
         """Per-graph, per-op, per-context aggregates; graphs and ops sorted by time, largest first."""
         with self._lock:
-            graphs = []
+            graphs: list[dict[str, Any]] = []
             for g in self._graphs.values():
                 graph_cycles = sum(g.m["cycles"].values)
                 graphs.append({"context": g.context, "graph": g.graph, "executions": g.executions,
@@ -222,7 +222,7 @@ class ExecutionProfiler:
             op_sums: dict[tuple[str, str, str], float] = {}
             for (ctx, graph, _op, _id, unit), st in self._ops.items():
                 op_sums[(ctx, graph, unit)] = op_sums.get((ctx, graph, unit), 0.0) + sum(st.values)
-            ops = []
+            ops: list[dict[str, Any]] = []
             for (ctx, graph, op, op_id, unit), st in self._ops.items():
                 j = st.to_json() or {}
                 denom = cycles_by_graph.get((ctx, graph)) if unit == "cycles" else None
@@ -232,7 +232,7 @@ class ExecutionProfiler:
                             "min": j.get("min"), "max": j.get("max"),
                             "share_pct": round(100.0 * sum(st.values) / denom, 2) if denom else None})
             ops.sort(key=lambda d: (d["unit"] != "cycles", -(d["total"] or 0), d["graph"], d["op"]))
-            contexts = []
+            contexts: list[dict[str, Any]] = []
             for c in self._contexts.values():
                 contexts.append({"context": c.context, "creates": c.count["context_create"],
                                  "frees": c.count["context_free"],

@@ -7,7 +7,7 @@ import onnx
 from onnx import helper
 
 from qnnrt.errors import FormatError
-from qnnrt.formats.onnx_graph import node_reads, tensor_type
+from qnnrt.formats.onnx_graph import Dims, node_reads, tensor_type
 
 
 def _session_options():
@@ -27,7 +27,7 @@ class CpuSegment:
     """
 
     def __init__(self, name: str, graph: onnx.GraphProto, nodes: list[onnx.NodeProto],
-                 inputs: list[str], outputs: list[str], types: dict[str, tuple[int, list]],
+                 inputs: list[str], outputs: list[str], types: dict[str, tuple[int, Dims | None]],
                  opsets, ir_version: int, where: str):
         self.name = name
         self.inputs = inputs
@@ -52,7 +52,7 @@ class CpuSegment:
             inferred = onnx.shape_inference.infer_shapes(model)
         except Exception:
             inferred = model
-        self.output_types: dict[str, tuple[int, list]] = {}
+        self.output_types: dict[str, tuple[int, Dims | None]] = {}
         for vi in list(inferred.graph.output) + list(inferred.graph.value_info):
             t = tensor_type(vi.type)
             if vi.name in outputs and t is not None:

@@ -11,9 +11,9 @@ from onnx import helper, numpy_helper
 
 from qnnrt.core import ContextBinary
 from qnnrt.core.tensor import TensorSpec, prepare_input
-from qnnrt.errors import FormatError, InputError
+from qnnrt.errors import FormatError, InputError, QnnrtError
 from qnnrt.formats.epcontext import EPContextModel, is_epcontext
-from qnnrt.formats.onnx_graph import node_reads, tensor_type
+from qnnrt.formats.onnx_graph import Dims, node_reads, tensor_type
 from qnnrt.runtime.cpu_segment import CpuSegment
 
 
@@ -30,6 +30,8 @@ class IOSpec:
         return self.tensor is not None and self.tensor.is_fixed_point
 
     def quantize(self, x: np.ndarray) -> np.ndarray:
+        if self.tensor is None:
+            raise QnnrtError(f"{self.name}: no QNN tensor behind this {self.dtype} I/O to quantize with")
         return self.tensor.quantize(x)
 
     def to_dict(self) -> dict:
@@ -119,7 +121,7 @@ class Method:
             ins = step.inputs if isinstance(step, QnnStep) else step.segment.inputs
             for n in ins:
                 last[n] = i
-        self._dead_after = [[] for _ in self.steps]
+        self._dead_after: list[list[str]] = [[] for _ in self.steps]
         for n, i in last.items():
             self._dead_after[i].append(n)
 
@@ -138,11 +140,11 @@ def _elem_of(dtype: np.dtype) -> int:
     return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
 
-def _vi_type(vi: onnx.ValueInfoProto) -> tuple[int, list] | None:
+def _vi_type(vi: onnx.ValueInfoProto) -> tuple[int, Dims | None] | None:
     return tensor_type(vi.type)
 
 
-def _iospec(name: str, t: tuple[int, list] | None, where: str) -> IOSpec:
+def _iospec(name: str, t: tuple[int, Dims | None] | None, where: str) -> IOSpec:
     if t is None:
         raise FormatError(f"{where}: tensor {name!r} has no type information")
     elem, dims = t
@@ -160,11 +162,11 @@ class OnnxMethod(Method):
         where = where or str(em.path)
         g = em.graph
         init_names = {t.name for t in g.initializer}
-        types: dict[str, tuple[int, list]] = {}
+        types: dict[str, tuple[int, Dims | None]] = {}
         for vi in list(g.input) + list(g.value_info) + list(g.output):
-            t = _vi_type(vi)
-            if t:
-                types.setdefault(vi.name, t)
+            vt = _vi_type(vi)
+            if vt:
+                types.setdefault(vi.name, vt)
         declared = dict(types)
         self.inputs = [_iospec(vi.name, types.get(vi.name), where) for vi in g.input
                        if vi.name not in init_names]
@@ -195,8 +197,8 @@ class OnnxMethod(Method):
             seg = CpuSegment(f"{name}_cpu_{len(self.steps)}", g, nodes, seg_in, seg_out, types,
                              em.model.opset_import, em.model.ir_version,
                              f"{where} (CPU nodes {first}..{last_i})")
-            for o, t in seg.output_types.items():
-                types.setdefault(o, t)
+            for o, ot in seg.output_types.items():
+                types.setdefault(o, ot)
             self.steps.append(CpuStep(seg))
             pending.clear()
 
