@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import ctypes as C
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qnnrt._capi import types as T
 from qnnrt.core.binary import GraphSpec
-from qnnrt.core.tensor import IOTensor, prepare_input
-from qnnrt.errors import InputError, QnnrtError
+from qnnrt.core.tensor import IOTensor, order_inputs, prepare_input
+from qnnrt.errors import QnnrtError
 
 if TYPE_CHECKING:
     from qnnrt.core.context import Context
@@ -53,32 +53,12 @@ class Graph:
             self._valid = False
             self.handle = C.c_void_p()
 
-    def _ordered(self, inputs) -> list:
-        where = f"graph {self.name!r}"
-        if isinstance(inputs, Mapping):
-            unknown = [k for k in inputs if k not in self._input_names]
-            missing = [k for k in self._input_names if k not in inputs]
-            if unknown or missing:
-                raise InputError(f"{where}: " + "; ".join(
-                    ([f"unknown input(s) {unknown}"] if unknown else [])
-                    + ([f"missing input(s) {missing}"] if missing else []))
-                    + f". Expected inputs: {self._input_names}")
-            return [inputs[k] for k in self._input_names]
-        if isinstance(inputs, np.ndarray):
-            inputs = [inputs]
-        if not isinstance(inputs, Sequence):
-            raise InputError(f"{where}: inputs must be a dict by name or a sequence of arrays")
-        if len(inputs) != len(self._input_names):
-            raise InputError(f"{where}: got {len(inputs)} input(s), expected "
-                             f"{len(self._input_names)} ({self._input_names})")
-        return list(inputs)
-
     def execute(self, inputs, profile: Profile | None = None,
                 dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
         """Run the graph. Fixed-point outputs are dequantized to float32 unless `dequantize` is
         False (then the raw integers are returned); a sequence decides per output, in order."""
-        values = self._ordered(inputs)
         where = f"graph {self.name!r}"
+        values = order_inputs(self._input_names, inputs, where)
         arrays = [prepare_input(s, v, where) for s, v in zip(self.spec.inputs, values)]
         return self.execute_prepared(arrays, profile, dequantize)
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import ctypes as C
 from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -162,6 +163,26 @@ class InputSpec(Protocol):
     @property
     def dtype(self) -> np.dtype: ...
     def quantize(self, x: np.ndarray) -> np.ndarray: ...
+
+
+def order_inputs(names: Sequence[str], inputs: Any, where: str) -> list:
+    """Inputs by name (a mapping), in order (a sequence) or one array -> values in `names` order."""
+    if isinstance(inputs, np.ndarray):
+        inputs = [inputs]
+    if isinstance(inputs, Mapping):
+        unknown = sorted(str(k) for k in inputs if k not in names)
+        missing = [n for n in names if n not in inputs]
+        if unknown or missing:
+            raise InputError(f"{where}: " + "; ".join(
+                ([f"unknown input(s) {unknown}"] if unknown else [])
+                + ([f"missing input(s) {missing}"] if missing else []))
+                + f". Expected inputs: {list(names)}")
+        return [inputs[n] for n in names]
+    if not isinstance(inputs, Sequence) or isinstance(inputs, (str, bytes)):
+        raise InputError(f"{where}: inputs must be a dict by name or a sequence of arrays")
+    if len(inputs) != len(names):
+        raise InputError(f"{where}: got {len(inputs)} input(s), expected {len(names)} ({list(names)})")
+    return list(inputs)
 
 
 def prepare_input(spec: InputSpec, value, where: str) -> np.ndarray:

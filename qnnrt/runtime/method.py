@@ -3,15 +3,15 @@ segments) over named tensors; its graph call order is known ahead, which the res
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from qnnrt.core import ContextBinary
-from qnnrt.core.tensor import TensorSpec, prepare_input
-from qnnrt.errors import FormatError, InputError, QnnrtError
+from qnnrt.core.tensor import TensorSpec, order_inputs, prepare_input
+from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.formats.epcontext import EPContextModel, is_epcontext
 from qnnrt.formats.onnx_graph import Dims, node_reads, tensor_type
 from qnnrt.runtime.cpu_segment import CpuSegment
@@ -58,25 +58,7 @@ GraphRunner = Callable[[QnnStep, int, list[np.ndarray]], list[np.ndarray]]
 
 def validate_inputs(specs: Sequence[IOSpec], inputs, where: str) -> dict[str, np.ndarray]:
     """Inputs by name (mapping) or in order (sequence) -> validated arrays by name."""
-    names = [s.name for s in specs]
-    if isinstance(inputs, np.ndarray):
-        inputs = [inputs]
-    if isinstance(inputs, Mapping):
-        unknown = sorted(set(inputs) - set(names))
-        missing = [n for n in names if n not in inputs]
-        if unknown or missing:
-            raise InputError(f"{where}: " + "; ".join(
-                ([f"unknown input(s) {unknown}"] if unknown else [])
-                + ([f"missing input(s) {missing}"] if missing else []))
-                + f". Expected: {names}")
-        values = [inputs[n] for n in names]
-    elif isinstance(inputs, Sequence):
-        if len(inputs) != len(names):
-            raise InputError(f"{where}: got {len(inputs)} input(s), expected {len(names)} "
-                             f"({names})")
-        values = list(inputs)
-    else:
-        raise InputError(f"{where}: inputs must be a dict by name or a list of arrays")
+    values = order_inputs([s.name for s in specs], inputs, where)
     return {s.name: prepare_input(s, v, where) for s, v in zip(specs, values)}
 
 
