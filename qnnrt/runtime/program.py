@@ -84,7 +84,7 @@ class Program:
             return self.methods[names[name]]
         if name not in self.methods and name in self.constants:
             raise QnnrtError(f"{name!r} is a constant method (value {self.constants[name]!r}); "
-                             f"read it from Program.constants")
+                             f"see `qnnrt inspect` or Program.constants")
         if name not in self.methods:
             raise QnnrtError(f"no method {name!r}; methods: {list(self.methods)}")
         return self.methods[name]
