@@ -59,6 +59,9 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
     backend = None
     try:
         binaries, build, built_for, constants = _open_source(p, lib, opts.graph, owned)
+        from qnnrt.core.context import refuse_weight_sharing
+        for b in binaries.values():  # before QNN sees it: the simulator crashes on these
+            refuse_weight_sharing(b)
         if soc is None:
             soc = built_for or _soc_of(binaries)
         backend = Backend(backend_lib=lib_path, soc=soc, log_level=opts.log_level)
