@@ -8,6 +8,7 @@ import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,12 +34,12 @@ def parse_graph_blob_info(raw: bytes) -> dict:
     if out["version"] != 1 or len(raw) < v1:
         return out
     a = T.HtpGraphBlobInfoV1.from_buffer_copy(raw[:v1])
-    out.update({name: int(getattr(a, name)) for name, _ in a._fields_ if name != "version"})
+    out.update({f[0]: int(getattr(a, f[0])) for f in a._fields_ if f[0] != "version"})
     v2 = C.sizeof(T.HtpGraphBlobInfoV2)
     if len(raw) >= v1 + v2 and int.from_bytes(raw[v1:v1 + 4], "little") == 2:
         b = T.HtpGraphBlobInfoV2.from_buffer_copy(raw[v1:v1 + v2])
         out["v2_version"] = 2
-        out.update({name: int(getattr(b, name)) for name, _ in b._fields_ if name != "version"})
+        out.update({f[0]: int(getattr(b, f[0])) for f in b._fields_ if f[0] != "version"})
     return out
 
 
@@ -55,7 +56,7 @@ class GraphSpec:
         return int((self.blob_info or {}).get("sharedWeightsSize", 0))
 
     def to_dict(self) -> dict:
-        d = {"name": self.name, "inputs": [t.to_dict() for t in self.inputs],
+        d: dict[str, Any] = {"name": self.name, "inputs": [t.to_dict() for t in self.inputs],
              "outputs": [t.to_dict() for t in self.outputs]}
         if self.blob_info is not None:
             d["blob_info"] = dict(self.blob_info)

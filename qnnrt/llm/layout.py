@@ -193,7 +193,7 @@ class LlmLayout:
                 raise LayoutError(f"{name}: input_pos {pos.name} is {pos.dtype}{list(pos.shape)}; "
                                   f"expected int32[1, {T}]")
             if mask.dtype in QUANT_MASK_OPEN:
-                m_open, m_closed = QUANT_MASK_OPEN[mask.dtype], QUANT_MASK_CLOSED
+                m_open, m_closed = float(QUANT_MASK_OPEN[mask.dtype]), float(QUANT_MASK_CLOSED)
             elif mask.dtype in _FLOAT_DTYPES:
                 m_open, m_closed = FLOAT_MASK_OPEN, float_mask_closed
             else:
@@ -286,6 +286,7 @@ class LlmLayout:
         bos = _const(constants, "get_bos_id")
         seq = _const(constants, "get_max_seq_len", C)
         bw = _const(constants, "get_kv_io_bit_width")
+        assert H is not None and D is not None and V is not None
         return cls(mode=mode, prefill=pre, decode=dec, n_layers=L, n_kv_heads=int(H), head_dim=int(D),
                    context_len=int(C), vocab_size=int(V), cache_dtype=np.dtype(cache_dtype),
                    logits_dtype=np.dtype(logits_dtype), logits_quant=logits_quant, k_quant=tuple(kq),

@@ -44,6 +44,7 @@ def prefill(run: RunFn, layout: LlmLayout, cache: KVCache, prompt: Sequence[int]
         if all_logits is not None:
             all_logits.extend(logits[0, :len(chunk)])
         last = logits[0, len(chunk) - 1]
+    assert last is not None
     return last
 
 

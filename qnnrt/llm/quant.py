@@ -46,7 +46,8 @@ def quantize(x, scale: float, zero_point: int, dtype=np.uint16) -> np.ndarray:
 
 def dequantize(q, scale: float, zero_point: int) -> np.ndarray:
     q = np.asarray(q)
-    return QuantParams(float(scale), int(zero_point), q.dtype if q.dtype.kind in "iu" else np.int32).dequantize(q)
+    dt = q.dtype if q.dtype.kind in "iu" else np.dtype(np.int32)
+    return QuantParams(float(scale), int(zero_point), dt).dequantize(q)
 
 
 _DTYPE_NAMES = {"torch.uint8": np.uint8, "torch.uint16": np.uint16, "torch.int8": np.int8,

@@ -6,6 +6,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from qnnrt.llm.errors import LayoutError
 from qnnrt.llm.kv_cache import KVCache
 from qnnrt.llm.layout import DECODE_METHOD, PREFILL_METHOD, LlmLayout
 from qnnrt.llm.loops import GenerationResult, ScoreResult, generate, score
@@ -23,7 +24,7 @@ def layout_of(program: Program) -> LlmLayout:
         if m is None:
             continue
         if isinstance(m, UnavailableMethod):
-            m.run({}, None)  # raises with the reason
+            raise LayoutError(f"{program.path}: method {name!r} cannot run: {m.reason}")
         methods[name] = {"inputs": [(s.name, s.shape, s.dtype) for s in m.inputs],
                          "outputs": [(s.name, s.shape, s.dtype) for s in m.outputs]}
     return LlmLayout.from_program(program.constants, methods)
