@@ -54,6 +54,9 @@ class Program:
             self.methods: dict[str, Method] = method_builder(self)
             if not self.methods and not self.constants:
                 raise FormatError(f"{path}: the program has no methods")
+            blocked = [m for m in self.methods.values() if isinstance(m, UnavailableMethod)]
+            if self.methods and len(blocked) == len(self.methods):  # nothing could ever run
+                raise FormatError(blocked[0].reason)
             profiler = (_CreateProfiles(backend, profile_level, exec_profiler.record)
                         if exec_profiler is not None and profile_level != "off" else None)
             self.pool = ContextPool(backend, binaries, residency, hooks=heap,
