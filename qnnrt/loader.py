@@ -58,12 +58,16 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
     owned: list = []
     backend = None
     try:
-        binaries, build, built_for = _open_source(p, lib, opts.graph, owned)
+        binaries, build, built_for, constants = _open_source(p, lib, opts.graph, owned)
+        from qnnrt.core.context import refuse_weight_sharing
+        for b in binaries.values():  # before QNN sees it: the simulator crashes on these
+            refuse_weight_sharing(b)
         if soc is None:
             soc = built_for or _soc_of(binaries)
         backend = Backend(backend_lib=lib_path, soc=soc, log_level=opts.log_level)
         return Program(p, binaries, build, backend, policy, heap=heap, exec_profiler=opts.exec_profiler,
-                       profile_level=opts.profile_level, progress=opts.progress, owned=owned)
+                       profile_level=opts.profile_level, progress=opts.progress, owned=owned,
+                       constants=constants)
     except BaseException:
         if heap is not None:
             try:
@@ -124,27 +128,28 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib) -> tuple[dict, Calla
 
 
 def _open_source(p: Path, lib, graph: str | None, owned: list):
-    """(binaries by pool key, method builder, SoC the artifact was built for) of a program folder,
+    """(binaries by pool key, method builder, SoC the artifact was built for, constant-method
+    values) of a program folder,
     EPContext model, .pte or .bin; objects to close after the binaries go to `owned`."""
     if p.is_dir():
         from qnnrt.formats.program import read_program
         manifest = read_program(p)
         models = {m.name: p / m.model for m in manifest.methods}
-        return (*_onnx_methods(models, p, lib), manifest.target.get("soc_model"))
+        return (*_onnx_methods(models, p, lib), manifest.target.get("soc_model"), {})
     if p.suffix == ".onnx":
-        return (*_onnx_methods({p.stem: p}, p.parent, lib), None)
+        return (*_onnx_methods({p.stem: p}, p.parent, lib), None, {})
     if p.suffix == ".pte":
         from qnnrt.executorch.program import pte_methods
-        binaries, pte_build, built_for, pte = pte_methods(p, lib)
+        binaries, pte_build, built_for, pte, constants = pte_methods(p, lib)
         owned.append(pte)
-        return binaries, pte_build, built_for
+        return binaries, pte_build, built_for, constants
     key = p.name
     binaries = {key: ContextBinary(p, name=key, lib=lib)}
     specs = [binaries[key].graph(graph)] if graph is not None else binaries[key].graphs
 
     def build(program: Program) -> dict[str, Method]:
         return {s.name: GraphMethod(key, s) for s in specs}
-    return binaries, build, None
+    return binaries, build, None, {}
 
 
 def _soc_of(binaries: dict[str, ContextBinary]):

@@ -256,6 +256,24 @@ class GraphInfoV3(C.Structure):
                                         ("startOpIndex", u32), ("endOpIndex", u32)]
 
 
+class HtpGraphBlobInfoV1(C.Structure):
+    """QnnHtpSystemContext_GraphBlobInfo_t, version 1 (40 bytes): the head of a v3 graph info's
+    graphBlobInfo for HTP binaries."""
+    _fields_ = [("version", u32), ("spillFillBufferSize", u64), ("vtcmSize", u32),
+                ("optimizationLevel", u32), ("htpDlbc", C.c_uint8), ("numHvxThreads", u64)]
+
+
+class HtpGraphBlobInfoV2(C.Structure):
+    """QnnHtpSystemContext_GraphBlobInfoV2_t (72 bytes), right after the v1 struct in the blob
+    (QNN 2.43+; measured on 2.51, where graphBlobInfoSize is 112)."""
+    _fields_ = [("version", u32), ("nativeKChannelSize", u64), ("nativeVChannelSize", u64),
+                ("isSafeShareIO", u32), ("ioTensorSize", u64), ("opDataSize", u64),
+                ("constSize", u64), ("ddrTensorSize", u64), ("sharedWeightsSize", u64)]
+
+
+assert C.sizeof(HtpGraphBlobInfoV1) == 40 and C.sizeof(HtpGraphBlobInfoV2) == 72
+
+
 class _GraphInfoUnion(C.Union):
     _fields_ = [("graphInfoV1", GraphInfoV1), ("graphInfoV2", GraphInfoV2),
                 ("graphInfoV3", GraphInfoV3)]

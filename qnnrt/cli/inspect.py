@@ -88,6 +88,7 @@ def _print_binary(d: dict) -> None:
           f"SoC model {d['soc_model'] if d['soc_model'] is not None else '?'}"
           + (f" ({d['soc_version']})" if d["soc_version"] else ""))
     print(f"  context blob {d['context_blob_size']} bytes, {len(d['graphs'])} graph(s)")
+    print(f"  HTP weight sharing: {_weight_sharing(d['graphs'])}")
     for g in d["graphs"]:
         print(f"\n  graph {g['name']}")
         rows = [("", "name", "dtype", "shape", "quantization")]
@@ -98,6 +99,16 @@ def _print_binary(d: dict) -> None:
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
         for r in rows:
             print("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def _weight_sharing(graphs: list[dict]) -> str:
+    """'yes (...)' / 'no' / 'unknown' from the graphs' blob info (sharedWeightsSize)."""
+    infos = [g.get("blob_info") or {} for g in graphs]
+    if not any("sharedWeightsSize" in i for i in infos):
+        return "unknown (no HTP graph blob info v2)"
+    shared = [f"{g['name']} {i['sharedWeightsSize']} bytes" for g, i in zip(graphs, infos)
+              if i.get("sharedWeightsSize")]
+    return f"yes ({', '.join(shared)}); the x86 simulator cannot run it" if shared else "no"
 
 
 def _print_program(d: dict) -> None:
@@ -132,7 +143,14 @@ def _shape(t: dict) -> str:
 def _print_pte(d: dict) -> None:
     print(f"{d['path']}: ExecuTorch program, {d['file_size']} bytes, {len(d['methods'])} method(s), "
           f"{len(d['contexts'])} QNN context binar{'y' if len(d['contexts']) == 1 else 'ies'}")
+    consts = [m for m in d["methods"] if "constant" in m]
+    if consts:
+        print(f"\n  constant methods ({len(consts)}):")
+        for m in consts:
+            print(f"    {m['name']} = {m['constant']!r}")
     for m in d["methods"]:
+        if "constant" in m:
+            continue
         ins = ", ".join(f"{t['name']} {_shape(t)}" for t in m["inputs"])
         outs = ", ".join(f"{t['name']} {_shape(t)}" for t in m["outputs"])
         n = m["instructions"]
@@ -149,6 +167,8 @@ def _print_pte(d: dict) -> None:
         graphs = ", ".join(g["name"] for g in c.get("graphs", []))
         print(f"    {c['key']}: {c['context_binary_size']} bytes, graphs [{graphs}], used by "
               f"{', '.join(c['used_by'])}")
+        if c.get("graphs"):
+            print(f"      HTP weight sharing: {_weight_sharing(c['graphs'])}")
     if d.get("missing_operators"):
         print(f"\n  missing CPU operators (qnnrt cannot run these): {d['missing_operators']}")
     if d.get("non_qnn_delegates"):

@@ -1,4 +1,4 @@
-"""`qnnrt` command line: inspect, run, build, demo, plot.
+"""`qnnrt` command line: inspect, run, llm, build, demo, plot.
 
 Exit status: 0 success, 1 a user or QNN error (message on stderr; traceback only with
 --log-level debug), 130 interrupted.
@@ -28,7 +28,7 @@ def _setup_logging(level: str) -> None:
         _PY_LEVELS[level] if level in ("info", "verbose", "debug") else logging.CRITICAL + 1)
 
 
-SUBCOMMANDS = ("inspect", "run", "build", "demo", "plot")
+SUBCOMMANDS = ("inspect", "run", "llm", "build", "demo", "plot")
 
 
 def build_parser() -> argparse.ArgumentParser:

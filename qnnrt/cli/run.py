@@ -24,26 +24,57 @@ def add_parser(sub) -> None:
                                     "list (prefill,decode) runs them in turn, one per iteration")
     m.add_argument("--method-index", type=int, help="method by position")
     m.add_argument("--graph", help="for a .bin: the graph to run (default: the first)")
-    i = p.add_mutually_exclusive_group()
-    i.add_argument("--inputs", help="comma-separated .npy/.raw files in input order, or name:=path")
-    i.add_argument("--input-list", help="QNN input list: one line of raw files per inference")
+    p.add_argument("--inputs", action="append",
+                   help="comma-separated .npy/.raw files in input order, or name:=path; with "
+                        "several methods, once per method as METHOD=a.npy,b.npy")
+    p.add_argument("--input-list", action="append",
+                   help="QNN input list: one line of raw files per inference; with several "
+                        "methods, once per method as METHOD=list.txt")
     p.add_argument("--iteration", type=int, default=1, help="timed iterations (default 1)")
     p.add_argument("--warm-up", type=int, default=0, help="untimed iterations first (default 0)")
     p.add_argument("--output-dir", help="write outputs: <name>.npy and output_<iter>_<idx>.raw")
+    p.add_argument("--check-repeat", action="store_true",
+                   help="fail unless every iteration's outputs equal the first's for equal inputs")
+    p.add_argument("--seed", type=int, default=0, help="seed of random inputs (default 0)")
+    add_runtime_options(p)
+    p.set_defaults(func=run)
+
+
+def add_runtime_options(p) -> None:
+    """Options every command that loads and runs a program shares (run, llm)."""
     p.add_argument("--residency", default="auto",
                    help="auto (default), eager, lazy, sequential, bounded:K or bounded:<size>")
     p.add_argument("--report", help="write a JSON report to this file")
     p.add_argument("--soc", help="SoC model number or name (e.g. 43 or SM8550)")
     p.add_argument("--backend-lib", help="path to libQnnHtp.so (default: discovered)")
-    p.add_argument("--check-repeat", action="store_true",
-                   help="fail unless every iteration's outputs equal the first's for equal inputs")
     p.add_argument("--heap-profiling-path", help="write the heap profile (two lines + .json)")
     p.add_argument("--profile-level", default="off", choices=list(PROFILE_LEVELS))
     p.add_argument("--profile-path", help="write the execution profile (JSON + CSV)")
-    p.add_argument("--seed", type=int, default=0, help="seed of random inputs (default 0)")
     p.add_argument("--log-level", default="warn",
                    choices=["error", "warn", "info", "verbose", "debug"])
-    p.set_defaults(func=run)
+
+
+def check_output_paths(args) -> None:
+    """--report / --profile-path / --heap-profiling-path checked before the work."""
+    for flag, val in (("--report", args.report), ("--profile-path", args.profile_path),
+                      ("--heap-profiling-path", args.heap_profiling_path)):
+        if val:
+            check_output_path(val, flag)  # before the work: a bad path never costs a run
+
+
+def open_program(args, graph: str | None = None):
+    """(program, execution profiler or None) loaded with the shared runtime options."""
+    from qnnrt.loader import LoadOptions, load
+    bar = ProgressBar("creating contexts") if sys.stderr.isatty() else None
+    profiler = _exec_profiler(args.profile_level)
+    prog = load(args.path, residency=args.residency, soc=args.soc, backend_lib=args.backend_lib,
+                options=LoadOptions(log_level=args.log_level, graph=graph,
+                                    heap_profiling_path=args.heap_profiling_path,
+                                    profile_level=args.profile_level, exec_profiler=profiler,
+                                    progress=bar.update if bar else None))
+    if bar:
+        bar.done()
+    return prog, profiler
 
 
 def latency_stats(ms: list[float]) -> dict:
@@ -67,41 +98,19 @@ def _exec_profiler(level: str):
 
 
 def run(args) -> int:
-    from qnnrt.loader import LoadOptions, load
     if args.iteration < 1 or args.warm_up < 0:
         raise QnnrtError("--iteration must be >= 1 and --warm-up >= 0")
     if args.graph and Path(args.path).suffix != ".bin" and not Path(args.path).is_file():
         raise QnnrtError("--graph applies to a context binary (.bin); use --method for programs")
-    for flag, val in (("--report", args.report), ("--profile-path", args.profile_path),
-                      ("--heap-profiling-path", args.heap_profiling_path)):
-        if val:
-            check_output_path(val, flag)  # before the work: a bad path never costs a run
+    check_output_paths(args)
     t_start = time.perf_counter()
-    bar = ProgressBar("creating contexts") if sys.stderr.isatty() else None
-    profiler = _exec_profiler(args.profile_level)
-    prog = load(args.path, residency=args.residency, soc=args.soc, backend_lib=args.backend_lib,
-                options=LoadOptions(log_level=args.log_level, graph=args.graph,
-                                    heap_profiling_path=args.heap_profiling_path,
-                                    profile_level=args.profile_level, exec_profiler=profiler,
-                                    progress=bar.update if bar else None))
+    prog, profiler = open_program(args, args.graph)
     try:
-        if bar:
-            bar.done()
         load_s = time.perf_counter() - t_start
         names = args.method.split(",") if args.method else [args.method_index]
         methods = [prog.method(n) for n in names]
         method = methods[0]
-        if len(methods) > 1 and (args.inputs or args.input_list):
-            raise QnnrtError("--inputs / --input-list apply to one method; with several methods "
-                             "seeded random inputs are used per method")
-        if args.inputs:
-            feeds = {method.name: parse_inputs_arg(args.inputs, method.inputs)}
-        elif args.input_list:
-            feeds = {method.name: read_input_list(args.input_list, method.inputs)}
-        else:
-            feeds = {m.name: [random_inputs(m.inputs, args.seed)] for m in methods}
-            print(f"note: no inputs given; using seeded random inputs (seed {args.seed})",
-                  file=sys.stderr)
+        feeds = _feeds(args, methods)
         out_dir = Path(args.output_dir) if args.output_dir else None
         latencies: list[float] = []
         first_output_s: float | None = None
@@ -171,6 +180,49 @@ def run(args) -> int:
                          f"first with the same inputs (first: iteration {it}, method {name}, "
                          f"outputs {outs})")
     return 0
+
+
+def _split_per_method(values: list[str] | None, names: list[str], flag: str) -> dict[str, str]:
+    """`--inputs a.npy,b.npy` (one method) or `--inputs M=a.npy,...` per method -> {method: text}."""
+    out: dict[str, str] = {}
+    for v in values or []:
+        head, sep, rest = v.partition("=")
+        if sep and head in names and ":" not in head and "/" not in head:
+            if head in out:
+                raise QnnrtError(f"{flag} given twice for method {head!r}")
+            out[head] = rest
+        elif len(names) == 1 and not out:
+            out[names[0]] = v
+        else:
+            raise QnnrtError(f"{flag} {v!r}: with several methods (or {flag} given more than once) "
+                             f"write {flag} METHOD=..., METHOD one of {names}")
+    return out
+
+
+def _feeds(args, methods) -> dict[str, list]:
+    """Inputs per method: --inputs / --input-list (per method), seeded random for the rest."""
+    names = [m.name for m in methods]
+    inputs = _split_per_method(args.inputs, names, "--inputs")
+    lists = _split_per_method(args.input_list, names, "--input-list")
+    both = sorted(set(inputs) & set(lists))
+    if both:
+        raise QnnrtError(f"method(s) {both}: give --inputs or --input-list, not both")
+    feeds: dict[str, list] = {}
+    random_for = []
+    for m in methods:
+        if m.name in feeds:
+            continue
+        if m.name in inputs:
+            feeds[m.name] = parse_inputs_arg(inputs[m.name], m.inputs)
+        elif m.name in lists:
+            feeds[m.name] = read_input_list(lists[m.name], m.inputs)
+        else:
+            feeds[m.name] = [random_inputs(m.inputs, args.seed)]
+            random_for.append(m.name)
+    if random_for:
+        print(f"note: no inputs given for {', '.join(random_for)}; using seeded random inputs "
+              f"(seed {args.seed})", file=sys.stderr)
+    return feeds
 
 
 def _print_summary(r: dict, method, out_dir, profiler, args) -> None:

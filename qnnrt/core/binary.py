@@ -8,6 +8,7 @@ import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,15 +21,46 @@ from qnnrt.errors import FormatError, QnnrtError
 MIN_BINARY_SIZE = 64  # nothing smaller can hold a QNN context binary header
 
 
+def parse_graph_blob_info(raw: bytes) -> dict:
+    """The HTP graph blob info of a v3 graph info: every field of the version-1 struct and, when
+    the blob holds one (size >= 112 and its own version word 2 at offset 40), of the V2 struct
+    (`v2_version`, ..., `sharedWeightsSize`). `size` is the blob's length; unknown layouts give
+    just what could be read safely."""
+    out: dict = {"size": len(raw)}
+    v1 = C.sizeof(T.HtpGraphBlobInfoV1)
+    if len(raw) < 4:
+        return out
+    out["version"] = int.from_bytes(raw[:4], "little")
+    if out["version"] != 1 or len(raw) < v1:
+        return out
+    a = T.HtpGraphBlobInfoV1.from_buffer_copy(raw[:v1])
+    out.update({f[0]: int(getattr(a, f[0])) for f in a._fields_ if f[0] != "version"})
+    v2 = C.sizeof(T.HtpGraphBlobInfoV2)
+    if len(raw) >= v1 + v2 and int.from_bytes(raw[v1:v1 + 4], "little") == 2:
+        b = T.HtpGraphBlobInfoV2.from_buffer_copy(raw[v1:v1 + v2])
+        out["v2_version"] = 2
+        out.update({f[0]: int(getattr(b, f[0])) for f in b._fields_ if f[0] != "version"})
+    return out
+
+
 @dataclass(frozen=True)
 class GraphSpec:
     name: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    blob_info: dict | None = field(default=None, compare=False)  # parse_graph_blob_info (v3 info)
+
+    @property
+    def shared_weights_size(self) -> int:
+        """Bytes of HTP shared weights this graph uses (0: none, or not recorded)."""
+        return int((self.blob_info or {}).get("sharedWeightsSize", 0))
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "inputs": [t.to_dict() for t in self.inputs],
-                "outputs": [t.to_dict() for t in self.outputs]}
+        d: dict[str, Any] = {"name": self.name, "inputs": [t.to_dict() for t in self.inputs],
+             "outputs": [t.to_dict() for t in self.outputs]}
+        if self.blob_info is not None:
+            d["blob_info"] = dict(self.blob_info)
+        return d
 
 
 @dataclass(frozen=True)
@@ -43,11 +75,17 @@ class BinaryInfo:
     context_blob_size: int
     graphs: tuple[GraphSpec, ...] = field(default=())
 
+    @property
+    def weight_sharing(self) -> bool:
+        """Compiled with HTP weight sharing (some graph records shared weights)."""
+        return any(g.shared_weights_size > 0 for g in self.graphs)
+
     def to_dict(self) -> dict:
         return {"info_version": self.info_version, "backend_id": self.backend_id,
                 "build_id": self.build_id, "core_api": self.core_api,
                 "backend_api": self.backend_api, "soc_version": self.soc_version,
                 "soc_model": self.soc_model, "context_blob_size": self.context_blob_size,
+                "weight_sharing": self.weight_sharing,
                 "graphs": [g.to_dict() for g in self.graphs]}
 
 
@@ -79,11 +117,16 @@ def read_binary_info(lib: QnnLibrary, buffer: np.ndarray, where: str) -> BinaryI
             if g.version not in (1, 2, 3):
                 raise FormatError(f"{where}: unknown graph info version {g.version}")
             gb = g.body
+            blob = None
+            if g.version == 3 and g.graphInfoV3.graphBlobInfo and g.graphInfoV3.graphBlobInfoSize:
+                blob = parse_graph_blob_info(C.string_at(g.graphInfoV3.graphBlobInfo,
+                                                         g.graphInfoV3.graphBlobInfoSize))
             graphs.append(GraphSpec(
                 name=(gb.graphName or b"").decode(errors="replace"),
                 inputs=tuple(spec_from_struct(gb.graphInputs[j]) for j in range(gb.numGraphInputs)),
                 outputs=tuple(spec_from_struct(gb.graphOutputs[j])
-                              for j in range(gb.numGraphOutputs))))
+                              for j in range(gb.numGraphOutputs)),
+                blob_info=blob))
         return BinaryInfo(
             info_version=bi.version, backend_id=b.backendId,
             build_id=(b.buildId or b"").decode(errors="replace"),

@@ -13,6 +13,24 @@ from qnnrt.core.profile import Profile
 from qnnrt.errors import QnnrtError
 
 
+def is_x86_simulator() -> bool:
+    """libQnnHtp on an x86 host is the HTP simulator."""
+    import platform
+    return platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+
+
+def refuse_weight_sharing(binary: ContextBinary) -> None:
+    """Raise before QNN sees a weight-shared binary on the simulator (its contextCreateFromBinary
+    fails with 1000 or crashes on them)."""
+    if is_x86_simulator() and binary.info.weight_sharing:
+        shared = [f"{g.name} ({g.shared_weights_size} bytes)" for g in binary.graphs
+                  if g.shared_weights_size]
+        raise QnnrtError(
+            f"{binary.where}: compiled with HTP weight sharing (shared weights in graph(s) "
+            f"{', '.join(shared)}), which this backend (the x86 simulator) does not support; export "
+            f"with the x86 settings (no weight sharing) or run on a device")
+
+
 class Context:
     """Owns a QNN context handle. Graphs retrieved from it are invalidated when it is closed.
 
@@ -30,6 +48,7 @@ class Context:
         self._graphs: dict[str, Graph] = {}
         self._lock = threading.Lock()
         self._closed = True
+        refuse_weight_sharing(binary)
         configs, keep = [], []
         if dsp_memory_profiling:
             htp = T.HtpContextCustomConfig(option=T.HTP_CONTEXT_OPTION_DSP_MEMORY_PROFILING)

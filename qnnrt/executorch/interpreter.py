@@ -24,8 +24,8 @@ import numpy as np
 
 from qnnrt.errors import FormatError, InputError, QnnrtError
 from qnnrt.executorch.reader import (DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall,
-                               PteMethod, PteProgram, TensorInfo, parse_qnn_compile_spec,
-                               unwrap_qnn_delegate)
+                               PteMethod, PteProgram, TensorInfo, constant_method_value,
+                               is_constant_method, parse_qnn_compile_spec, unwrap_qnn_delegate)
 from qnnrt.executorch import kernels as K
 
 __all__ = ["PteMethodRunner", "DelegateRunner", "check_operators", "describe_pte",
@@ -559,7 +559,11 @@ def describe_pte(program: PteProgram,
             else:
                 non_qnn.append(f"{m.name}.delegates[{d.index}] ({d.backend_id})")
             delegates.append(e)
-        methods.append({
+        entry: dict[str, Any] = {}
+        if is_constant_method(m):
+            v = constant_method_value(m)
+            entry["constant"] = v.tolist() if isinstance(v, np.ndarray) else v
+        methods.append({**entry,
             "name": m.name, "inputs": _io(m.inputs), "outputs": _io(m.outputs),
             "instructions": counts, "delegate_call_order": m.delegate_call_order(),
             "cpu_operators": [{"name": k, "calls": v, "implemented": k in K.KERNELS}

@@ -10,9 +10,10 @@ import numpy as np
 
 from qnnrt.core import ContextBinary
 from qnnrt.errors import FormatError, QnnrtError
-from qnnrt.executorch.reader import (PteMethod, parse_qnn_compile_spec, qnn_context_binary,
-                               qnn_graph_io_order, read_pte)
-from qnnrt.runtime.method import IOSpec, Method, QnnStep, validate_inputs
+from qnnrt.executorch.reader import (PteMethod, constant_method_value, is_constant_method,
+                                     parse_qnn_compile_spec, qnn_context_binary, qnn_graph_io_order,
+                                     read_pte)
+from qnnrt.runtime.method import IOSpec, Method, QnnStep, UnavailableMethod, validate_inputs
 from qnnrt.executorch.interpreter import PteMethodRunner
 
 
@@ -29,6 +30,16 @@ def _iospecs(specs, method: str, what: str) -> list[IOSpec]:
                               f"qnnrt runs methods whose inputs and outputs are tensors")
         out.append(IOSpec(s.name, tuple(s.shape), np.dtype(s.dtype)))
     return out
+
+
+def size1_reshape(x: np.ndarray, want: tuple) -> np.ndarray:
+    """`x` reshaped to `want` when the shapes differ only by size-1 dimensions (what ExecuTorch
+    accepts, e.g. a 0-d CPU reduction result feeding a [1] graph input); else `x` unchanged, for
+    the graph's own check to reject."""
+    if (None not in want and x.size == int(np.prod(want, dtype=np.int64))
+            and [d for d in x.shape if d != 1] == [d for d in want if d != 1]):
+        return x.reshape(want)
+    return x
 
 
 def _graph_for(binary: ContextBinary, name: str):
@@ -49,6 +60,7 @@ class PteMethodAdapter(Method):
         self._runner = PteMethodRunner(method, self._delegate)
         signatures = self._runner.delegate_signatures()
         self._calls: dict[int, tuple[QnnStep, list[int], list[int]]] = {}
+        self._in_shapes: dict[int, list[tuple]] = {}
         for i in set(self._runner.delegate_call_order()):
             d = method.delegates[i]
             key = context_key(d.key)
@@ -69,6 +81,7 @@ class PteMethodAdapter(Method):
                 t = values[k] if k < len(values) else None
                 if t is not None and t.dtype is not None and t.dtype.kind in "iu":
                     dequant[p] = False
+            self._in_shapes[i] = [tuple(spec.inputs[p].shape) for p in in_pos]
             step = QnnStep(key, spec.name, [t.name for t in spec.inputs],
                            [t.name for t in spec.outputs], tuple(dequant))
             self._calls[i] = (step, in_pos, out_pos)
@@ -79,7 +92,9 @@ class PteMethodAdapter(Method):
     def _delegate(self, index: int, xs: list) -> list:
         step, in_pos, out_pos = self._calls[index]
         ordered = [None] * len(step.inputs)
-        for p, x in zip(in_pos, xs):
+        for p, x, want in zip(in_pos, xs, self._in_shapes[index]):
+            if x.shape != want:
+                x = size1_reshape(x, want)
             ordered[p] = x if x.flags.c_contiguous else x.copy(order="C")
         if self._run_graph is None:
             raise QnnrtError(f"method {self.name!r}: delegate {index} called outside run()")
@@ -98,8 +113,11 @@ class PteMethodAdapter(Method):
 
 
 def pte_methods(path: Path, lib):
-    """(binaries by pool key, method builder, target SoC, the open PteProgram to close last)."""
+    """(binaries by pool key, method builder, target SoC, the open PteProgram to close last,
+    constant-method values by name)."""
     prog = read_pte(path, require_qnn=True)
+    constants = {name: constant_method_value(m) for name, m in prog.methods.items()
+                 if is_constant_method(m)}
     try:
         binaries: dict[str, ContextBinary] = {}
         soc = None
@@ -113,5 +131,14 @@ def pte_methods(path: Path, lib):
         raise
 
     def build(program) -> dict[str, Method]:
-        return {name: PteMethodAdapter(m, binaries) for name, m in prog.methods.items()}
-    return binaries, build, soc, prog
+        """Every method that is not a constant; one that cannot run says why when it is run."""
+        methods: dict[str, Method] = {}
+        for name, m in prog.methods.items():
+            if name in constants:
+                continue
+            try:
+                methods[name] = PteMethodAdapter(m, binaries)
+            except FormatError as e:
+                methods[name] = UnavailableMethod(name, str(e))
+        return methods
+    return binaries, build, soc, prog, constants

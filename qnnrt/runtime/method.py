@@ -114,6 +114,22 @@ class Method:
                 "cpu_segments": sum(1 for s in self.steps if isinstance(s, CpuStep))}
 
 
+class UnavailableMethod(Method):
+    """A method the program holds but qnnrt cannot run; it says why only when it is run, so the
+    program's other methods stay usable."""
+
+    def __init__(self, name: str, reason: str):
+        self.name, self.reason = name, reason
+        self.inputs, self.outputs, self.steps = [], [], []
+        self._dead_after = []
+
+    def run(self, inputs, run_graph: GraphRunner) -> dict[str, np.ndarray]:
+        raise FormatError(self.reason)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "unavailable": self.reason}
+
+
 def _numpy_of(elem_type: int) -> np.dtype:
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
 

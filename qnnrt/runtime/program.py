@@ -13,7 +13,7 @@ import numpy as np
 from qnnrt.core import Backend, ContextBinary, Profile
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
-from qnnrt.runtime.method import Method, QnnStep
+from qnnrt.runtime.method import Method, QnnStep, UnavailableMethod
 from qnnrt.runtime.residency import ContextPool, Residency
 
 
@@ -36,8 +36,10 @@ class Program:
     def __init__(self, path: Path, binaries: dict[str, ContextBinary],
                  method_builder: Callable[["Program"], dict[str, Method]], backend: Backend,
                  residency: "str | Residency" = "auto", heap=None, exec_profiler=None,
-                 profile_level: str = "off", progress=None, owned: list | None = None):
+                 profile_level: str = "off", progress=None, owned: list | None = None,
+                 constants: dict | None = None):
         self.path = path
+        self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
         self.backend = backend
         self.binaries = binaries
         self.heap = heap
@@ -50,8 +52,11 @@ class Program:
         self.iterations = 0
         try:
             self.methods: dict[str, Method] = method_builder(self)
-            if not self.methods:
+            if not self.methods and not self.constants:
                 raise FormatError(f"{path}: the program has no methods")
+            blocked = [m for m in self.methods.values() if isinstance(m, UnavailableMethod)]
+            if self.methods and len(blocked) == len(self.methods):  # nothing could ever run
+                raise FormatError(blocked[0].reason)
             profiler = (_CreateProfiles(backend, profile_level, exec_profiler.record)
                         if exec_profiler is not None and profile_level != "off" else None)
             self.pool = ContextPool(backend, binaries, residency, hooks=heap,
@@ -67,15 +72,22 @@ class Program:
     # -- running -----------------------------------------------------------------------------
     def method(self, name: str | int | None = None) -> Method:
         if name is None:
-            if len(self.methods) == 1 or "forward" not in self.methods:
-                return next(iter(self.methods.values()))
-            return self.methods["forward"]
+            if "forward" in self.methods:
+                return self.methods["forward"]
+            runnable = [m for m in self.methods.values() if not isinstance(m, UnavailableMethod)]
+            if runnable or self.methods:
+                return (runnable or list(self.methods.values()))[0]
+            raise QnnrtError(f"{self.path}: the program has only constant methods: "
+                             f"{list(self.constants)}")
         if isinstance(name, int):
             names = list(self.methods)
             if not 0 <= name < len(names):
                 raise QnnrtError(f"method index {name} out of range; the program has "
                                  f"{len(names)} method(s): {names}")
             return self.methods[names[name]]
+        if name not in self.methods and name in self.constants:
+            raise QnnrtError(f"{name!r} is a constant method (value {self.constants[name]!r}); "
+                             f"see `qnnrt inspect` or Program.constants")
         if name not in self.methods:
             raise QnnrtError(f"no method {name!r}; methods: {list(self.methods)}")
         return self.methods[name]

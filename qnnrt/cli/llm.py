@@ -1,0 +1,229 @@
+"""`qnnrt llm MODEL.pte`: generate with (or score a sequence through) an ExecuTorch Qualcomm LLM
+program, what ExecuTorch's ``qnn_llama_runner`` does."""
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qnnrt.cli.run import add_runtime_options, check_output_paths, latency_stats, open_program
+from qnnrt.errors import QnnrtError
+from qnnrt.fileio import check_output_path, write_atomic
+from qnnrt.units import format_bytes
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("llm", help="generate with an ExecuTorch Qualcomm LLM .pte (prefill + "
+                                   "KV-cache decode), or score a token sequence")
+    p.add_argument("path", help="the .pte (hybrid prefill_forward + kv_forward, or kv_forward)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt-tokens", help="prompt token ids (comma/space separated) or a file of them")
+    src.add_argument("--prompt", help="prompt text (needs --tokenizer)")
+    src.add_argument("--score-tokens", help="score mode: token ids (or a file of them); prints each "
+                                            "token's log-likelihood and the perplexity")
+    p.add_argument("--tokenizer", help="tokenizer.json (Hugging Face `tokenizers`; pip install "
+                                       "qnnrt[llm])")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="default 32")
+    p.add_argument("--seq-len", type=int, default=0,
+                   help="stop when the sequence reaches this length (default: the context length)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) = greedy")
+    p.add_argument("--top-k", type=int, default=0, help="sample from the k best (0 = all)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1 = off)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed")
+    p.add_argument("--ignore-eos", action="store_true", help="do not stop at the EOS token")
+    p.add_argument("--score-prefill", type=int, default=None,
+                   help="score mode: tokens given to the prefill method (default: as many as fit); "
+                        "the rest go through the decode method one at a time")
+    p.add_argument("--dump-logits", help="score mode: write each method call's float logits "
+                                         "(<method>_s<k>.npy) and all rows (logits.npy) to this folder")
+    add_runtime_options(p)
+    p.set_defaults(func=run)
+
+
+def parse_token_ids(text: str, what: str = "--prompt-tokens") -> list[int]:
+    """Ids separated by commas / whitespace (brackets allowed), or the name of a file holding them."""
+    p = Path(text)
+    if not re.fullmatch(r"[\s\d,\[\]]+", text) and p.is_file():
+        text = p.read_text()
+    elif not re.fullmatch(r"[\s\d,\[\]]+", text):
+        raise QnnrtError(f"{what}: {text!r} is neither token ids (e.g. 1,15,493) nor a file of them")
+    items = [t for t in re.split(r"[\s,\[\]]+", text) if t]
+    if not all(t.isdigit() for t in items):
+        raise QnnrtError(f"{what}: token ids must be non-negative integers")
+    if not items:
+        raise QnnrtError(f"{what}: no token ids")
+    return [int(t) for t in items]
+
+
+class _Tokenizer:
+    def __init__(self, path: str):
+        try:
+            from tokenizers import Tokenizer  # type: ignore[import-not-found]
+        except ImportError:
+            raise QnnrtError("--tokenizer needs the `tokenizers` package: pip install 'qnnrt[llm]' "
+                             "(or pip install tokenizers), or give --prompt-tokens ids") from None
+        if not Path(path).is_file():
+            raise QnnrtError(f"--tokenizer {path}: no such file")
+        self.tok = Tokenizer.from_file(path)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.tok.decode(ids))
+
+
+def _check_vocab(ids: list[int], vocab: int, what: str) -> None:
+    bad = [t for t in ids if t >= vocab]
+    if bad:
+        raise QnnrtError(f"{what}: token id(s) {bad[:5]} outside the model's vocabulary of {vocab}")
+
+
+def run(args) -> int:
+    from qnnrt.llm import LlmRunner, Sampler
+    if args.max_new_tokens < 1:
+        raise QnnrtError("--max-new-tokens must be >= 1")
+    if args.prompt is not None and not args.tokenizer:
+        raise QnnrtError("--prompt TEXT needs --tokenizer tokenizer.json (or give --prompt-tokens ids)")
+    if args.prompt is None and args.prompt_tokens is None and args.score_tokens is None:
+        raise QnnrtError("give --prompt-tokens IDS, --prompt TEXT --tokenizer FILE, or --score-tokens IDS")
+    if args.dump_logits and args.score_tokens is None:
+        raise QnnrtError("--dump-logits applies to score mode (--score-tokens)")
+    check_output_paths(args)
+    if args.dump_logits:
+        try:
+            Path(args.dump_logits).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise QnnrtError(f"--dump-logits {args.dump_logits}: cannot create the folder ({e})") from e
+        check_output_path(Path(args.dump_logits) / "logits.npy", "--dump-logits")
+    tokenizer = _Tokenizer(args.tokenizer) if args.tokenizer else None
+    sampler = Sampler(args.temperature, args.top_k, args.top_p, args.seed)  # checks its arguments
+    t_start = time.perf_counter()
+    prog, profiler = open_program(args)
+    report: dict[str, Any] = {"path": str(args.path)}
+    try:
+        runner = LlmRunner(prog)
+        lay = runner.layout
+        report["layout"] = lay.describe()
+        report["load_s"] = round(time.perf_counter() - t_start, 6)
+        if args.score_tokens is not None:
+            ids = parse_token_ids(args.score_tokens, "--score-tokens")
+            _check_vocab(ids, lay.vocab_size, "--score-tokens")
+            t0 = time.perf_counter()
+            sc = runner.score(ids, n_prefill=args.score_prefill)
+            report["score"] = {"tokens": ids, "n_prefill": sc.prefill_tokens, "logprobs": sc.logprobs,
+                               "nll": sc.nll, "perplexity": sc.perplexity,
+                               "seconds": round(time.perf_counter() - t0, 6)}
+            if args.dump_logits:
+                report["score"]["dumped"] = _dump_logits(Path(args.dump_logits), lay, sc)
+        else:
+            if args.prompt is not None:
+                assert tokenizer is not None
+                ids = tokenizer.encode(args.prompt)
+                if lay.bos_id is not None and (not ids or ids[0] != lay.bos_id):
+                    ids = [lay.bos_id] * max(1, lay.n_bos) + ids
+            else:
+                ids = parse_token_ids(args.prompt_tokens)
+            _check_vocab(ids, lay.vocab_size, "prompt")
+            res = runner.generate(ids, args.max_new_tokens, sampler=sampler,
+                                  eos_ids=[] if args.ignore_eos else None, seq_len=args.seq_len or None)
+            report.update(res.report())
+            report["prompt_token_ids"] = ids
+            report["decode_ms"] = ({k: v for k, v in latency_stats([x * 1e3 for x in res.decode_s]).items()
+                                    if k != "all"} | {"n": len(res.decode_s)}
+                                   if res.decode_s else {"min": None, "median": None, "p90": None, "n": 0})
+            if tokenizer is not None:
+                report["text"] = tokenizer.decode(res.tokens)
+        report["method_calls"] = dict(runner.calls)
+        report["residency"] = prog.pool.summary()
+    finally:
+        prog.close()
+    if prog.heap is not None:
+        report["heap"] = prog.heap.to_json()
+    if profiler is not None:
+        report["profile"] = profiler.to_json()
+        if args.profile_path:
+            profiler.write(args.profile_path)
+    _print_summary(report, profiler, args)
+    if args.report:
+        write_atomic(args.report, json.dumps(report, indent=2, default=_jsonable), "report")
+        print(f"report: {args.report}")
+    return 0
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return str(x)
+
+
+def _dump_logits(folder: Path, lay, sc) -> list[str]:
+    """Per method call: prefill chunks as [rows, V], decode steps as [V]; plus logits.npy."""
+    rows = np.stack([np.asarray(r, dtype=np.float32) for r in sc.logits])
+    files = {"logits.npy": rows}
+    T, n = lay.prefill.ar_len, sc.prefill_tokens
+    i = 0
+    for k, j in enumerate(range(0, n, T)):
+        m = min(T, n - j)
+        files[f"{lay.prefill.name}_s{k}.npy"] = rows[i:i + m]
+        i += m
+    for k in range(len(rows) - i):
+        files[f"{lay.decode.name}_s{k}.npy"] = rows[i + k]
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, a in files.items():
+        buf = io.BytesIO()
+        np.save(buf, a)
+        write_atomic(folder / name, buf.getvalue(), "--dump-logits")
+    return sorted(files)
+
+
+def _print_summary(r: dict, profiler, args) -> None:
+    lay = r["layout"]
+    print(f"{r['path']}: {lay['mode']} LLM, {lay['n_layers']} layers, context {lay['context_len']}, "
+          f"prefill window {lay['prefill_ar_len']}, vocab {lay['vocab_size']}, caches {lay['cache_dtype']}, "
+          f"logits {lay['logits_dtype']}")
+    if "score" in r:
+        s = r["score"]
+        toks, lps = s["tokens"], s["logprobs"]
+        print(f"  scored {len(lps)} token(s) ({s['n_prefill']} through prefill) in {s['seconds']:.3f} s")
+        print("  position  token  log-likelihood")
+        for i, (t, lp) in enumerate(zip(toks[1:], lps), 1):
+            print(f"  {i:8d}  {t:5d}  {lp:14.6f}")
+        print(f"  mean log-likelihood {-s['nll']:.6f}, perplexity {s['perplexity']:.4f}")
+        if "dumped" in s:
+            print(f"  logits written to {args.dump_logits}/ ({len(s['dumped'])} files)")
+    else:
+        d = r["decode_ms"]
+        print(f"  prompt {r['prompt_tokens']} token(s) -> {r['n_generated']} generated "
+              f"(stop: {r['stop_reason']})")
+        print(f"  generated: {' '.join(map(str, r['generated_tokens']))}")
+        if "text" in r:
+            print(f"  text: {r['text']}")
+        pf = r["prefill_tokens_per_s"]
+        dt = r["decode_tokens_per_s"]
+        print(f"  time to first token {r['ttft_s'] * 1e3:.1f} ms ({r['prefill_calls']} prefill call(s), "
+              f"{pf:.1f} tokens/s); decode {dt:.2f} tokens/s" if dt else
+              f"  time to first token {r['ttft_s'] * 1e3:.1f} ms ({r['prefill_calls']} prefill call(s), "
+              f"{pf:.1f} tokens/s); no decode steps")
+        if d.get("n"):
+            print(f"  decode per token: min {d['min']:.3f} ms, median {d['median']:.3f} ms, "
+                  f"p90 {d['p90']:.3f} ms over {d['n']} step(s)")
+    res = r["residency"]
+    print(f"  load {r['load_s'] * 1e3:.1f} ms; residency {res['policy']}: peak live {res['peak_live']}/"
+          f"{res['contexts_total']}, creates {res['creates']}, evictions {res['evictions']}")
+    if res.get("pd_estimate_total_bytes"):
+        print(f"  PD (QNN's estimates): {format_bytes(res['pd_estimate_total_bytes'])}")
+    if "heap" in r and args.heap_profiling_path:
+        print(f"  heap profile: {args.heap_profiling_path} (+ .json)")
+    if profiler is not None:
+        print(profiler.summary_table())
+    if math.isnan(r.get("score", {}).get("perplexity", 0.0)):
+        print("  (perplexity undefined: no scored tokens)")

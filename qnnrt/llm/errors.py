@@ -1,0 +1,12 @@
+"""Errors of the LLM runner (ValueError subclasses, so the CLI reports them as user errors)."""
+from __future__ import annotations
+
+from qnnrt.errors import QnnrtError
+
+
+class LayoutError(QnnrtError, ValueError):
+    """The program is not an ExecuTorch Qualcomm LLM program of a supported layout."""
+
+
+class ContextLengthError(QnnrtError, ValueError):
+    """The request does not fit the compiled context length."""

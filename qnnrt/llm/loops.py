@@ -1,0 +1,182 @@
+"""The generate and score loops over a ``run(method, inputs) -> outputs`` callable."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from qnnrt.llm.errors import ContextLengthError
+from qnnrt.llm.kv_cache import KVCache, build_step_inputs, logits_to_float, split_outputs
+from qnnrt.llm.layout import LlmLayout, MethodLayout
+from qnnrt.llm.sampling import Sampler, log_softmax
+
+RunFn = Callable[[str, Mapping[str, np.ndarray]], Any]
+
+
+def _call(run: RunFn, layout: LlmLayout, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
+          pad_token: int, trace: list | None):
+    inputs = build_step_inputs(layout, method, cache, tokens, pad_token)
+    if trace is not None:
+        trace.append((method.name, inputs))
+    logits, ko, vo = split_outputs(layout, method, run(method.name, inputs))
+    cache.update(method, ko, vo, len(tokens))
+    return logits
+
+
+def prefill(run: RunFn, layout: LlmLayout, cache: KVCache, prompt: Sequence[int], *, pad_token: int = 0,
+            trace: list | None = None, all_logits: list | None = None) -> np.ndarray:
+    """Process ``prompt`` from cache.n_past in windows of T; return the float logits for the next token."""
+    m = layout.prefill
+    prompt = [int(t) for t in prompt]
+    if not prompt:
+        raise ValueError("empty prompt")
+    if cache.n_past + len(prompt) > layout.prompt_capacity:
+        raise ContextLengthError(
+            f"prompt of {len(prompt)} tokens at position {cache.n_past} exceeds what the prompt processor "
+            f"({m.name}, window {m.ar_len}) can hold: {layout.prompt_capacity} tokens (context {layout.context_len} "
+            f"- window {m.ar_len})")
+    last = None
+    for j in range(0, len(prompt), m.ar_len):
+        chunk = prompt[j:j + m.ar_len]
+        logits = logits_to_float(layout, _call(run, layout, m, cache, chunk, pad_token, trace))
+        if all_logits is not None:
+            all_logits.extend(logits[0, :len(chunk)])
+        last = logits[0, len(chunk) - 1]
+    assert last is not None
+    return last
+
+
+def decode_step(run: RunFn, layout: LlmLayout, cache: KVCache, token: int, *,
+                trace: list | None = None) -> np.ndarray:
+    return logits_to_float(layout, _call(run, layout, layout.decode, cache, [int(token)], 0, trace))[0, 0]
+
+
+def _pct(xs: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs, dtype=np.float64), q)) if len(xs) else float("nan")
+
+
+@dataclass
+class GenerationResult:
+    prompt_tokens: list[int]
+    tokens: list[int]                  # generated ids (an EOS that stopped generation included)
+    stop_reason: str                   # "eos" | "max_new_tokens" | "context"
+    prefill_s: float                   # prefill calls + first sampling (= time to first token)
+    prefill_calls: int
+    decode_s: list[float]              # per decode call incl. sampling, seconds
+    logits: list[np.ndarray] = field(default_factory=list, repr=False)   # per generated token (if kept)
+
+    @property
+    def ttft_s(self) -> float:
+        return self.prefill_s
+
+    def report(self) -> dict:
+        d = [x * 1e3 for x in self.decode_s]
+        return {"prompt_tokens": len(self.prompt_tokens), "generated_tokens": list(self.tokens),
+                "n_generated": len(self.tokens), "stop_reason": self.stop_reason, "ttft_s": self.prefill_s,
+                "prefill_calls": self.prefill_calls,
+                "prefill_tokens_per_s": len(self.prompt_tokens) / self.prefill_s if self.prefill_s > 0 else None,
+                "decode_tokens_per_s": len(d) / (sum(d) / 1e3) if d and sum(d) > 0 else None,
+                "decode_ms": {"min": min(d) if d else None, "median": float(np.median(d)) if d else None,
+                              "p90": _pct(d, 90) if d else None, "n": len(d)}}
+
+
+def generate(run: RunFn, layout: LlmLayout, prompt: Sequence[int], max_new_tokens: int, *,
+             sampler: Callable[[np.ndarray], int] | None = None, eos_ids: Sequence[int] | None = None,
+             seq_len: int | None = None, pad_token: int = 0, cache: KVCache | None = None,
+             on_token: Callable[[int], None] | None = None, keep_logits: bool = False,
+             trace: list | None = None, clock: Callable[[], float] = time.perf_counter) -> GenerationResult:
+    """Prefill ``prompt`` then decode until EOS, ``max_new_tokens`` or the sequence limit.
+
+    seq_len (default: context length, clamped to it) bounds positions: at most seq_len - len(prompt)
+    tokens are generated (ExecuTorch's token generator stops at pos == seq_len - 1).
+    eos_ids default to the layout's (get_eos_id); pass [] to never stop on EOS.
+    """
+    sampler = sampler or Sampler()
+    eos = set(layout.eos_ids if eos_ids is None else eos_ids)
+    C = layout.context_len
+    seq_len = C if seq_len is None or seq_len <= 0 else min(int(seq_len), C)
+    cache = cache or KVCache(layout)
+    prompt = [int(t) for t in prompt]
+    if cache.n_past + len(prompt) >= seq_len:
+        raise ContextLengthError(f"prompt of {len(prompt)} tokens at position {cache.n_past} leaves no room to "
+                                 f"generate within the sequence length {seq_len}")
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be >= 1")
+    t0 = clock()
+    n0 = cache.n_past
+    kept: list[np.ndarray] = []
+    logits = prefill(run, layout, cache, prompt, pad_token=pad_token, trace=trace)
+    prefill_calls = -(-len(prompt) // layout.prefill.ar_len)
+    tok = sampler(logits)
+    t1 = clock()
+    if keep_logits:
+        kept.append(logits)
+    out = [tok]
+    if on_token:
+        on_token(tok)
+    decode_s: list[float] = []
+    pos = n0 + len(prompt)                  # position of `tok`
+    reason = "max_new_tokens"
+    while True:
+        if tok in eos:
+            reason = "eos"
+            break
+        if len(out) >= max_new_tokens:
+            break
+        if pos >= seq_len - 1:
+            reason = "context"
+            break
+        ta = clock()
+        logits = decode_step(run, layout, cache, tok, trace=trace)
+        tok = sampler(logits)
+        decode_s.append(clock() - ta)
+        if keep_logits:
+            kept.append(logits)
+        out.append(tok)
+        pos += 1
+        if on_token:
+            on_token(tok)
+    return GenerationResult(prompt, out, reason, t1 - t0, prefill_calls, decode_s, kept)
+
+
+@dataclass
+class ScoreResult:
+    tokens: list[int]
+    logprobs: list[float]              # log p(tokens[i+1] | tokens[:i+1]), i = 0..N-2
+    logits: list[np.ndarray] = field(repr=False, default_factory=list)  # row predicting tokens[i+1]
+    prefill_tokens: int = 0
+
+    @property
+    def nll(self) -> float:
+        return -float(np.mean(self.logprobs)) if self.logprobs else float("nan")
+
+    @property
+    def perplexity(self) -> float:
+        return float(np.exp(self.nll))
+
+
+def score(run: RunFn, layout: LlmLayout, tokens: Sequence[int], *, n_prefill: int | None = None,
+          pad_token: int = 0, cache: KVCache | None = None, trace: list | None = None) -> ScoreResult:
+    """Teacher-forced pass: the first n_prefill tokens (default: as many of tokens[:-1] as the prompt
+    processor holds) through prefill, the rest one at a time through decode."""
+    toks = [int(t) for t in tokens]
+    if len(toks) < 2:
+        raise ValueError("scoring needs at least 2 tokens")
+    cache = cache or KVCache(layout)
+    if cache.n_past + len(toks) > layout.context_len:
+        raise ContextLengthError(f"{len(toks)} tokens at position {cache.n_past} exceed the context length "
+                                 f"{layout.context_len}")
+    if n_prefill is None:
+        n_prefill = min(len(toks) - 1, layout.prompt_capacity - cache.n_past)
+    if not 1 <= n_prefill <= len(toks) - 1:
+        raise ValueError(f"n_prefill {n_prefill} outside [1, {len(toks) - 1}]")
+    rows: list[np.ndarray] = []
+    prefill(run, layout, cache, toks[:n_prefill], pad_token=pad_token, trace=trace, all_logits=rows)
+    for t in toks[n_prefill:-1]:
+        if cache.n_past + 1 > layout.context_len - 1:
+            raise ContextLengthError(f"{len(toks)} tokens exceed the context length {layout.context_len}")
+        rows.append(decode_step(run, layout, cache, t, trace=trace))
+    lp = [float(log_softmax(r)[t]) for r, t in zip(rows, toks[1:])]
+    return ScoreResult(toks, lp, rows, n_prefill)
