@@ -312,3 +312,22 @@ def null_terminated(structs: list) -> C.Array | None:
     if not structs:
         return None
     return (vp * (len(structs) + 1))(*[C.addressof(s) for s in structs], None)
+
+
+# HTP graph blob info (QnnHtpSystemContext.h): graph info v3's `graphBlobInfo` points at a
+# QnnHtpSystemContext_GraphBlobInfo_t {version = 1; GraphBlobInfoV1} (40 bytes); with
+# graphBlobInfoSize 112 (QNN 2.4x+) a QnnHtpSystemContext_GraphBlobInfoV2_t (72 bytes, own version
+# field = 2) follows it directly.
+class HtpGraphBlobInfoV1(C.Structure):
+    _fields_ = [("version", u32), ("spillFillBufferSize", u64), ("vtcmSize", u32),
+                ("optimizationLevel", u32), ("htpDlbc", u8), ("numHvxThreads", u64)]
+
+
+class HtpGraphBlobInfoV2(C.Structure):
+    _fields_ = [("version", u32), ("nativeKChannelSize", u64), ("nativeVChannelSize", u64),
+                ("isSafeShareIO", u32), ("ioTensorSize", u64), ("opDataSize", u64),
+                ("constSize", u64), ("ddrTensorSize", u64), ("sharedWeightsSize", u64)]
+
+
+HTP_BLOB_INFO_V1_SIZE = 40
+HTP_BLOB_INFO_V2_SIZE = 72

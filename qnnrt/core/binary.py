@@ -186,6 +186,16 @@ class ContextBinary:
     def graphs(self) -> tuple[GraphSpec, ...]:
         return self.info.graphs
 
+    def pd_need(self):
+        """Predicted PD reservation of this context, per graph and part (core/pd_need.py), read from
+        the binary alone: no context is created. Unknown parts are None, with notes."""
+        need = getattr(self, "_pd_need", None)
+        if need is None:
+            from qnnrt.core.pd_need import predict_pd_need
+            need = predict_pd_need(self._lib or open_library(self._backend_lib), self.buffer, self.where)
+            self._pd_need = need
+        return need
+
     def graph(self, name: str) -> GraphSpec:
         for g in self.info.graphs:
             if g.name == name:
