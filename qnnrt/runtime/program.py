@@ -14,7 +14,19 @@ from qnnrt.core import Backend, ContextBinary, Profile
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
 from qnnrt.runtime.method import Method, QnnStep
+from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.residency import ContextPool, Residency
+
+
+def predicted_needs(binaries: dict[str, ContextBinary]) -> dict[str, int | None]:
+    """Each context's predicted PD need in bytes (None where the binary does not tell)."""
+    out: dict[str, int | None] = {}
+    for key, b in binaries.items():
+        try:
+            out[key] = b.pd_need().total
+        except (FormatError, OSError):
+            out[key] = None
+    return out
 
 
 class _CreateProfiles:
@@ -36,7 +48,8 @@ class Program:
     def __init__(self, path: Path, binaries: dict[str, ContextBinary],
                  method_builder: Callable[["Program"], dict[str, Method]], backend: Backend,
                  residency: "str | Residency" = "auto", heap=None, exec_profiler=None,
-                 profile_level: str = "off", progress=None, owned: list | None = None):
+                 profile_level: str = "off", progress=None, owned: list | None = None,
+                 pd_budget: int | None = None):
         self.path = path
         self.backend = backend
         self.binaries = binaries
@@ -48,14 +61,21 @@ class Program:
         self._exec_profile: Profile | None = None
         self._owned = list(owned or [])   # closed after the binaries (e.g. the mapped .pte file)
         self.iterations = 0
+        self.pd_budget_cache: str | None = None
         try:
             self.methods: dict[str, Method] = method_builder(self)
             if not self.methods:
                 raise FormatError(f"{path}: the program has no methods")
             profiler = (_CreateProfiles(backend, profile_level, exec_profiler.record)
                         if exec_profiler is not None and profile_level != "off" else None)
+            self.pd_identity = backend_identity(backend.lib, backend.soc_model)
+            budget = resolve_budget(self.pd_identity, pd_budget)
             self.pool = ContextPool(backend, binaries, residency, hooks=heap,
-                                    pd_estimate=pd_estimate_from_log, profiler=profiler)
+                                    pd_estimate=pd_estimate_from_log, profiler=profiler,
+                                    predictions=predicted_needs(binaries),
+                                    budget_bytes=budget.bytes if budget else None,
+                                    budget_source=budget.source if budget else None,
+                                    on_capacity=self._learned)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)
@@ -63,6 +83,10 @@ class Program:
         except BaseException:
             self.close()
             raise
+
+    def _learned(self, capacity: int) -> None:
+        """A run found this backend's PD capacity: remember it for the next runs."""
+        self.pd_budget_cache = remember_budget(self.pd_identity, capacity)
 
     # -- running -----------------------------------------------------------------------------
     def method(self, name: str | int | None = None) -> Method:
