@@ -157,3 +157,15 @@ def _soc_of(binaries: dict[str, ContextBinary]):
     for b in binaries.values():
         return b.info.soc_model or None
     return None
+
+
+def open_for_planning(path: str | os.PathLike, backend_lib: str | os.PathLike | None = None):
+    """(binaries by pool key, methods by name, SoC model, objects to close) of what `load` opens,
+    without initialising QNN's backend or creating a context (for `inspect --pd`)."""
+    p = Path(path)
+    if not p.exists():
+        raise FormatError(f"{p}: no such file or folder")
+    lib = open_library(os.fspath(backend_lib) if backend_lib is not None else None)
+    owned: list = []
+    binaries, build, built_for = _open_source(p, lib, None, owned)
+    return binaries, build(None), built_for or _soc_of(binaries), owned, lib
