@@ -65,6 +65,7 @@ def test_pd_budget_override_plans_auto(chain12):
 
 def test_pool_flags_a_prediction_qnn_disagrees_with(small_binary):
     with Backend() as be, ContextBinary(small_binary.path) as b:
+        need = b.pd_need().total
         pool = ContextPool(be, {"a": b}, "lazy", pd_estimate=pd_estimate_from_log, predictions={"a": 1})
         try:
             pool.acquire("a")
@@ -73,7 +74,7 @@ def test_pool_flags_a_prediction_qnn_disagrees_with(small_binary):
         finally:
             pool.close()
     assert s["pd_mismatches"] == [{"key": "a", "predicted_bytes": 1,
-                                   "reported_bytes": b.pd_need().total}]
+                                   "reported_bytes": need}]
 
 
 def test_log_lines():
