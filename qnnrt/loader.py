@@ -11,6 +11,7 @@ from typing import Any, Callable
 from qnnrt.core import Backend, ContextBinary, open_library
 from qnnrt.core.profile import PROFILE_LEVELS
 from qnnrt.errors import FormatError, QnnrtError
+from qnnrt.units import parse_size
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod
 from qnnrt.runtime.program import Program
@@ -27,6 +28,8 @@ class LoadOptions:
     profile_level: QNN execution profiling: off, basic or detailed.
     exec_profiler: an `ExecutionProfiler` receiving the profile events (with profile_level).
     progress: called as progress(done, total) while an eager load creates contexts.
+    pd_budget: the PD budget `auto` plans with (bytes or e.g. "3.4GiB"), instead of the one learned
+        for this backend (user cache) or found by failing.
     """
     log_level: str = "warn"
     graph: str | None = None
@@ -34,6 +37,7 @@ class LoadOptions:
     profile_level: str = "off"
     exec_profiler: Any = None
     progress: Callable[[int, int], None] | None = None
+    pd_budget: int | str | None = None
 
 
 def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: str | int | None = None,
@@ -67,7 +71,8 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
         backend = Backend(backend_lib=lib_path, soc=soc, log_level=opts.log_level)
         return Program(p, binaries, build, backend, policy, heap=heap, exec_profiler=opts.exec_profiler,
                        profile_level=opts.profile_level, progress=opts.progress, owned=owned,
-                       constants=constants)
+                       constants=constants,
+                       pd_budget=None if opts.pd_budget is None else parse_size(opts.pd_budget, "PD budget"))
     except BaseException:
         if heap is not None:
             try:
@@ -157,3 +162,15 @@ def _soc_of(binaries: dict[str, ContextBinary]):
     for b in binaries.values():
         return b.info.soc_model or None
     return None
+
+
+def open_for_planning(path: str | os.PathLike, backend_lib: str | os.PathLike | None = None):
+    """(binaries by pool key, methods by name, SoC model, objects to close) of what `load` opens,
+    without initialising QNN's backend or creating a context (for `inspect --pd`)."""
+    p = Path(path)
+    if not p.exists():
+        raise FormatError(f"{p}: no such file or folder")
+    lib = open_library(os.fspath(backend_lib) if backend_lib is not None else None)
+    owned: list = []
+    binaries, build, built_for = _open_source(p, lib, None, owned)
+    return binaries, build(None), built_for or _soc_of(binaries), owned, lib

@@ -7,3 +7,12 @@ try:
     from tests.helpers.build_fixtures import *  # noqa: F401,F403  (demo programs, from the builder)
 except ImportError:
     pass
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _private_pd_budget_cache(tmp_path, monkeypatch):
+    """Each test has its own user cache: a PD budget learned by one test never plans another."""
+    monkeypatch.setenv("QNNRT_CACHE_DIR", str(tmp_path / "qnnrt-cache"))

@@ -271,7 +271,9 @@ class HtpGraphBlobInfoV2(C.Structure):
                 ("constSize", u64), ("ddrTensorSize", u64), ("sharedWeightsSize", u64)]
 
 
-assert C.sizeof(HtpGraphBlobInfoV1) == 40 and C.sizeof(HtpGraphBlobInfoV2) == 72
+HTP_BLOB_INFO_V1_SIZE = C.sizeof(HtpGraphBlobInfoV1)
+HTP_BLOB_INFO_V2_SIZE = C.sizeof(HtpGraphBlobInfoV2)
+assert HTP_BLOB_INFO_V1_SIZE == 40 and HTP_BLOB_INFO_V2_SIZE == 72
 
 
 class _GraphInfoUnion(C.Union):
@@ -333,3 +335,5 @@ def null_terminated(structs: list) -> C.Array | None:
     if not structs:
         return None
     return (vp * (len(structs) + 1))(*[C.addressof(s) for s in structs], None)
+
+

@@ -13,6 +13,10 @@ def add_parser(sub) -> None:
     p.add_argument("path", help="context binary (.bin), program folder, EPContext .onnx or .pte")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--backend-lib", help="path to libQnnHtp.so (default: discovered)")
+    p.add_argument("--pd", action="store_true",
+                   help="predicted PD need per context and whether / how the program fits")
+    p.add_argument("--budget", help="PD budget for --pd (e.g. 3.4GiB; default: learned for this "
+                   "backend, or the simulator's)")
     p.add_argument("--log-level", default="warn", choices=["error", "warn", "info", "verbose",
                                                            "debug"])
     p.set_defaults(func=run)
@@ -124,6 +128,14 @@ def _print_program(d: dict) -> None:
 
 
 def run(args) -> int:
+    if args.pd or args.budget:
+        from qnnrt.cli.inspect_pd import describe_pd, print_pd
+        d = describe_pd(Path(args.path), args.backend_lib, args.budget)
+        if args.json:
+            print(json.dumps(d, indent=2))
+        else:
+            print_pd(d)
+        return 0
     d = describe(Path(args.path), args.backend_lib)
     if args.json:
         print(json.dumps(d, indent=2))

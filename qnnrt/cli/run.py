@@ -45,6 +45,8 @@ def add_runtime_options(p) -> None:
     p.add_argument("--residency", default="auto",
                    help="auto (default), eager, lazy, sequential, bounded:K or bounded:<size>")
     p.add_argument("--report", help="write a JSON report to this file")
+    p.add_argument("--pd-budget", help="PD budget auto plans with (e.g. 3.4GiB), instead of the one "
+                   "learned for this backend")
     p.add_argument("--soc", help="SoC model number or name (e.g. 43 or SM8550)")
     p.add_argument("--backend-lib", help="path to libQnnHtp.so (default: discovered)")
     p.add_argument("--heap-profiling-path", help="write the heap profile (two lines + .json)")
@@ -71,7 +73,8 @@ def open_program(args, graph: str | None = None):
                 options=LoadOptions(log_level=args.log_level, graph=graph,
                                     heap_profiling_path=args.heap_profiling_path,
                                     profile_level=args.profile_level, exec_profiler=profiler,
-                                    progress=bar.update if bar else None))
+                                    progress=bar.update if bar else None,
+                                    pd_budget=args.pd_budget))
     if bar:
         bar.done()
     return prog, profiler
@@ -240,10 +243,18 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
              f"handled)" if cap else ""))
     for name, st in r.get("latency_ms_per_method", {}).items():
         print(f"    {name}: median {st['median']:.3f} ms over {len(st['all'])} iteration(s)")
-    if res.get("pd_estimate_total_bytes"):
-        print(f"  PD (accelerator address space, QNN's estimates): all contexts "
-              f"{format_bytes(res['pd_estimate_total_bytes'])}, peak live "
-              f"{format_bytes(res['pd_peak_bytes'])}")
+    if res.get("pd_estimate_total_bytes") or res.get("pd_predicted_total_bytes"):
+        print(f"  PD (accelerator address space): all contexts predicted "
+              f"{format_bytes(res.get('pd_predicted_total_bytes'))}; peak live predicted "
+              f"{format_bytes(res.get('pd_peak_predicted_bytes'))}, QNN-reported "
+              f"{format_bytes(res['pd_peak_bytes'])}"
+              + (f"; {len(res['pd_mismatches'])} context(s) where QNN reported another size than "
+                 f"predicted" if res.get("pd_mismatches") else ""))
+    if res.get("pd_budget_bytes") is not None:
+        src = {"found": "found by a PD failure this run, remembered for the next runs",
+               "learned": "learned on this backend earlier", "override": "given by --pd-budget"}
+        print(f"  PD budget {res['pd_budget_bytes']} B ({format_bytes(res['pd_budget_bytes'])}, "
+              f"{src.get(res.get('pd_budget_source') or '', res.get('pd_budget_source') or 'bounded')})")
     if args.check_repeat:
         print(f"  check-repeat: {r['check_repeat']['mismatches']} mismatching iteration(s)")
     if out_dir is not None:

@@ -58,6 +58,17 @@ class LogBook:
 _live_backends: weakref.WeakSet[Backend] = weakref.WeakSet()
 
 
+def backend_build_id(lib) -> str:
+    """The backend library's build id (QnnBackend_getBuildId; needs no backend handle), or ''."""
+    s = C.c_char_p()
+    try:
+        if lib.api.has("backendGetBuildId") and lib.api.backendGetBuildId(C.byref(s)) == 0:
+            return (s.value or b"").decode(errors="replace")
+    except Exception:  # an identity detail: never fail because of it
+        pass
+    return ""
+
+
 @atexit.register
 def _close_all_at_exit() -> None:
     for be in list(_live_backends):

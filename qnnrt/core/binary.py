@@ -27,7 +27,7 @@ def parse_graph_blob_info(raw: bytes) -> dict:
     (`v2_version`, ..., `sharedWeightsSize`). `size` is the blob's length; unknown layouts give
     just what could be read safely."""
     out: dict = {"size": len(raw)}
-    v1 = C.sizeof(T.HtpGraphBlobInfoV1)
+    v1 = T.HTP_BLOB_INFO_V1_SIZE
     if len(raw) < 4:
         return out
     out["version"] = int.from_bytes(raw[:4], "little")
@@ -35,7 +35,7 @@ def parse_graph_blob_info(raw: bytes) -> dict:
         return out
     a = T.HtpGraphBlobInfoV1.from_buffer_copy(raw[:v1])
     out.update({f[0]: int(getattr(a, f[0])) for f in a._fields_ if f[0] != "version"})
-    v2 = C.sizeof(T.HtpGraphBlobInfoV2)
+    v2 = T.HTP_BLOB_INFO_V2_SIZE
     if len(raw) >= v1 + v2 and int.from_bytes(raw[v1:v1 + 4], "little") == 2:
         b = T.HtpGraphBlobInfoV2.from_buffer_copy(raw[v1:v1 + v2])
         out["v2_version"] = 2
@@ -49,6 +49,7 @@ class GraphSpec:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     blob_info: dict | None = field(default=None, compare=False)  # parse_graph_blob_info (v3 info)
+    info_version: int = field(default=1, compare=False)          # QnnSystemContext graph info version
 
     @property
     def shared_weights_size(self) -> int:
@@ -126,7 +127,7 @@ def read_binary_info(lib: QnnLibrary, buffer: np.ndarray, where: str) -> BinaryI
                 inputs=tuple(spec_from_struct(gb.graphInputs[j]) for j in range(gb.numGraphInputs)),
                 outputs=tuple(spec_from_struct(gb.graphOutputs[j])
                               for j in range(gb.numGraphOutputs)),
-                blob_info=blob))
+                blob_info=blob, info_version=int(g.version)))
         return BinaryInfo(
             info_version=bi.version, backend_id=b.backendId,
             build_id=(b.buildId or b"").decode(errors="replace"),
@@ -231,6 +232,16 @@ class ContextBinary:
     @property
     def graphs(self) -> tuple[GraphSpec, ...]:
         return self.info.graphs
+
+    def pd_need(self):
+        """Predicted PD reservation of this context, per graph and part (core/pd_need.py), read from
+        the binary alone: no context is created. Unknown parts are None, with notes."""
+        need = getattr(self, "_pd_need", None)
+        if need is None:
+            from qnnrt.core.pd_need import predict_pd_need
+            need = predict_pd_need(self.graphs, self.buffer)
+            self._pd_need = need
+        return need
 
     def graph(self, name: str) -> GraphSpec:
         for g in self.info.graphs:

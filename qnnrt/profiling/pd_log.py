@@ -9,6 +9,9 @@ from qnnrt.units import to_bytes
 _NUM_UNIT = r"~?\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[kmg]i?b|[kmg]|bytes?|b)?\b"
 _CTX_REQ = re.compile(r"estimated\s+pd\s+size\s+requirement\s*(?:is|=|:)?\s*" + _NUM_UNIT, re.I)
 _EXACT = re.compile(r"largest\s+graph\s+estimate\s+(?P<bytes>\d+)\s*b\b", re.I)
+_RESERVED = re.compile(r"setting\s+context\s+\d+\s+reserved\s+space\s+to\s+(?P<bytes>\d+)", re.I)
+_AVAILABLE = re.compile(r"not\s+chosen\s+for\s+context\s+\d+\s+with\s+size\s+estimate\s+(?P<need>\d+)\s*,"
+                        r"\s*available\s+space\s+(?P<bytes>\d+)", re.I)
 _PD_FAIL = re.compile(r"context\s+size\s+estimate\s*[:=]?\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[kmg]i?b|bytes?|b)?",
                       re.I)
 
@@ -37,11 +40,43 @@ def parse_pd_estimate(log_line: str) -> int | None:
     return None
 
 
-def pd_estimate_from_log(lines: Iterable[str | tuple[int, str]]) -> int | None:
-    """The last context PD estimate in log lines captured around one create (str or (level, text))."""
-    found = None
+def _texts(lines: Iterable[str | tuple[int, str]]) -> Iterable[str]:
     for line in lines:
-        text = line[1] if isinstance(line, tuple) else line
+        yield line[1] if isinstance(line, tuple) else line
+
+
+def pd_reserved_from_log(lines: Iterable[str | tuple[int, str]]) -> int | None:
+    """Bytes QNN reserved for the context created in these log lines: the exact "Setting context N
+    reserved space to S" (the sum over the context's graphs), else None."""
+    found = None
+    for text in _texts(lines):
+        m = _RESERVED.search(text)
+        if m:
+            found = int(m.group("bytes"))
+    return found
+
+
+def pd_available_from_log(lines: Iterable[str | tuple[int, str]]) -> int | None:
+    """Free PD bytes QNN stated when a creation failed for lack of PD ("pd 0 not chosen for context
+    N with size estimate E, available space A"): the largest A over the PDs tried, else None."""
+    found = None
+    for text in _texts(lines):
+        m = _AVAILABLE.search(text)
+        if m:
+            found = max(found or 0, int(m.group("bytes")))
+    return found
+
+
+def pd_estimate_from_log(lines: Iterable[str | tuple[int, str]]) -> int | None:
+    """The context's PD reservation in log lines captured around one create (str or (level, text)):
+    the exact "reserved space" line when present (right for multi-graph contexts, whose "largest
+    Graph estimate" is only the largest graph), else the last estimate line."""
+    lines = list(lines)
+    reserved = pd_reserved_from_log(lines)
+    if reserved is not None:
+        return reserved
+    found = None
+    for text in _texts(lines):
         value = parse_pd_estimate(text)
         if value is not None:
             found = value

@@ -14,7 +14,19 @@ from qnnrt.core import Backend, ContextBinary, Profile
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
 from qnnrt.runtime.method import Method, QnnStep, UnavailableMethod
+from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.residency import ContextPool, Residency
+
+
+def predicted_needs(binaries: dict[str, ContextBinary]) -> dict[str, int | None]:
+    """Each context's predicted PD need in bytes (None where the binary does not tell)."""
+    out: dict[str, int | None] = {}
+    for key, b in binaries.items():
+        try:
+            out[key] = b.pd_need().total
+        except (FormatError, OSError):
+            out[key] = None
+    return out
 
 
 class _CreateProfiles:
@@ -37,7 +49,7 @@ class Program:
                  method_builder: Callable[["Program"], dict[str, Method]], backend: Backend,
                  residency: "str | Residency" = "auto", heap=None, exec_profiler=None,
                  profile_level: str = "off", progress=None, owned: list | None = None,
-                 constants: dict | None = None):
+                 constants: dict | None = None, pd_budget: int | None = None):
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
         self.backend = backend
@@ -50,6 +62,7 @@ class Program:
         self._exec_profile: Profile | None = None
         self._owned = list(owned or [])   # closed after the binaries (e.g. the mapped .pte file)
         self.iterations = 0
+        self.pd_budget_cache: str | None = None
         try:
             self.methods: dict[str, Method] = method_builder(self)
             if not self.methods and not self.constants:
@@ -59,8 +72,14 @@ class Program:
                 raise FormatError(blocked[0].reason)
             profiler = (_CreateProfiles(backend, profile_level, exec_profiler.record)
                         if exec_profiler is not None and profile_level != "off" else None)
+            self.pd_identity = backend_identity(backend.lib, backend.soc_model)
+            budget = resolve_budget(self.pd_identity, pd_budget)
             self.pool = ContextPool(backend, binaries, residency, hooks=heap,
-                                    pd_estimate=pd_estimate_from_log, profiler=profiler)
+                                    pd_estimate=pd_estimate_from_log, profiler=profiler,
+                                    predictions=predicted_needs(binaries),
+                                    budget_bytes=budget.bytes if budget else None,
+                                    budget_source=budget.source if budget else None,
+                                    on_capacity=self._learned)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)
@@ -68,6 +87,10 @@ class Program:
         except BaseException:
             self.close()
             raise
+
+    def _learned(self, capacity: int) -> None:
+        """A run found this backend's PD capacity: remember it for the next runs."""
+        self.pd_budget_cache = remember_budget(self.pd_identity, capacity)
 
     # -- running -----------------------------------------------------------------------------
     def method(self, name: str | int | None = None) -> Method:

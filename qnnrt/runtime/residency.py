@@ -8,8 +8,10 @@ The executor asks the pool to make a context live before running one of its grap
 - bounded:K   at most K live (or `bounded:<bytes>` of PD estimates, e.g. bounded:2GB); evict the live
               context whose next use is farthest away, prefetch the next one on a background thread
 - sequential: create, execute, free, one at a time
-- auto:       lazy + prefetch until a creation fails for lack of PD / memory; then evict by the same
-              rule, retry, and settle on the capacity that works
+- auto:       lazy + prefetch; with a known PD budget (learned, or given) and each context's predicted
+              PD need (core/pd_need.py) it evicts before creating, by bytes, so it never fails a
+              creation; without one, until a creation fails for lack of PD / memory: then the
+              capacity is QNN's "available space" + the live reservations (exact), evict, retry
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 
 from qnnrt.core import Backend, Context, ContextBinary, Profile
 from qnnrt.errors import QnnError, QnnrtError
+from qnnrt.profiling.pd_log import pd_available_from_log
 from qnnrt.units import SIZE_RE, to_bytes
 
 POLICIES = ("auto", "eager", "lazy", "sequential", "bounded")
@@ -76,6 +79,8 @@ class ResidencyStats:
     peak_live: int = 0
     peak_pd_bytes: int = 0
     capacity_found: int | None = None
+    capacity_bytes_found: int | None = None
+    peak_predicted_bytes: int | None = None
     create_seconds: float = 0.0
     wait_seconds: float = 0.0
     ever_created: set = field(default_factory=set)
@@ -93,7 +98,9 @@ class ContextPool:
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary],
                  residency: Residency | str = "auto", hooks=None,
                  pd_estimate: Callable[[list[str]], int | None] | None = None,
-                 profiler=None):
+                 profiler=None, predictions: dict[str, int | None] | None = None,
+                 budget_bytes: int | None = None, budget_source: str | None = None,
+                 on_capacity: Callable[[int], None] | None = None):
         self.backend = backend
         self.binaries = binaries
         self.residency = Residency.parse(residency)
@@ -113,6 +120,13 @@ class ContextPool:
         self._positions: dict[str, list[int]] = {}
         self._closed = False
         self.capacity: int | None = self.residency.max_live
+        # PD planning by bytes: predicted need per context (None: unknown), and the budget
+        self.predictions: dict[str, int | None] = dict(predictions or {})
+        self.budget_bytes = budget_bytes if self.residency.kind == "auto" else None
+        self.budget_source = budget_source if self.budget_bytes is not None else None
+        self._on_capacity = on_capacity
+        self.mismatches: dict[str, tuple[int, int]] = {}  # key -> (predicted, QNN-reported)
+        self._capacity_bytes: int | None = None  # from the last PD failure's log
 
     # -- planning ----------------------------------------------------------------------------
     def set_order(self, order: list[str]) -> None:
@@ -188,8 +202,15 @@ class ContextPool:
                 verbose = self._pd_estimate is not None and self.backend.log_level < 4
                 if verbose:
                     self.backend.set_log_level(4)
+                mark = self.backend.log.mark()
+                with self._lock:
+                    live_before = set(self._live)
                 try:
                     ctx = self._new_context(key, profile)
+                except QnnError as e:
+                    if e.is_out_of_memory:
+                        self._note_failure(self.backend.log.since(mark), live_before)
+                    raise
                 finally:
                     if verbose:
                         self.backend.set_log_level(self.backend.log_level)
@@ -214,6 +235,9 @@ class ContextPool:
         with self._lock:
             if est:
                 self.estimates[key] = est
+                pred = self.predictions.get(key)
+                if pred is not None and pred != est:
+                    self.mismatches[key] = (pred, est)
             self.stats.creates += 1
             self.stats.create_seconds += dt
             if key in self.stats.ever_created:
@@ -224,6 +248,35 @@ class ContextPool:
             if events is not None and self._dsp_state() == "on":
                 self.hooks.record_dsp_events(key, events)
         return ctx
+
+    def _reserved(self, key: str) -> int | None:
+        """What QNN reserves for `key`: its reported reservation, else the prediction."""
+        return self.estimates.get(key) or self.predictions.get(key)
+
+    def _need(self, key: str) -> int:
+        """Bytes to plan with for `key` (prediction, else QNN's report, else the largest known)."""
+        v = self.predictions.get(key) or self.estimates.get(key)
+        if v:
+            return v
+        known = [x for x in list(self.predictions.values()) + list(self.estimates.values()) if x]
+        return max(known, default=0)
+
+    def _note_failure(self, lines: list[str], live_before: set[str]) -> None:
+        """A creation failed for lack of PD: the capacity is the live reservations + the space QNN
+        said was available, exactly, when the live set did not change during the attempt."""
+        avail = pd_available_from_log(lines)
+        with self._lock:
+            live = set(self._live)
+            parts = [self._reserved(k) for k in live]
+            if avail is None or live != live_before or any(p is None for p in parts):
+                self._capacity_bytes = None
+            else:
+                self._capacity_bytes = sum(parts) + avail  # type: ignore[arg-type]
+
+    def byte_budget(self) -> int | None:
+        """The byte budget the pool plans with (bounded:<bytes> and/or the PD budget), or None."""
+        vals = [v for v in (self.residency.max_bytes, self.budget_bytes) if v is not None]
+        return min(vals) if vals else None
 
     def _free(self, key: str, evicted: bool, ctx: Context | None = None) -> None:
         """Free live context `key` (or `ctx`, a created context that never became live)."""
@@ -263,13 +316,29 @@ class ContextPool:
         self.stats.peak_live = max(self.stats.peak_live, len(self._live))
         pd = sum(self.estimates.get(k, 0) for k in self._live)
         self.stats.peak_pd_bytes = max(self.stats.peak_pd_bytes, pd)
+        preds = [self.predictions.get(k) for k in self._live]
+        if all(p is not None for p in preds):
+            self.stats.peak_predicted_bytes = max(self.stats.peak_predicted_bytes or 0,
+                                                  sum(preds))  # type: ignore[arg-type]
 
     def _found_capacity(self, live_now: int) -> None:
+        """A creation failed for lack of PD: plan by the exact byte capacity when the failure line
+        gave it (and remember it), else by the live count as before."""
+        learned = None
         with self._lock:
             cap = max(1, live_now)
-            self.capacity = cap if self.capacity is None else min(self.capacity, cap)
-            self.stats.capacity_found = self.capacity
+            self.stats.capacity_found = cap if self.stats.capacity_found is None \
+                else min(self.stats.capacity_found, cap)
             self.stats.pd_failures_handled += 1
+            if self._capacity_bytes is not None:
+                learned = self._capacity_bytes
+                self._capacity_bytes = None
+                self.budget_bytes, self.budget_source = learned, "found"
+                self.stats.capacity_bytes_found = learned
+            else:
+                self.capacity = cap if self.capacity is None else min(self.capacity, cap)
+        if learned is not None and self._on_capacity is not None:
+            self._on_capacity(learned)
 
     # -- eviction ----------------------------------------------------------------------------
     def _over_budget(self, adding: str | None) -> bool:
@@ -277,11 +346,11 @@ class ContextPool:
             count = len(self._live) + len(self._pending) + (1 if adding else 0)
             if self.capacity is not None and count > self.capacity:
                 return True
-            if self.residency.max_bytes is None:
+            limit = self.byte_budget()
+            if limit is None:
                 return False
-            default = max(self.estimates.values(), default=0)
             keys = list(self._live) + list(self._pending) + ([adding] if adding else [])
-            return sum(self.estimates.get(k, default) for k in keys) > self.residency.max_bytes
+            return sum(self._need(k) for k in keys) > limit
 
     def _victim(self, position: int, keep: set[str]) -> str | None:
         """The live, idle context (not in `keep`) whose next use is farthest away."""
@@ -381,6 +450,7 @@ class ContextPool:
                 self._found_capacity(live_now)
                 self._mark("pd_exhausted", key)
                 self._free(victim, evicted=True)
+                self._make_room(key, position, keep)  # by bytes, when the failure gave them
                 continue
             self._insert(key, ctx)
             return ctx
@@ -465,7 +535,17 @@ class ContextPool:
                 "prefetch_wait_seconds": round(s.wait_seconds, 6),
                 "pd_estimate_bytes": dict(self.estimates),
                 "pd_estimate_total_bytes": sum(self.estimates.values()),
-                "pd_peak_bytes": s.peak_pd_bytes}
+                "pd_peak_bytes": s.peak_pd_bytes,
+                "pd_predicted_bytes": dict(self.predictions),
+                "pd_predicted_total_bytes": (sum(self.predictions.values())  # type: ignore[arg-type]
+                                             if self.predictions and None not in self.predictions.values()
+                                             else None),
+                "pd_peak_predicted_bytes": s.peak_predicted_bytes,
+                "pd_mismatches": [{"key": k, "predicted_bytes": p, "reported_bytes": r}
+                                  for k, (p, r) in self.mismatches.items()],
+                "pd_budget_bytes": self.byte_budget(), "pd_budget_source":
+                    self.budget_source or ("bounded" if self.residency.max_bytes else None),
+                "capacity_bytes_found": s.capacity_bytes_found}
 
     def close(self) -> None:
         """Cancel prefetches not started, wait for a running one, then free every live context

@@ -1,0 +1,91 @@
+"""`qnnrt inspect PATH --pd [--budget SIZE] [--json]`: each context's PD need predicted from its
+binary (no context is created), the sum, peaks per residency and whether / how the program fits."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from qnnrt.core.pd_need import PARTS
+from qnnrt.errors import FormatError
+from qnnrt.units import format_bytes, parse_size
+
+MAX_ROWS = 40  # a longer table prints its first and last rows (--json has them all)
+HEAD = {"non_shared_weights": "weights", "io": "I/O", "runlist": "runlist", "spill_fill": "spill-fill",
+        "vtcm": "VTCM"}
+
+
+def describe_pd(path: Path, backend_lib: str | None = None, budget: str | None = None) -> dict:
+    from qnnrt.loader import open_for_planning
+    from qnnrt.runtime.pd_budget import Budget, backend_identity, resolve_budget
+    from qnnrt.runtime.pd_plan import plan
+    binaries, methods, soc_model, owned, lib = open_for_planning(path, backend_lib)
+    try:
+        contexts, notes = [], []
+        for key, b in binaries.items():  # program order
+            try:
+                need = b.pd_need()
+                row = {"key": key, **need.to_dict()}
+            except FormatError as e:
+                row = {"key": key, "predicted_bytes": None, "parts": dict.fromkeys(PARTS),
+                       "graphs": [], "notes": [str(e)]}
+            notes += [f"{key}: {n}" for n in row["notes"]]
+            contexts.append(row)
+        identity = backend_identity(lib, soc_model)
+        bud = (Budget(parse_size(budget, "--budget"), "override") if budget
+               else resolve_budget(identity, simulator_default=True))
+        sizes = {c["key"]: c["predicted_bytes"] for c in contexts}
+        orders = {name: m.graph_order for name, m in methods.items()}
+        p = plan(orders, sizes, bud.bytes if bud else None)
+        unknown = [c["key"] for c in contexts if c["predicted_bytes"] is None]
+        if unknown:
+            notes.insert(0, f"{len(unknown)} context(s) have unknown parts (predicted_bytes null): the "
+                            f"total and the plan are not given; QNN reports their need at creation")
+        return {"path": str(path), "contexts": contexts, "total_bytes": p["total_bytes"],
+                "budget_bytes": bud.bytes if bud else None,
+                "budget_source": bud.source if bud else None,
+                "budget_note": bud.describe() if bud else
+                "unknown: not learned for this backend yet (a run of auto finds it); pass --budget",
+                "backend_identity": identity, "eager_fits": p["eager_fits"],
+                "methods": p["methods"], "notes": notes}
+    finally:
+        for b in binaries.values():
+            b.close()
+        for c in owned:
+            c.close()
+
+
+def _fmt(v: int | None) -> str:
+    return "unknown" if v is None else str(v)
+
+
+def print_pd(d: dict) -> None:
+    ctxs = d["contexts"]
+    print(f"{d['path']}: {len(ctxs)} context(s); PD need predicted from the binaries "
+          f"(no context created), bytes")
+    head = ["context"] + [HEAD[p] for p in PARTS] + ["total"]
+    rows = [[c["key"]] + [_fmt(c["parts"].get(p)) for p in PARTS] + [_fmt(c["predicted_bytes"])]
+            for c in ctxs]
+    shown = rows if len(rows) <= MAX_ROWS else rows[:MAX_ROWS - 5] + [["..."] + [""] * 6] + rows[-5:]
+    widths = [max(len(r[i]) for r in [head] + shown) for i in range(len(head))]
+    for r in [head] + shown:
+        print("  " + r[0].ljust(widths[0]) + "  " + "  ".join(c.rjust(w) for c, w in
+                                                               zip(r[1:], widths[1:])))
+    if len(rows) > MAX_ROWS:
+        print(f"  ({len(rows) - MAX_ROWS} rows not shown; --json lists every context)")
+    print(f"  sum: {_fmt(d['total_bytes'])} B ({format_bytes(d['total_bytes'])})")
+    print(f"  budget: {d['budget_note']}")
+    fits = d["eager_fits"]
+    if fits is not None:
+        print(f"  eager {'fits' if fits else 'does NOT fit'}: all contexts need "
+              f"{format_bytes(d['total_bytes'])} of {format_bytes(d['budget_bytes'])}")
+    for name, m in d["methods"].items():
+        print(f"\n  method {name}: {m['graph_calls']} graph call(s) over {m['contexts_used']} context(s)")
+        if m.get("peaks"):
+            print("    peak PD by residency: " + ", ".join(f"{k} {format_bytes(v)}"
+                                                        for k, v in m["peaks"].items()))
+        if m.get("min_creations_per_iteration") is not None:
+            print(f"    fewest context creations per iteration within the budget: "
+                  f"{m['min_creations_per_iteration']} ({m['residency']})")
+        elif m.get("residency"):
+            print(f"    {m['residency']}")
+    for n in d["notes"]:
+        print(f"  note: {n}")

@@ -1,0 +1,102 @@
+"""The PD budget of a backend: learned once from a run that found it, remembered in the user cache.
+
+A budget is a property of the device (SoC, HTP arch, QNN build), not a constant: the x86 simulator
+gives one PD of 3,650,722,201 B (floor(3.4 GiB)), devices differ (several PDs, other processes). When
+a creation fails for lack of PD, QNN states the space left ("available space A"): the capacity is the
+live contexts' reservations + A, exactly. It is stored per backend identity in
+$QNNRT_CACHE_DIR (or $XDG_CACHE_HOME/qnnrt, or ~/.cache/qnnrt) / pd_budget.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from qnnrt import soc as socs
+from qnnrt.core.backend import backend_build_id
+from qnnrt.errors import QnnrtError
+from qnnrt.fileio import write_atomic
+
+SIMULATOR_CAPACITY = 3_650_722_201  # one PD on the x86 HTP simulator (QNN 2.51), measured
+CACHE_FILE = "pd_budget.json"
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("QNNRT_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "qnnrt"
+
+
+def on_simulator() -> bool:
+    """The HTP backend on an x86 host is the simulator."""
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
+def backend_identity(lib, soc_model: int | None) -> str:
+    """'<SoC>/v<arch>/<QNN build id>': what a learned budget is valid for."""
+    s = socs.BY_MODEL.get(soc_model) if soc_model is not None else None
+    name = s.name if s else (f"soc{soc_model}" if soc_model is not None else "default-soc")
+    arch = f"v{s.htp_arch}" if s and s.htp_arch else "v?"
+    host = "sim" if on_simulator() else "device"
+    return f"{name}/{arch}/{backend_build_id(lib) or 'unknown-build'}/{host}"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A PD budget and where it came from: 'override', 'learned', 'simulator' or 'bounded'."""
+    bytes: int
+    source: str
+
+    def describe(self) -> str:
+        what = {"override": "given", "learned": f"learned on this backend (cache {cache_dir() / CACHE_FILE})",
+                "simulator": "the x86 simulator's PD (QNN 2.51, measured)",
+                "bounded": "the bounded:<bytes> residency"}.get(self.source, self.source)
+        return f"{self.bytes} B ({what})"
+
+
+def _read() -> dict:
+    p = cache_dir() / CACHE_FILE
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def learned_budget(identity: str) -> int | None:
+    entry = _read().get(identity)
+    if isinstance(entry, dict) and isinstance(entry.get("capacity_bytes"), int):
+        return entry["capacity_bytes"]
+    return None
+
+
+def remember_budget(identity: str, capacity: int) -> str | None:
+    """Store the capacity found for `identity`; the cache path, or None when it cannot be written
+    (a cache is a convenience: a read-only home never fails a run)."""
+    d = cache_dir()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        data = _read()
+        data[identity] = {"capacity_bytes": int(capacity), "learned_at": int(time.time())}
+        return write_atomic(d / CACHE_FILE, json.dumps(data, indent=1, sort_keys=True) + "\n",
+                            "PD budget cache")
+    except (OSError, QnnrtError):
+        return None
+
+
+def resolve_budget(identity: str, override: int | None = None, simulator_default: bool = False) -> Budget | None:
+    """The budget to plan with: an override, else the learned one, else (when asked, for planning
+    reports) the simulator's when running on it; None when unknown."""
+    if override is not None:
+        return Budget(int(override), "override")
+    learned = learned_budget(identity)
+    if learned is not None:
+        return Budget(learned, "learned")
+    if simulator_default and on_simulator():
+        return Budget(SIMULATOR_CAPACITY, "simulator")
+    return None
