@@ -172,5 +172,5 @@ def open_for_planning(path: str | os.PathLike, backend_lib: str | os.PathLike | 
         raise FormatError(f"{p}: no such file or folder")
     lib = open_library(os.fspath(backend_lib) if backend_lib is not None else None)
     owned: list = []
-    binaries, build, built_for = _open_source(p, lib, None, owned)
+    binaries, build, built_for, _ = _open_source(p, lib, None, owned)
     return binaries, build(None), built_for or _soc_of(binaries), owned, lib

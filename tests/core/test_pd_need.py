@@ -87,7 +87,7 @@ def test_large_weights_and_activations(verbose_backend, tmp_path_factory):
 @pytest.mark.parametrize("pte", _pte_fixtures(), ids=lambda p: p.parent.name)
 def test_executorch_delegates(verbose_backend, pte):
     from qnnrt.executorch.program import pte_methods
-    binaries, _, _, prog = pte_methods(pte, open_library())
+    binaries, _, _, prog, _ = pte_methods(pte, open_library())
     try:
         for b in binaries.values():
             check_against_qnn(verbose_backend, b)
