@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from qnnrt.cli.io_files import parse_inputs_arg, random_inputs, read_input_list, write_outputs
+from qnnrt.cli.io_files import (output_bytes, parse_inputs_arg, random_inputs, read_input_list,
+                                set_max_input_bytes, write_outputs)
 from qnnrt.core.profile import PROFILE_LEVELS
 from qnnrt.errors import QnnrtError
 from qnnrt.units import format_bytes
-from qnnrt.fileio import check_output_path, write_atomic
+from qnnrt.fileio import check_free_space, check_output_dir, check_writable, write_atomic
 from qnnrt.progress import ProgressBar
 
 
@@ -41,9 +42,32 @@ def add_parser(sub) -> None:
     p.add_argument("--profile-level", default="off", choices=list(PROFILE_LEVELS))
     p.add_argument("--profile-path", help="write the execution profile (JSON + CSV)")
     p.add_argument("--seed", type=int, default=0, help="seed of random inputs (default 0)")
+    p.add_argument("--max-input-bytes", help="refuse an inference whose inputs would take more "
+                   "(e.g. 2GiB; default: QNNRT_MAX_INPUT_BYTES, else a quarter of the RAM)")
     p.add_argument("--log-level", default="warn",
                    choices=["error", "warn", "info", "verbose", "debug"])
     p.set_defaults(func=run)
+
+
+def _profile_paths(path: str) -> list[str]:
+    import os
+    root, ext = os.path.splitext(path)
+    return [root + ".json" if ext.lower() == ".csv" else path, root + ".csv"]
+
+
+def check_targets(args) -> None:
+    """Every file and folder `run` will write: writable (probed, so a read-only mount fails too),
+    not a symbolic link, with free space; all before the program loads."""
+    if args.report:
+        check_writable(args.report, "report")
+    if args.profile_path:
+        for p in _profile_paths(args.profile_path):
+            check_writable(p, "execution profile")
+    if args.heap_profiling_path:
+        check_writable(args.heap_profiling_path, "heap profile")
+        check_writable(args.heap_profiling_path + ".json", "heap profile timeline")
+    if args.output_dir:
+        check_output_dir(args.output_dir, "outputs")
 
 
 def latency_stats(ms: list[float]) -> dict:
@@ -72,10 +96,8 @@ def run(args) -> int:
         raise QnnrtError("--iteration must be >= 1 and --warm-up >= 0")
     if args.graph and Path(args.path).suffix != ".bin" and not Path(args.path).is_file():
         raise QnnrtError("--graph applies to a context binary (.bin); use --method for programs")
-    for flag, val in (("--report", args.report), ("--profile-path", args.profile_path),
-                      ("--heap-profiling-path", args.heap_profiling_path)):
-        if val:
-            check_output_path(val, flag)  # before the work: a bad path never costs a run
+    check_targets(args)  # before the work: a bad path never costs a load or a run
+    set_max_input_bytes(args.max_input_bytes)
     t_start = time.perf_counter()
     bar = ProgressBar("creating contexts") if sys.stderr.isatty() else None
     profiler = _exec_profiler(args.profile_level)
@@ -103,6 +125,9 @@ def run(args) -> int:
             print(f"note: no inputs given; using seeded random inputs (seed {args.seed})",
                   file=sys.stderr)
         out_dir = Path(args.output_dir) if args.output_dir else None
+        if out_dir is not None:  # now the output sizes are known: will they fit?
+            check_free_space(out_dir, args.iteration * sum(output_bytes(m.outputs) for m in methods)
+                             // len(methods), "outputs")
         latencies, first_output_s, first_outputs = [], None, {}
         per_method: dict[str, list[float]] = {m.name: [] for m in methods}
         mismatches = []
