@@ -53,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     from qnnrt.cli import process
     args = list(sys.argv[1:] if argv is None else argv)
     if process.in_process_requested():
-        process.install_stop_handlers()
-        return _main(args)
+        previous = process.install_stop_handlers()
+        try:
+            return _main(args)
+        finally:
+            process.restore_handlers(previous)
     return process.run_in_worker(args)
 
 

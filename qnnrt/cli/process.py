@@ -65,11 +65,14 @@ def in_process_requested() -> bool:
 _stop_seen: int | None = None
 
 
-def install_stop_handlers() -> None:
+def install_stop_handlers() -> dict[int, Any]:
     """In the process doing the work: the first stop signal raises `Stopped` where Python is, or,
     if that is inside QNN's log callback (within a C call), is deferred until the call returns.
-    Later signals are only remembered, so they never interrupt the cleanup."""
+    Later signals are only remembered, so they never interrupt the cleanup. Returns the previous
+    handlers (for `restore_handlers`)."""
     from qnnrt._capi import log
+    global _stop_seen
+    _stop_seen = None
 
     def handler(signum: int, frame: FrameType | None) -> None:
         global _stop_seen
@@ -81,16 +84,21 @@ def install_stop_handlers() -> None:
             return
         raise Stopped(signum)
 
+    previous = {}
     for s in stop_signals():
         try:
-            signal.signal(s, handler)
+            previous[s] = signal.signal(s, handler)
         except (OSError, ValueError):  # not the main thread, or not settable here
             pass
+    return previous
 
 
-def stop_seen() -> int | None:
-    """The stop signal received so far, if any (an interrupt deferred and never re-raised)."""
-    return _stop_seen
+def restore_handlers(previous: dict[int, Any]) -> None:
+    for s, h in previous.items():
+        try:
+            signal.signal(s, h)
+        except (OSError, ValueError, TypeError):
+            pass
 
 
 def _die_with_parent(parent: int) -> None:
@@ -258,11 +266,7 @@ def run_in_worker(argv: list[str]) -> int:
         if proc is not None and proc.poll() is None:  # the parent leaves for any reason: no orphan
             proc.kill()
             proc.wait()
-        for s, h in previous.items():
-            try:
-                signal.signal(s, h)
-            except (OSError, ValueError, TypeError):
-                pass
+        restore_handlers(previous)
     if received:
         return 128 + received[0]
     if code < 0:
