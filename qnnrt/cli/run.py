@@ -153,8 +153,12 @@ def run(args) -> int:
                     if bad:
                         mismatches.append((it, m.name, bad))
             if out_dir is not None and timed:
-                write_outputs(out_dir, it - args.warm_up, outputs,
-                              npy=(it == total - 1))
+                try:
+                    write_outputs(out_dir, it - args.warm_up, outputs, npy=(it == total - 1))
+                except QnnrtError as e:  # e.g. a full disk: stop now, say what is complete
+                    done = it - args.warm_up
+                    raise QnnrtError(f"{e} Stopped at iteration {done}; the outputs of "
+                                     f"{done} earlier iteration(s) in {out_dir} are complete.") from e
             if run_bar:
                 run_bar.update(it + 1, total)
         if run_bar:

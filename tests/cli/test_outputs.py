@@ -94,7 +94,7 @@ def test_full_disk_stops_the_run_at_the_first_failed_write(small_fs, small_binar
     names = {p.name for p in files}
     assert names == {f"output_{i}_0.raw" for i in range(len(files))}, "it went on after the failure"
     failed = f"output_{len(files)}_0.raw"
-    assert failed in r.stderr
+    assert failed in r.stderr and f"outputs of {len(files)} earlier iteration(s)" in r.stderr
 
 
 def test_outputs_that_cannot_fit_are_refused_before_the_first_iteration(small_fs, small_binary):
