@@ -14,7 +14,7 @@ only waits. That gives:
   on Windows), and the parent kills the worker whenever it leaves.
 
 No fork: the same code path runs here and on Windows. QNNRT_NO_FORK=1 (or QNNRT_IN_PROCESS=1) runs
-the command in-process, for debugging. QNNRT_DEBUG_WORKER=1 prints the worker's pid on stderr.
+the command in-process, for debugging. QNNRT_DEBUG_WORKER=1 or --log-level debug prints the worker's pid on stderr.
 """
 from __future__ import annotations
 
@@ -218,6 +218,11 @@ def _report_signal(sig: int, argv: list[str]) -> int:
     return 128 + sig
 
 
+def _debug_requested(argv: list[str]) -> bool:
+    return any(a == "--log-level=debug" or (a == "--log-level" and argv[i + 1:i + 2] == ["debug"])
+               for i, a in enumerate(argv))
+
+
 def run_in_worker(argv: list[str]) -> int:
     """Run `qnnrt <argv>` in a spawned worker; the exit status the CLI should return."""
     sys.stdout.flush()
@@ -244,7 +249,7 @@ def run_in_worker(argv: list[str]) -> int:
     try:
         proc = subprocess.Popen(_worker_command(argv), env=env)
         _job = _windows_kill_on_close_job(proc)  # noqa: F841 - kept alive with the worker
-        if os.environ.get("QNNRT_DEBUG_WORKER"):
+        if os.environ.get("QNNRT_DEBUG_WORKER") or _debug_requested(argv):
             print(f"qnnrt: worker pid {proc.pid}", file=sys.stderr, flush=True)
         if received:  # a signal arrived while the worker was being started
             forward(received[0], None)
