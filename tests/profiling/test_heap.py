@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from qnnrt._capi.libc import MallInfo
+from qnnrt import fileio as fileio_mod
 from qnnrt.errors import QnnrtError
-from qnnrt.profiling import heap as heap_mod
 from qnnrt.profiling.heap import (DSP_AFTER_EVENT, DSP_BEFORE_EVENT, DspHeapSource, HeapProfiler,
                                   HostHeapSource, PdEstimateSource)
 from qnnrt.fileio import check_output_path, write_atomic
@@ -431,7 +431,7 @@ def test_atomic_write_leaves_no_partial_or_temp_file(tmp_path, monkeypatch):
     def failing_replace(src, dst):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(heap_mod.os, "replace", failing_replace)
+    monkeypatch.setattr(fileio_mod.os, "replace", failing_replace)
     prof = HeapProfiler()
     prof.before_create("a"); prof.after_create("a", True); prof.after_free("a")
     with pytest.raises(QnnrtError, match="cannot write the heap profile"):
@@ -466,7 +466,7 @@ def test_bad_paths_raise_a_clear_error(tmp_path, make_path, message):
 
 
 def test_unwritable_directory_is_reported(tmp_path, monkeypatch):
-    monkeypatch.setattr(heap_mod.os, "access", lambda *a, **k: False)
+    monkeypatch.setattr(fileio_mod.os, "access", lambda *a, **k: False)
     with pytest.raises(QnnrtError, match="not writable") as info:
         check_output_path(str(tmp_path / "h.txt"), "heap profile")
     assert str(tmp_path) in str(info.value) and "Choose a writable directory" in str(info.value)
