@@ -151,3 +151,13 @@ def test_log_callback_defers_an_interrupt_until_the_qnn_call_returns():
     with pytest.raises(KeyboardInterrupt):
         log.raise_pending()
     assert not log.has_pending()
+
+
+def test_worker_output_is_the_commands_own(small_binary):
+    """stdout is inherited by the worker: --json output is exactly the JSON, nothing of the parent."""
+    import json
+
+    from tests.helpers.cli_helpers import qnnrt as cli
+    r = cli("inspect", small_binary.path, "--json")
+    assert r.returncode == 0, r.stderr
+    json.loads(r.stdout)
