@@ -95,11 +95,36 @@ def _relkey(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _onnx_methods(models: dict[str, Path], root: Path, lib) -> tuple[dict, Callable]:
-    """Binaries referenced by EPContext models, and a builder for their methods."""
+def _check_against_manifest(manifest, models: dict[str, Path], parsed: dict) -> None:
+    """A program's methods may only name binaries (and graphs) its program.json lists: the
+    manifest's size and graph checks must never be skipped by a node pointing elsewhere."""
+    listed = {c.file.resolve(): c for c in manifest.contexts}
+    for name, em in parsed.items():
+        for n in em.epcontext_nodes:
+            where = f"{models[name]}: EPContext node {n.name!r}"
+            if n.embedded is not None:
+                raise FormatError(f"{where} embeds its context binary; a program's binaries must be "
+                                  f"files listed in {manifest.manifest_path}. Rebuild the program.")
+            if n.binary_path is None:
+                continue
+            ctx = listed.get(Path(n.binary_path).resolve())
+            if ctx is None:
+                raise FormatError(f"{where} names binary {str(n.binary_path)!r}, which "
+                                  f"{manifest.manifest_path} does not list; refused (its size and "
+                                  f"graphs would go unchecked). Rebuild the program or list the binary.")
+            if n.graph_name not in ctx.graphs:
+                raise FormatError(f"{where}: graph {n.graph_name!r} is not among the graphs "
+                                  f"{manifest.manifest_path} lists for {ctx.path}. Rebuild the program.")
+
+
+def _onnx_methods(models: dict[str, Path], root: Path, lib, manifest=None) -> tuple[dict, Callable]:
+    """Binaries referenced by EPContext models, and a builder for their methods. With a program's
+    `manifest`, every node must name a binary and graph the manifest lists."""
     from qnnrt.formats.epcontext import read_epcontext_model
     binaries: dict[str, ContextBinary] = {}
     parsed = {name: read_epcontext_model(p, root=root) for name, p in models.items()}
+    if manifest is not None:
+        _check_against_manifest(manifest, models, parsed)
     node_key: dict[tuple[str, int], str] = {}   # (method, node index) -> pool key
     for name, em in parsed.items():
         for n in em.epcontext_nodes:
@@ -140,7 +165,7 @@ def _open_source(p: Path, lib, graph: str | None, owned: list):
         from qnnrt.formats.program import read_program
         manifest = read_program(p)
         models = {m.name: p / m.model for m in manifest.methods}
-        return (*_onnx_methods(models, p, lib), manifest.target.get("soc_model"), {})
+        return (*_onnx_methods(models, p, lib, manifest), manifest.target.get("soc_model"), {})
     if p.suffix == ".onnx":
         return (*_onnx_methods({p.stem: p}, p.parent, lib), None, {})
     if p.suffix == ".pte":

@@ -1,19 +1,74 @@
-"""QNN's log callback: formats the C varargs message and hands (level, text) to a Python sink."""
+"""QNN's log callback: formats the C varargs message and hands (level, text) to a Python sink.
+
+The callback runs inside a QNN call (C frames above and below it). An exception raised in it cannot
+propagate: ctypes would print "Exception ignored on calling ctypes callback" and drop it, so a Ctrl-C
+landing there would be lost. The callback therefore keeps a KeyboardInterrupt / SystemExit it catches
+as *pending*, and `raise_pending()` re-raises it once the QNN call has returned (Backend.check calls it
+after every QNN call). Signal handlers can ask `in_callback(frame)` to defer instead of raising."""
 from __future__ import annotations
 
+import threading
+from types import FrameType
 from typing import Callable
 
 from qnnrt._capi.functions import LOG_CALLBACK
 from qnnrt._capi.libc import format_varargs
 
+_pending: BaseException | None = None
+_pending_lock = threading.Lock()
+
+
+def defer(exc: BaseException) -> None:
+    """Keep `exc` (the first one wins) to be raised by the next `raise_pending()`."""
+    global _pending
+    with _pending_lock:
+        if _pending is None:
+            _pending = exc
+
+
+def raise_pending() -> None:
+    """Raise the interrupt the log callback deferred, if any (then it is cleared)."""
+    global _pending
+    if _pending is None:
+        return
+    with _pending_lock:
+        exc, _pending = _pending, None
+    if exc is not None:
+        raise exc
+
+
+def has_pending() -> bool:
+    return _pending is not None
+
+
+def _callback_body(sink: Callable[[int, str], None], fmt, level, va_list) -> None:
+    try:
+        sink(int(level), format_varargs(fmt, va_list).strip())
+    except Exception:  # noqa: BLE001 - an exception must never propagate into QNN
+        pass
+    except BaseException as e:  # KeyboardInterrupt, SystemExit: raised after the QNN call returns
+        defer(e)
+
+
+_CALLBACK_CODES = {_callback_body.__code__}
+
+
+def in_callback(frame: FrameType | None) -> bool:
+    """True if `frame` (e.g. the one a signal handler interrupted) runs inside the QNN log callback."""
+    while frame is not None:
+        if frame.f_code in _CALLBACK_CODES:
+            return True
+        frame = frame.f_back
+    return False
+
 
 def make_log_callback(sink: Callable[[int, str], None]):
     """A C callback for logCreate. Keep the returned object alive as long as the log handle."""
-    @LOG_CALLBACK
     def callback(fmt, level, timestamp, va_list):  # pragma: no cover - called from C
         try:
-            sink(int(level), format_varargs(fmt, va_list).strip())
-        except Exception:  # noqa: BLE001 - an exception must never propagate into QNN
-            pass
+            _callback_body(sink, fmt, level, va_list)
+        except BaseException as e:  # noqa: BLE001 - raised between frames: keep it for later
+            defer(e)
 
-    return callback
+    _CALLBACK_CODES.add(callback.__code__)  # one code object for every closure
+    return LOG_CALLBACK(callback)

@@ -68,7 +68,9 @@ def run(args) -> int:
         raise QnnrtError("--iteration must be >= 1")
     program = demo_program(preset, args.rebuild)
     out_dir = Path(args.output_dir) if args.output_dir else program.parent / f"{preset}-outputs"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from qnnrt.fileio import check_output_dir, check_writable
+    check_output_dir(out_dir, "demo outputs")  # writable, free space: before any load
+    check_writable(out_dir / "heap.txt", "heap profile")
     inputs, reference = _reference(program)
 
     if preset == "pd" and not args.skip_eager:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from qnnrt.cli.run import add_runtime_options, check_output_paths, latency_stats, open_program
+from qnnrt.cli.run import add_runtime_options, check_targets, latency_stats, open_program
 from qnnrt.errors import QnnrtError
 from qnnrt.fileio import check_output_path, write_atomic
 from qnnrt.units import format_bytes
@@ -95,7 +95,7 @@ def run(args) -> int:
         raise QnnrtError("give --prompt-tokens IDS, --prompt TEXT --tokenizer FILE, or --score-tokens IDS")
     if args.dump_logits and args.score_tokens is None:
         raise QnnrtError("--dump-logits applies to score mode (--score-tokens)")
-    check_output_paths(args)
+    check_targets(args)
     if args.dump_logits:
         try:
             Path(args.dump_logits).mkdir(parents=True, exist_ok=True)

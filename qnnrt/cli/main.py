@@ -1,7 +1,7 @@
 """`qnnrt` command line: inspect, run, llm, build, demo, plot.
 
-Exit status: 0 success, 1 a user or QNN error (message on stderr; traceback only with
---log-level debug), 130 interrupted.
+Exit status: 0 success, 1 a user or QNN error or a crash inside QNN (message on stderr; traceback
+only with --log-level debug), 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP.
 """
 from __future__ import annotations
 
@@ -47,47 +47,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a command in a forked child, so that a crash inside a QNN library (e.g. on a corrupt
-    binary) becomes a clear error and exit status 1, never a signal. QNNRT_NO_FORK=1 runs in-process."""
-    if os.environ.get("QNNRT_NO_FORK") or not hasattr(os, "fork"):
-        return _main(argv)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child does the work
-        code = 1
+    """Run a command in a spawned worker process (qnnrt.cli.process), so that a crash inside a QNN
+    library (e.g. on a corrupt binary) becomes a clear error and exit status 1, never a signal, and
+    SIGINT / SIGTERM / SIGHUP stop the work (130 / 143 / 129). QNNRT_NO_FORK=1 runs in-process."""
+    from qnnrt.cli import process
+    args = list(sys.argv[1:] if argv is None else argv)
+    if process.in_process_requested():
+        previous = process.install_stop_handlers()
         try:
-            code = _main(argv)
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        except BaseException:  # an unexpected bug: show it, fail cleanly
-            import traceback
-            traceback.print_exc()
-            code = 1
+            return _main(args)
         finally:
-            try:
-                logging.shutdown()
-                sys.stdout.flush()
-                sys.stderr.flush()
-            except Exception:
-                pass
-            os._exit(code)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child handles Ctrl-C and reports it
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-        what = " ".join(argv if argv is not None else sys.argv[1:])
-        print(f"qnnrt: error: the QNN library crashed ({name}) while running `qnnrt {what}`. The "
-              f"input is most likely corrupt or was built for another QNN version; rebuild it, or "
-              f"check it with `qnnrt inspect`.", file=sys.stderr)
-        return 1
-    return os.WEXITSTATUS(status)
+            process.restore_handlers(previous)
+    return process.run_in_worker(args)
+
+
+def _worker(argv: list[str]) -> None:
+    """The spawned worker's entry (see qnnrt.cli.process); exits with the command's status."""
+    from qnnrt.cli import process
+    process.worker_main(_main, argv)
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -107,18 +84,35 @@ def _main(argv: list[str] | None = None) -> int:
     level = getattr(args, "log_level", None) or "warn"
     _setup_logging(level)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        from qnnrt._capi import log
+        log.raise_pending()  # an interrupt QNN's log callback deferred and nothing raised yet
+        return code
     except BrokenPipeError:  # e.g. `qnnrt inspect x | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
-        print(f"qnnrt {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        return _stopped(args.command, e)
     except (QnnrtError, OSError, ValueError) as e:  # after BrokenPipeError, an OSError
         if level == "debug":
             logging.getLogger("qnnrt").exception("error")
         print(f"qnnrt {args.command}: error: {e}", file=sys.stderr)
         return 1
+
+
+def _stopped(command: str, e: KeyboardInterrupt) -> int:
+    """The message and exit status of a command stopped by Ctrl-C or a stop signal."""
+    from qnnrt.cli.process import Stopped, stop_signals
+    for s in stop_signals():
+        try:
+            signal.signal(s, signal.SIG_IGN)  # a second Ctrl-C must not cut the message short
+        except (OSError, ValueError):  # not the main thread
+            pass
+    if isinstance(e, Stopped) and e.signum != signal.SIGINT:
+        print(f"qnnrt {command}: terminated ({e})", file=sys.stderr)
+        return e.exit_code
+    print(f"qnnrt {command}: interrupted", file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":

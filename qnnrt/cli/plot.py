@@ -199,10 +199,12 @@ def plot_report(report_json_path: str, out_png: str | None = None) -> str:
     if policy:
         head.append(f"residency {policy}")
     fig.suptitle("qnnrt run: " + ", ".join(head), fontsize=11)
-    try:
-        fig.savefig(out, dpi=110, format="png")
-    except OSError as e:
-        raise QnnrtError(f"cannot write the plot to {out!r}: {e.strerror or e}") from e
+    import io
+
+    from qnnrt.fileio import write_atomic
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
+    write_atomic(out, buf.getbuffer(), "plot")  # never through a link, never half a file
     return out
 
 

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from qnnrt.cli.io_files import parse_inputs_arg, random_inputs, read_input_list, write_outputs
+from qnnrt.cli.io_files import (output_bytes, parse_inputs_arg, random_inputs, read_input_list,
+                                set_max_input_bytes, write_outputs)
 from qnnrt.core.profile import PROFILE_LEVELS
 from qnnrt.errors import QnnrtError
 from qnnrt.units import format_bytes
-from qnnrt.fileio import check_output_path, write_atomic
+from qnnrt.fileio import check_free_space, check_output_dir, check_writable, write_atomic
 from qnnrt.progress import ProgressBar
 
 
@@ -52,16 +53,10 @@ def add_runtime_options(p) -> None:
     p.add_argument("--heap-profiling-path", help="write the heap profile (two lines + .json)")
     p.add_argument("--profile-level", default="off", choices=list(PROFILE_LEVELS))
     p.add_argument("--profile-path", help="write the execution profile (JSON + CSV)")
+    p.add_argument("--max-input-bytes", help="refuse an inference whose inputs would take more "
+                   "(e.g. 2GiB; default: QNNRT_MAX_INPUT_BYTES, else a quarter of the RAM)")
     p.add_argument("--log-level", default="warn",
                    choices=["error", "warn", "info", "verbose", "debug"])
-
-
-def check_output_paths(args) -> None:
-    """--report / --profile-path / --heap-profiling-path checked before the work."""
-    for flag, val in (("--report", args.report), ("--profile-path", args.profile_path),
-                      ("--heap-profiling-path", args.heap_profiling_path)):
-        if val:
-            check_output_path(val, flag)  # before the work: a bad path never costs a run
 
 
 def open_program(args, graph: str | None = None):
@@ -78,6 +73,27 @@ def open_program(args, graph: str | None = None):
     if bar:
         bar.done()
     return prog, profiler
+
+
+def _profile_paths(path: str) -> list[str]:
+    import os
+    root, ext = os.path.splitext(path)
+    return [root + ".json" if ext.lower() == ".csv" else path, root + ".csv"]
+
+
+def check_targets(args) -> None:
+    """Every file and folder `run` / `llm` will write: writable (probed, so a read-only mount fails too),
+    not a symbolic link, with free space; all before the program loads."""
+    if args.report:
+        check_writable(args.report, "report")
+    if args.profile_path:
+        for p in _profile_paths(args.profile_path):
+            check_writable(p, "execution profile")
+    if args.heap_profiling_path:
+        check_writable(args.heap_profiling_path, "heap profile")
+        check_writable(args.heap_profiling_path + ".json", "heap profile timeline")
+    if getattr(args, "output_dir", None):
+        check_output_dir(args.output_dir, "outputs")
 
 
 def latency_stats(ms: list[float]) -> dict:
@@ -105,7 +121,8 @@ def run(args) -> int:
         raise QnnrtError("--iteration must be >= 1 and --warm-up >= 0")
     if args.graph and Path(args.path).suffix != ".bin" and not Path(args.path).is_file():
         raise QnnrtError("--graph applies to a context binary (.bin); use --method for programs")
-    check_output_paths(args)
+    check_targets(args)  # before the work: a bad path never costs a load or a run
+    set_max_input_bytes(args.max_input_bytes)
     t_start = time.perf_counter()
     prog, profiler = open_program(args, args.graph)
     try:
@@ -115,6 +132,9 @@ def run(args) -> int:
         method = methods[0]
         feeds = _feeds(args, methods)
         out_dir = Path(args.output_dir) if args.output_dir else None
+        if out_dir is not None:  # now the output sizes are known: will they fit?
+            check_free_space(out_dir, args.iteration * sum(output_bytes(m.outputs) for m in methods)
+                             // len(methods), "outputs")
         latencies: list[float] = []
         first_output_s: float | None = None
         first_outputs: dict[tuple[str, int], dict[str, np.ndarray]] = {}
@@ -142,8 +162,12 @@ def run(args) -> int:
                     if bad:
                         mismatches.append((it, m.name, bad))
             if out_dir is not None and timed:
-                write_outputs(out_dir, it - args.warm_up, outputs,
-                              npy=(it == total - 1))
+                try:
+                    write_outputs(out_dir, it - args.warm_up, outputs, npy=(it == total - 1))
+                except QnnrtError as e:  # e.g. a full disk: stop now, say what is complete
+                    done = it - args.warm_up
+                    raise QnnrtError(f"{e} Stopped at iteration {done}; the outputs of "
+                                     f"{done} earlier iteration(s) in {out_dir} are complete.") from e
             if run_bar:
                 run_bar.update(it + 1, total)
         if run_bar:

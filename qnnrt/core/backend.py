@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from qnnrt._capi import codes
 from qnnrt._capi import types as T
 from qnnrt._capi.library import QnnLibrary, open_library
-from qnnrt._capi.log import make_log_callback
+from qnnrt._capi.log import make_log_callback, raise_pending
 from qnnrt.errors import QnnError, QnnrtError, remedy_for
 from qnnrt.soc import parse_soc
 
@@ -111,7 +111,11 @@ class Backend:
 
     # -- errors ----------------------------------------------------------------------------
     def check(self, rc: int, function: str, mark: int | None = None, context: str = "") -> None:
-        """Raise QnnError for a non-zero error handle, with the log lines the call produced."""
+        """Raise QnnError for a non-zero error handle, with the log lines the call produced.
+
+        First, an interrupt (Ctrl-C, SIGTERM) that arrived while QNN was calling the log callback is
+        raised here, after the QNN call returned: it is never swallowed by the callback."""
+        raise_pending()
         if rc == 0:
             return
         code = codes.code_of(rc)

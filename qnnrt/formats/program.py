@@ -266,9 +266,8 @@ def write_program(folder: str | os.PathLike, methods: list[MethodEntry], context
     folder = Path(folder)
     manifest = ProgramManifest(folder=folder, methods=list(methods), contexts=list(contexts),
                                target=dict(target or {}), build=dict(build or {}))
-    tmp = folder / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest.to_json(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, folder / MANIFEST)
+    from qnnrt.fileio import write_atomic
+    write_atomic(folder / MANIFEST, json.dumps(manifest.to_json(), indent=2) + "\n", "program manifest")
     return read_program(folder)
 
 

@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from qnnrt._capi.libc import MallInfo
-from qnnrt.errors import QnnrtError
 from qnnrt import fileio as fileio_mod
+from qnnrt.errors import QnnrtError
 from qnnrt.profiling.heap import (DSP_AFTER_EVENT, DSP_BEFORE_EVENT, DspHeapSource, HeapProfiler,
                                   HostHeapSource, PdEstimateSource)
 from qnnrt.fileio import check_output_path, write_atomic
