@@ -199,3 +199,35 @@ def test_cli_generate_and_score(pte, model, reference, tmp_path, capfd, monkeypa
     rows = np.load(tmp_path / "dump" / "logits.npy")
     assert rows.dtype == np.float32 and rows.shape == (len(toks) - 1, V)
     assert "perplexity" in capfd.readouterr().out
+
+
+def test_stops_at_the_eos_the_constant_method_gives(model, binaries, reference, tmp_path):
+    eos = reference[0][3]                      # the 4th greedy token (first seen there)
+    assert eos not in reference[0][:3]
+    res = LlmRunner(_pte_with(model, binaries, tmp_path, get_eos_id=eos)).generate(PROMPT, N_NEW)
+    assert res.tokens == reference[0][:4] and res.stop_reason == "eos"
+
+
+def test_quantized_logits_without_their_encoding_are_refused(model, binaries, tmp_path, capfd, monkeypatch):
+    monkeypatch.setenv("QNNRT_NO_FORK", "1")   # see test_cli_generate_and_score
+    pte = write_pte(model, binaries, tmp_path / "noenc.pte", constants={"get_logits_scale": None})
+    assert main(["llm", str(pte), "--prompt-tokens", "3,4"]) == 1
+    err = capfd.readouterr().err
+    assert "uint16" in err and "get_logits_scale" in err
+
+
+def test_cache_path_does_not_go_through_the_kv_attrs(model, binaries, reference, tmp_path):
+    """Caches are copied raw: kv attrs with every zero point off by 50 leave the tokens and the
+    logits as they were (a runner that requantized through them would change both), and only the
+    dequantized view of the cache moves."""
+    bad = {f"get_kv_output_{i}_quant_attr": [e.scale, e.zero_point + 50, 0, 255, "torch.uint8"]
+           for i, e in enumerate(model.k_enc + model.v_enc)}
+    prog = _pte_with(model, binaries, tmp_path, **bad)
+    cache = KVCache(LlmRunner(prog).layout)
+    res = LlmRunner(prog).generate(PROMPT, N_NEW, eos_ids=[], keep_logits=True, cache=cache)
+    assert res.tokens == reference[0]
+    _, qrows, _ = model.reference(PROMPT, N_NEW, quantized=True)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(res.logits, qrows)) <= FP16_TOL
+    ks, _ = cache.dequantized()
+    kc = reference[2][0]
+    assert float(np.abs(ks[0][0, 0].T - kc[0][:cache.n_past]).max()) > 40 * model.k_enc[0].scale
