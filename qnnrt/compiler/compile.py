@@ -35,6 +35,7 @@ import onnx
 
 from qnnrt import soc as soc_table
 from qnnrt.errors import BuildError, QnnrtError
+from qnnrt.fileio import default_cache_dir
 from qnnrt.soc import parse_soc
 
 EP_NAME = "QNNExecutionProvider"
@@ -147,14 +148,6 @@ def qnn_session(model: str | os.PathLike, options: CompileOptions | None = None,
     if not (config or {}).get("ep.context_enable"):
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # running: ORT's default
     return ort.InferenceSession(str(model), sess_options=so)
-
-
-def default_cache_dir() -> Path:
-    env = os.environ.get("QNNRT_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "qnnrt"
 
 
 @dataclass
