@@ -13,7 +13,7 @@ from qnnrt.core.profile import PROFILE_LEVELS
 from qnnrt.errors import QnnrtError
 from qnnrt.units import format_bytes
 from qnnrt.fileio import check_output_path, write_atomic
-from qnnrt.progress import ProgressBar
+from qnnrt.progress import Heartbeat, ProgressBar
 
 
 def add_parser(sub) -> None:
@@ -43,6 +43,11 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of random inputs (default 0)")
     p.add_argument("--log-level", default="warn",
                    choices=["error", "warn", "info", "verbose", "debug"])
+    p.add_argument("--no-vet", action="store_true",
+                   help="do not vet binaries qnnrt did not write in a child process first")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (by default: a bar on a terminal, else a line "
+                        "every 10 s)")
     p.set_defaults(func=run)
 
 
@@ -77,13 +82,25 @@ def run(args) -> int:
         if val:
             check_output_path(val, flag)  # before the work: a bad path never costs a run
     t_start = time.perf_counter()
-    bar = ProgressBar("creating contexts") if sys.stderr.isatty() else None
+    quiet = getattr(args, "quiet", False)
+    tty = sys.stderr.isatty()
+    bar = ProgressBar("creating contexts") if tty and not quiet else None
     profiler = _exec_profiler(args.profile_level)
-    prog = load(args.path, residency=args.residency, soc=args.soc, backend_lib=args.backend_lib,
-                options=LoadOptions(log_level=args.log_level, graph=args.graph,
-                                    heap_profiling_path=args.heap_profiling_path,
-                                    profile_level=args.profile_level, exec_profiler=profiler,
-                                    progress=bar.update if bar else None))
+    loading = {"done": 0, "total": 0}
+
+    def load_progress(done: int, total: int) -> None:
+        loading.update(done=done, total=total)
+        if bar:
+            bar.update(done, total)
+    with _heartbeat(quiet or tty, "qnnrt run: loading",
+                    lambda: f"contexts created {loading['done']}/{loading['total'] or '?'}"):
+        prog = load(args.path, residency=args.residency, soc=args.soc, backend_lib=args.backend_lib,
+                    options=LoadOptions(log_level=args.log_level, graph=args.graph,
+                                        heap_profiling_path=args.heap_profiling_path,
+                                        profile_level=args.profile_level, exec_profiler=profiler,
+                                        progress=load_progress,
+                                        vet=not getattr(args, "no_vet", False)))
+    beat = None
     try:
         if bar:
             bar.done()
@@ -107,8 +124,19 @@ def run(args) -> int:
         per_method: dict[str, list[float]] = {m.name: [] for m in methods}
         mismatches = []
         total = args.warm_up + args.iteration
-        run_bar = ProgressBar("running") if sys.stderr.isatty() and total > 20 else None
+        run_bar = ProgressBar("running") if tty and not quiet and total > 20 else None
+        calls = max(1, len(method.graph_calls))
+        state = {"it": 0, "calls0": prog.graph_calls}
+
+        def status() -> str:
+            pool = prog.pool.summary()
+            return (f"iteration {min(state['it'] + 1, total)}/{total} ({state['it']} done), graph "
+                    f"call {prog.graph_calls - state['calls0']}/{calls} of it, contexts created "
+                    f"{pool['creates']} (of {pool['contexts_total']})")
+        beat = _heartbeat(quiet or tty, "qnnrt run", status)
+        beat.__enter__()
         for it in range(total):
+            state["it"], state["calls0"] = it, prog.graph_calls
             m = methods[it % len(methods)]
             mfeeds = feeds[m.name]
             feed_index = (it // len(methods)) % len(mfeeds)
@@ -132,6 +160,8 @@ def run(args) -> int:
                               npy=(it == total - 1))
             if run_bar:
                 run_bar.update(it + 1, total)
+        state["it"] = total
+        beat.__exit__(None, None, None)
         if run_bar:
             run_bar.done()
         lat = latency_stats(latencies)
@@ -150,6 +180,8 @@ def run(args) -> int:
         if len(methods) > 1:
             report["latency_ms_per_method"] = {k: latency_stats(v) for k, v in per_method.items() if v}
     finally:
+        if beat is not None:
+            beat.__exit__(None, None, None)
         prog.close()
     if prog.heap is not None:
         report["heap"] = prog.heap.to_json()
@@ -167,6 +199,15 @@ def run(args) -> int:
                          f"first with the same inputs (first: iteration {it}, method {name}, "
                          f"outputs {outs})")
     return 0
+
+
+def _heartbeat(off: bool, label: str, status):
+    """A progress line every 10 s ($QNNRT_PROGRESS_INTERVAL) on stderr, unless `off`."""
+    import contextlib
+    import os
+    if off:
+        return contextlib.nullcontext()
+    return Heartbeat(label, status, float(os.environ.get("QNNRT_PROGRESS_INTERVAL", "10")))
 
 
 def _print_summary(r: dict, method, out_dir, profiler, args) -> None:

@@ -157,9 +157,9 @@ def _raise_bad(results: list[VetResult]) -> None:
     for r in results:
         if r.verdict == "crash":
             raise FormatError(
-                f"{r.name}: this context binary crashes QNN's native code ({r.detail}) in a vetting "
-                f"child process; qnnrt did not hand it to QNN in this process. The file is corrupt or "
-                f"not a context binary for this QNN version: rebuild it. (sha256 {r.sha256[:16]}...; "
+                f"{r.name}: the QNN library crashed ({r.detail}) reading this context binary in a "
+                f"vetting child process; qnnrt did not hand it to QNN in this process. The file is "
+                f"corrupt or not a context binary for this QNN version: rebuild it. (sha256 {r.sha256[:16]}...; "
                 f"the verdict is cached under {vet_cache_dir()})")
         if r.verdict == "hang":
             raise FormatError(
@@ -198,9 +198,9 @@ def _run_child(job: str, timeout: float):
     if isinstance(rc, int) and rc < 0:
         import signal
         try:
-            rc = f"killed by {signal.Signals(-rc).name}"
+            rc = signal.Signals(-rc).name
         except ValueError:
-            rc = f"killed by signal {-rc}"
+            rc = f"signal {-rc}"
     elif isinstance(rc, int) and rc != 0:
         rc = f"exit status {rc}"
     tail = errb.decode("utf-8", "replace").strip().splitlines()[-3:]

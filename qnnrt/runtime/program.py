@@ -48,6 +48,7 @@ class Program:
         self._exec_profile: Profile | None = None
         self._owned = list(owned or [])   # closed after the binaries (e.g. the mapped .pte file)
         self.iterations = 0
+        self.graph_calls = 0
         try:
             self.methods: dict[str, Method] = method_builder(self)
             if not self.methods:
@@ -95,6 +96,7 @@ class Program:
                 self.iterations += 1
 
     def _run_graph(self, step: QnnStep, position: int, arrays: list[np.ndarray]) -> list:
+        self.graph_calls += 1  # read by progress reporters on other threads
         ctx = self.pool.acquire(step.key, position)
         try:
             g = ctx.graph(step.graph)
