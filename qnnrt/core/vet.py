@@ -171,12 +171,19 @@ def _raise_bad(results: list[VetResult]) -> None:
                               f"(--no-vet) to skip vetting.")
 
 
+# the child imports qnnrt.core only, not the package's __init__ (the loader, onnx, the runtime):
+# a bare package module stands in for `qnnrt`, which halves the child's start-up
+_CHILD_BOOT = ("import sys, types, os; m = types.ModuleType('qnnrt'); "
+               "m.__path__ = [os.path.join(sys.argv[1], 'qnnrt')]; sys.modules['qnnrt'] = m; "
+               "from qnnrt.core.vet import _child; sys.exit(_child(sys.argv[2]))")
+
+
 def _run_child(job: str, timeout: float):
     """(started indices, {index: (verdict, detail)}, exit status or 'hang', stderr note, seconds)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = _ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "qnnrt.core.vet", job], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD_BOOT, _ROOT, job], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env,
                             start_new_session=True)
     try:
