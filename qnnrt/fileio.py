@@ -116,6 +116,7 @@ def loads_json(text: str | bytes, where: str, *, max_depth: int = JSON_MAX_DEPTH
     The one JSON reader of qnnrt: depth (no RecursionError), number length (no 5,000-digit int
     conversions), size, UTF-8, and no NaN/Infinity constants."""
     import json
+    import math
     if len(text) > max_bytes:
         raise FormatError(f"{where}: {len(text)} bytes is more than the {max_bytes} a JSON file of "
                           f"qnnrt may have; this is not a file qnnrt wrote. Restore or rebuild it.")
@@ -136,7 +137,11 @@ def loads_json(text: str | bytes, where: str, *, max_depth: int = JSON_MAX_DEPTH
                 raise FormatError(f"{where}: a number of {len(s)} characters ({s[:12]}...) is "
                                   f"longer than the {max_number_chars} allowed. Restore or rebuild "
                                   f"the file.")
-            return kind(s)
+            value = kind(s)
+            if kind is float and not math.isfinite(value):
+                raise FormatError(f"{where}: the number {s} is out of range. Restore or rebuild "
+                                  f"the file.")
+            return value
         return parse
 
     def constant(s: str):

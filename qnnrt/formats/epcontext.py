@@ -91,6 +91,9 @@ def _contained(base: Path, bound: Path, rel: str, where: str) -> Path:
     if Path(rel).is_absolute():
         raise FormatError(f"{where} references the absolute path {rel!r}; context binaries must be "
                           f"given relative to the model, inside {bound}")
+    if not Path(os.path.normpath(base / rel)).is_relative_to(bound):
+        raise FormatError(f"{where} references {rel!r}, which is outside {bound}; "
+                          f"context binaries must live inside the program folder")
     try:
         p = (base / rel).resolve(strict=True)
     except FileNotFoundError:

@@ -76,6 +76,16 @@ def _epc_structural(model_path: Path, rng: random.Random) -> str:
     kind = rng.choice(("no_outputs", "cache_path", "embed_mode", "bad_name", "missing_tensor",
                        "partition"))
     attrs = {a.name: a for a in node.attribute}
+    try:
+        _edit(node, attrs, kind, rng)
+        onnx.save(m, str(model_path))
+    except (ValueError, UnicodeError):  # protobuf refuses some strings: write raw bytes instead
+        model_path.write_bytes(M.bit_flips(model_path.read_bytes(), rng))
+        return "epc_raw"
+    return "epc_" + kind
+
+
+def _edit(node, attrs, kind: str, rng: random.Random) -> None:
     if kind == "no_outputs":
         del node.output[:]
     elif kind == "cache_path" and "ep_cache_context" in attrs:
@@ -97,12 +107,6 @@ def _epc_structural(model_path: Path, rng: random.Random) -> str:
         node.input[0] = "not_a_tensor"
     elif "partition_name" in attrs:
         attrs["partition_name"].s = rng.choice((b"no_such_graph", b"", b"\xff"))
-    try:
-        onnx.save(m, str(model_path))
-    except (ValueError, UnicodeError):  # protobuf refuses some strings: write raw bytes instead
-        model_path.write_bytes(M.bit_flips(model_path.read_bytes(), rng))
-        return "epc_raw"
-    return "epc_" + kind
 
 
 def make_case(reader: str, index: int, seed: int, seeds: dict[str, Path], root: Path) -> Case:
