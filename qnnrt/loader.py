@@ -30,6 +30,7 @@ class LoadOptions:
     vet: check binaries qnnrt did not write (raw .bin, foreign EPContext, .pte delegates) in a
         short-lived child process before this process hands them to QNN (verdict cached by content
         hash); binaries of qnnrt programs are checked against the manifest's sha256 instead.
+        "create" vets binary info and context creation only, without running each graph once.
     """
     log_level: str = "warn"
     graph: str | None = None
@@ -37,7 +38,7 @@ class LoadOptions:
     profile_level: str = "off"
     exec_profiler: Any = None
     progress: Callable[[int, int], None] | None = None
-    vet: bool = True
+    vet: bool | str = True
 
 
 def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: str | int | None = None,
@@ -66,7 +67,8 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
     def vet(bins: dict[str, ContextBinary], built_for=None) -> None:
         if opts.vet and bins:
             from qnnrt.core.vet import vet_binaries
-            vet_reports.append(vet_binaries(bins, backend_lib=lib_path, soc=soc or built_for))
+            vet_reports.append(vet_binaries(bins, backend_lib=lib_path, soc=soc or built_for,
+                                            execute=opts.vet != "create"))
     try:
         binaries, build, built_for = _open_source(p, lib, opts.graph, owned, vet)
         if soc is None:

@@ -1,10 +1,10 @@
 """Vetting context binaries qnnrt did not write, in a short-lived child process.
 
 QNN parses context binaries in native code without a checksum; a corrupt one can segfault inside
-`systemContextGetBinaryInfo` or `contextCreateFromBinary`. Before the real process hands such a binary
-to QNN, `vet_binaries` runs the same two calls (binary info, create + free the context) in a spawned
-child (`python -m qnnrt.core.vet`), all binaries of one program in one child. The verdict is cached by
-content hash (and QNN library) under the user cache folder, so a program is vetted once per change.
+`systemContextGetBinaryInfo`, `contextCreateFromBinary` or `graphExecute`. Before the real process hands
+such a binary to QNN, `vet_binaries` runs the same calls (binary info, create the context, execute each
+graph once on zeros, free) in a spawned child (a fresh interpreter, never a fork), all binaries of
+one program in one child. The verdict is cached by content hash (and QNN library) under the user cache folder, so a program is vetted once per change.
 A child killed by a signal (or hanging) is a FormatError naming the binary; a clean QNN rejection is
 left to the real process, which reports the same error itself.
 
@@ -100,13 +100,14 @@ def _timeout_for(total_bytes: int, n: int) -> float:
 
 
 def vet_binaries(binaries: dict[str, ContextBinary], *, backend_lib: str | None = None,
-                 soc: str | int | None = None) -> VetReport:
-    """Vet every binary in `binaries` (pool key -> binary) whose verdict is not cached, in one child.
+                 soc: str | int | None = None, execute: bool = True) -> VetReport:
+    """Vet every binary in `binaries` (pool key -> binary) whose verdict is not cached, in one child:
+    binary info, create the context, run each graph once on zeros (unless `execute` is False), free.
 
     Raises FormatError naming the first binary that crashed or hung the child."""
     if not binaries:
         return VetReport([])
-    lib_id = _lib_identity(backend_lib)
+    lib_id = _lib_identity(backend_lib) + ("" if execute else ":create-only")
     results: list[VetResult] = []
     todo: list[tuple[int, ContextBinary, str]] = []
     for b in binaries.values():
@@ -133,7 +134,7 @@ def vet_binaries(binaries: dict[str, ContextBinary], *, backend_lib: str | None 
             items.append({"name": b.where, "path": path, "size": b.size})
         job = os.path.join(tmp, "job.json")
         with open(job, "w", encoding="utf-8") as f:
-            json.dump({"backend_lib": backend_lib, "soc": soc, "items": items}, f)
+            json.dump({"backend_lib": backend_lib, "soc": soc, "items": items, "execute": execute}, f)
         started, finished, rc, err, seconds = _run_child(job, _timeout_for(
             sum(b.size for _, b, _ in todo), len(todo)))
         report.child_seconds, report.children = seconds, 1
@@ -157,9 +158,10 @@ def _raise_bad(results: list[VetResult]) -> None:
     for r in results:
         if r.verdict == "crash":
             raise FormatError(
-                f"{r.name}: the QNN library crashed ({r.detail}) reading this context binary in a "
-                f"vetting child process; qnnrt did not hand it to QNN in this process. The file is "
-                f"corrupt or not a context binary for this QNN version: rebuild it. (sha256 {r.sha256[:16]}...; "
+                f"{r.name}: the QNN library crashed ({r.detail}) on this context binary (binary "
+                f"info, context creation or one run of a graph) in a vetting child process; qnnrt "
+                f"did not hand it to QNN in this process. The file is corrupt or not a context "
+                f"binary for this QNN version: rebuild it. (sha256 {r.sha256[:16]}...; "
                 f"the verdict is cached under {vet_cache_dir()})")
         if r.verdict == "hang":
             raise FormatError(
@@ -222,6 +224,7 @@ def _child(job_path: str) -> int:
     from qnnrt.core.backend import Backend
     from qnnrt.core.binary import ContextBinary
     from qnnrt.core.context import Context
+    import numpy as np
     backend = None
     out = sys.stdout
     try:
@@ -235,7 +238,15 @@ def _child(job_path: str) -> int:
                     if backend is None:
                         backend = Backend(backend_lib=job["backend_lib"],
                                           soc=job["soc"] or info.soc_model or None, log_level="error")
-                    Context(backend, b).close()
+                    ctx = Context(backend, b)
+                    try:
+                        if job.get("execute", True):
+                            for g in info.graphs:  # a corrupt binary can also crash in execute
+                                graph = ctx.graph(g.name)
+                                graph.execute_prepared([np.zeros(t.shape, t.dtype) for t in g.inputs],
+                                                       dequantize=False)
+                    finally:
+                        ctx.close()
                 finally:
                     b.close()
                 out.write(f"done {i} ok\n")
