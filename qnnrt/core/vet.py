@@ -4,7 +4,8 @@ QNN parses context binaries in native code without a checksum; a corrupt one can
 `systemContextGetBinaryInfo`, `contextCreateFromBinary` or `graphExecute`. Before the real process hands
 such a binary to QNN, `vet_binaries` runs the same calls (binary info, create the context, execute each
 graph once on zeros, free) in a spawned child (a fresh interpreter, never a fork), all binaries of
-one program in one child. The verdict is cached by content hash (and QNN library) under the user cache folder, so a program is vetted once per change.
+one program in one child. The verdict is cached by content hash (and QNN library) under the
+user cache folder, so a program is vetted once per change.
 A child killed by a signal (or hanging) is a FormatError naming the binary; a clean QNN rejection is
 left to the real process, which reports the same error itself.
 
