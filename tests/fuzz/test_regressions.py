@@ -225,3 +225,36 @@ def test_bad_embed_mode(seeds, tmp_path):
 
 def test_every_refusal_is_a_qnnrt_error():
     assert issubclass(FormatError, QnnrtError)
+
+
+# -- .pte -------------------------------------------------------------------------------------
+
+def _pte_with_tensor(tmp_path: Path, shape, dim_order=None) -> Path:
+    import numpy as np
+
+    from tests.helpers.pte_writer import PteBuilder, qnn_wrap
+    b = PteBuilder()
+    seg = b.add_segment(qnn_wrap(b"SEGCTX" * 50, signature=7))
+    f = b.method("forward")
+    x = f.tensor(np.float32, shape, dim_order=dim_order)
+    y = f.tensor(np.float32, (2, 2))
+    f.delegate_call(f.delegate("QnnBackend", segment=seg), [x, y])
+    f.inputs, f.outputs = [x], [y]
+    p = tmp_path / "model.pte"
+    b.save(p)
+    return p
+
+
+def test_pte_terabyte_shape_is_refused_before_allocation(tmp_path):
+    from qnnrt.executorch.reader import read_pte
+    p = _pte_with_tensor(tmp_path, (1 << 20, 1 << 20, 1 << 10))
+    with pytest.raises(FormatError, match="elements"):
+        read_pte(p).close()
+    _refused(p, "elements", options=LoadOptions(vet=False))
+
+
+def test_pte_dim_order_longer_than_shape(tmp_path):
+    from qnnrt.executorch.reader import read_pte
+    p = _pte_with_tensor(tmp_path, (2, 3), dim_order=(0, 1, 2))
+    with pytest.raises(FormatError, match="dim order"):
+        read_pte(p).close()
