@@ -49,6 +49,7 @@ class Program:
         self._owned = list(owned or [])   # closed after the binaries (e.g. the mapped .pte file)
         self.iterations = 0
         self.graph_calls = 0
+        self.vet_reports: list = []  # set by qnnrt.load: what was vetted (qnnrt.core.vet.VetReport)
         try:
             self.methods: dict[str, Method] = method_builder(self)
             if not self.methods:
