@@ -4,7 +4,7 @@
   python bench/soak.py loadclose PROGRAM -n 500          # load + one run + close, n times
   python bench/soak.py failed PROGRAM --corrupt 5        # eager load failing at binary 5, twice,
                                                          # then a good load: counts vs baseline
-  python bench/soak.py threads PROGRAM                   # concurrency: see tests/runtime/test_concurrency.py
+  python bench/soak.py pd PD_PROGRAM                     # eager PD exhaustion, twice, then a good load
 
 RSS from /proc/self/status (VmRSS), fds from /proc/self/fd, threads from /proc/self/task (native
 threads included)."""
@@ -95,6 +95,28 @@ def soak_loadclose(path: str, n: int, residency: str) -> dict:
             "threads_per_1000": round(per_1000(samples, "threads", step), 3)}
 
 
+def soak_pd(path: str, repeats: int) -> dict:
+    """Eager loads of a program too large for the PD budget (the `pd` demo) fail with PD exhaustion;
+    counts after each against a baseline, then a load under `auto` runs once."""
+    with qnnrt.load(path, residency="sequential") as prog:  # warm-up
+        pass
+    base = counts()
+    errors, after = [], []
+    for _ in range(repeats):
+        try:
+            qnnrt.load(path, residency="eager").close()
+            errors.append("loaded?!")
+        except QnnrtError as e:
+            errors.append(str(e).splitlines()[0][:160])
+        after.append(counts())
+    t0 = time.perf_counter()
+    with qnnrt.load(path, residency="auto") as prog:
+        prog.run(prog.method().name, inputs_of(prog.method()))
+    return {"mode": "pd", "path": path, "baseline": base, "after_each_failure": after,
+            "after_good_load": counts(), "good_run_s": round(time.perf_counter() - t0, 1),
+            "errors": errors}
+
+
 def soak_failed(path: str, corrupt: int, repeats: int) -> dict:
     """A program copy whose binary `corrupt` has 64 bytes inverted in its middle (manifest sha256
     updated, so it reaches QNN: its binary info reads, contextCreateFromBinary rejects it with 5005),
@@ -136,7 +158,7 @@ def soak_failed(path: str, corrupt: int, repeats: int) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["iterations", "loadclose", "failed"])
+    ap.add_argument("mode", choices=["iterations", "loadclose", "failed", "pd"])
     ap.add_argument("path")
     ap.add_argument("-n", type=int, default=1000)
     ap.add_argument("--residency", default="auto")
@@ -148,6 +170,8 @@ def main() -> int:
         r = soak_iterations(a.path, a.n, a.residency)
     elif a.mode == "loadclose":
         r = soak_loadclose(a.path, a.n, a.residency)
+    elif a.mode == "pd":
+        r = soak_pd(a.path, a.repeats)
     else:
         r = soak_failed(a.path, a.corrupt, a.repeats)
     text = json.dumps(r)
