@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=None, help="folder for seeds and cases (default: a temp dir)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case before 'hang'")
     ap.add_argument("--json", help="write every outcome here")
+    ap.add_argument("--jsonl", help="append each outcome here as it comes (usable mid-run)")
     ap.add_argument("--keep", action="store_true", help="keep the cases")
     args = ap.parse_args(argv)
     work = Path(args.work or tempfile.mkdtemp(prefix="qnnrt-fuzz-"))
@@ -34,13 +35,22 @@ def main(argv: list[str] | None = None) -> int:
     cases_dir = work / f"cases_{args.seed}"
     shutil.rmtree(cases_dir, ignore_errors=True)
     readers = args.readers.split(",")
-    cases = make_cases(readers, args.per_reader, args.seed, seeds, cases_dir)
+    by_reader = [make_cases([r], args.per_reader, args.seed, seeds, cases_dir) for r in readers]
+    cases = [c for group in zip(*by_reader) for c in group]  # interleaved: a partial run covers all
     cache = work / "cache"  # fresh vetting verdicts for every run
     shutil.rmtree(cache, ignore_errors=True)
-    s = run_cases(cases, args.timeout, env={"QNNRT_CACHE_DIR": str(cache)},
-                  log=lambda o: o.kind in ("other", "crash", "hang") and print(
-                      f"  {o.kind}: {o.case.reader} #{o.case.index} ({o.case.mutation}): {o.detail}",
-                      flush=True))
+    stream = open(args.jsonl, "a") if args.jsonl else None
+
+    def log(o) -> None:
+        if o.kind in ("other", "crash", "hang"):
+            print(f"  {o.kind}: {o.case.reader} #{o.case.index} ({o.case.mutation}): {o.detail}",
+                  flush=True)
+        if stream:
+            stream.write(json.dumps({"reader": o.case.reader, "index": o.case.index, "seed": args.seed,
+                                     "mutation": o.case.mutation, "kind": o.kind,
+                                     "detail": o.detail}) + "\n")
+            stream.flush()
+    s = run_cases(cases, args.timeout, env={"QNNRT_CACHE_DIR": str(cache)}, log=log)
     print(f"\n{len(cases)} cases in {s.seconds:.0f} s, {s.children} child process(es)")
     print(f"{'reader':8} {'tried':>6} {'ok':>6} {'clean':>6} {'other':>6} {'crash':>6} {'hang':>6}")
     for r, c in s.table().items():
