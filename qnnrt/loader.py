@@ -50,7 +50,13 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
     bounded:<size>."""
     opts = options or LoadOptions()
     p = Path(path)
-    if not p.exists():
+    if "\0" in os.fspath(p):
+        raise FormatError(f"{os.fspath(p)!r}: the path contains a NUL byte; pass a real file or folder")
+    try:
+        exists = p.exists()
+    except (OSError, ValueError) as e:
+        raise FormatError(f"{p}: cannot open ({e})") from None
+    if not exists:
         raise FormatError(f"{p}: no such file or folder")
     if opts.profile_level not in PROFILE_LEVELS:
         raise QnnrtError(f"unknown profile level {opts.profile_level!r}; use {', '.join(PROFILE_LEVELS)}")

@@ -258,3 +258,8 @@ def test_pte_dim_order_longer_than_shape(tmp_path):
     p = _pte_with_tensor(tmp_path, (2, 3), dim_order=(0, 1, 2))
     with pytest.raises(FormatError, match="dim order"):
         read_pte(p).close()
+
+
+def test_nul_byte_in_the_path_given_to_load():
+    with pytest.raises(FormatError, match="NUL"):
+        qnnrt.load("model\0.bin")
