@@ -127,6 +127,14 @@ def read_epcontext_model(path: str | os.PathLike, root: Path | None = None) -> E
     base = path.parent.resolve()
     bound = (root or base).resolve()
     out = EPContextModel(path=path, model=model)
+    g = model.graph
+    for kind, items in (("graph input", g.input), ("graph output", g.output),
+                        ("initializer", g.initializer)):
+        for k, vi in enumerate(items):
+            check_name(vi.name, f"{path}: {kind} {k}", f"{kind} name")
+    for i, node in enumerate(g.node):  # protobuf hands invalid UTF-8 over as bytes: refuse it here
+        for t in [node.op_type, node.domain, node.name, *node.input, *node.output]:
+            check_name(t, f"{path}: node {i}", "name")
     for i, node in enumerate(model.graph.node):
         if node.op_type == EPCONTEXT_OP and node.domain != EPCONTEXT_DOMAIN:
             raise FormatError(f"{path}: node {node.name!r} is an EPContext node of domain "

@@ -126,8 +126,17 @@ MAX_NAME_CHARS = 4096
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def check_name(value: str, where: str, what: str = "name") -> str:
-    """A name or path from a file: printable-safe UTF-8, no NUL, bounded length."""
+def check_name(value: str | bytes, where: str, what: str = "name") -> str:
+    """A name or path from a file: UTF-8, no NUL, bounded length (protobuf hands over invalid
+    UTF-8 strings as bytes)."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _fail(where, f"the {what} {value[:60]!r} is not valid UTF-8 (byte {e.start})",
+                        "Fix or rebuild the file.") from None
+    if not isinstance(value, str):
+        raise _fail(where, f"the {what} is a {type(value).__name__}, not text", "Fix or rebuild the file.")
     if "\0" in value:
         raise _fail(where, f"the {what} {value[:60]!r} contains a NUL byte", "Fix or rebuild the file.")
     if len(value) > MAX_NAME_CHARS:

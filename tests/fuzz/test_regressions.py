@@ -263,3 +263,13 @@ def test_pte_dim_order_longer_than_shape(tmp_path):
 def test_nul_byte_in_the_path_given_to_load():
     with pytest.raises(FormatError, match="NUL"):
         qnnrt.load("model\0.bin")
+
+
+def test_invalid_utf8_node_name_from_protobuf(seeds, tmp_path):
+    """Fuzzer find: a bit flip in a node name makes protobuf return bytes (TypeError before)."""
+    p = _epc(seeds, tmp_path, 0)
+    data = p.read_bytes()
+    name = b"QNNExecutionProvider_"
+    i = data.find(name)
+    p.write_bytes(data[:i + 5] + b"\xdf" + data[i + 6:])
+    _refused(p, "UTF-8")
