@@ -9,10 +9,20 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Union
 
-from qnnrt.errors import QnnrtError
+from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.units import format_bytes
+
+
+def default_cache_dir() -> Path:
+    """The user cache folder: $QNNRT_CACHE_DIR, else $XDG_CACHE_HOME/qnnrt, else ~/.cache/qnnrt."""
+    env = os.environ.get("QNNRT_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "qnnrt"
 
 
 def check_output_path(path: str | os.PathLike, what: str = "output") -> str:
@@ -192,3 +202,106 @@ def write_array(path: str | os.PathLike, arr: Any, npy: bool | None = None, what
     head = io.BytesIO()
     np.lib.format.write_array_header_1_0(head, np.lib.format.header_data_from_array_1_0(a))
     return write_atomic(path, [head.getvalue(), data], what, durable)
+
+
+# --- reading JSON written by someone else: bounded size, depth and numbers ---------------------
+
+JSON_MAX_BYTES = 64 << 20      # a manifest or report is kilobytes; refuse anything absurd
+JSON_MAX_DEPTH = 64            # program.json nests 3 deep; json's recursion dies near 1,000
+JSON_MAX_NUMBER_CHARS = 40     # an int64 has 20 characters; 5,000-digit numbers are refused
+
+
+def _json_depth_error(text: str, max_depth: int) -> tuple[int, int] | None:
+    """(depth, offset) where `text` nests deeper than `max_depth` (strings skipped), else None."""
+    import re
+    depth = 0
+    for m in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text, flags=re.DOTALL):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > max_depth:
+                return depth, m.start()
+        elif c in "]}":
+            depth -= 1
+    return None
+
+
+def loads_json(text: str | bytes, where: str, *, max_depth: int = JSON_MAX_DEPTH,
+               max_number_chars: int = JSON_MAX_NUMBER_CHARS, max_bytes: int = JSON_MAX_BYTES):
+    """Decode JSON from an untrusted file with limits; any problem is a FormatError naming `where`.
+
+    The one JSON reader of qnnrt: depth (no RecursionError), number length (no 5,000-digit int
+    conversions), size, UTF-8, and no NaN/Infinity constants."""
+    import json
+    import math
+    if len(text) > max_bytes:
+        raise FormatError(f"{where}: {len(text)} bytes is more than the {max_bytes} a JSON file of "
+                          f"qnnrt may have; this is not a file qnnrt wrote. Restore or rebuild it.")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FormatError(f"{where}: not UTF-8 text (byte {e.start}: {e.reason}). Restore the "
+                              f"file or rebuild it.") from None
+    deep = _json_depth_error(text, max_depth)
+    if deep is not None:
+        raise FormatError(f"{where}: JSON nested deeper than {max_depth} levels (character "
+                          f"{deep[1]}); this is not a file qnnrt wrote. Restore or rebuild it.")
+
+    def number(kind):
+        def parse(s: str):
+            if len(s) > max_number_chars:
+                raise FormatError(f"{where}: a number of {len(s)} characters ({s[:12]}...) is "
+                                  f"longer than the {max_number_chars} allowed. Restore or rebuild "
+                                  f"the file.")
+            value = kind(s)
+            if kind is float and not math.isfinite(value):
+                raise FormatError(f"{where}: the number {s} is out of range. Restore or rebuild "
+                                  f"the file.")
+            return value
+        return parse
+
+    def constant(s: str):
+        raise FormatError(f"{where}: {s} is not valid JSON. Restore or rebuild the file.")
+    try:
+        return json.loads(text, parse_int=number(int), parse_float=number(float),
+                          parse_constant=constant)
+    except json.JSONDecodeError as e:
+        raise FormatError(f"{where}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}). "
+                          "Restore the file or rebuild it.") from None
+    except RecursionError:
+        raise FormatError(f"{where}: JSON nested too deeply. Restore or rebuild the file.") from None
+    except ValueError as e:  # int() limits, surrogates ...
+        raise FormatError(f"{where}: unreadable JSON value ({e}). Restore or rebuild it.") from None
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file", **limits):
+    """`loads_json` of a file: size checked before reading; OSError becomes a FormatError."""
+    p = os.fspath(path)
+    max_bytes = limits.get("max_bytes", JSON_MAX_BYTES)
+    try:
+        size = os.stat(p).st_size
+        if size > max_bytes:
+            raise FormatError(f"{p}: the {what} is {size} bytes, more than the {max_bytes} allowed; "
+                              f"this is not a file qnnrt wrote.")
+        with open(p, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as e:
+        raise FormatError(f"{p}: cannot read the {what}: {e.strerror or e}") from None
+    return loads_json(data, p, **limits)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def buffer_sha256(buffer) -> str:
+    """Hex sha256 of a bytes-like object (e.g. a mapped context binary), without copying it."""
+    import hashlib
+    return hashlib.sha256(memoryview(buffer).cast("B")).hexdigest()

@@ -4,7 +4,7 @@ chooses between them; files are read and checked before QNN is initialised."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,6 +30,10 @@ class LoadOptions:
     progress: called as progress(done, total) while an eager load creates contexts.
     pd_budget: the PD budget `auto` plans with (bytes or e.g. "3.4GiB"), instead of the one learned
         for this backend (user cache) or found by failing.
+    vet: check binaries qnnrt did not write (raw .bin, foreign EPContext, .pte delegates) in a
+        short-lived child process before this process hands them to QNN (verdict cached by content
+        hash); binaries of qnnrt programs are checked against the manifest's sha256 instead.
+        "create" vets binary info and context creation only, without running each graph once.
     """
     log_level: str = "warn"
     graph: str | None = None
@@ -38,6 +42,17 @@ class LoadOptions:
     exec_profiler: Any = None
     progress: Callable[[int, int], None] | None = None
     pd_budget: int | str | None = None
+    vet: bool | str = True
+
+
+@dataclass
+class Source:
+    """What `_open_source` found: the method builder, the SoC the artifact was built for, the
+    constant methods' values, and the binaries already proven (sha256 from the manifest)."""
+    build: Callable
+    built_for: Any = None
+    constants: dict = field(default_factory=dict)
+    trusted: set = field(default_factory=set)
 
 
 def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: str | int | None = None,
@@ -48,9 +63,7 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
     its folder) instead of discovery; `residency` is auto, eager, lazy, sequential, bounded:K or
     bounded:<size>."""
     opts = options or LoadOptions()
-    p = Path(path)
-    if not p.exists():
-        raise FormatError(f"{p}: no such file or folder")
+    p = _existing_path(path)
     if opts.profile_level not in PROFILE_LEVELS:
         raise QnnrtError(f"unknown profile level {opts.profile_level!r}; use {', '.join(PROFILE_LEVELS)}")
     policy = Residency.parse(residency)
@@ -58,21 +71,29 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
     lib = open_library(lib_path)
     # the heap profiler exists first: whatever fails later, its file is written (zero contexts)
     heap = HeapProfiler(path=opts.heap_profiling_path) if opts.heap_profiling_path else None
-    binaries: dict[str, ContextBinary] = {}
+    binaries: dict[str, ContextBinary] = {}   # filled as opened: closed here if anything fails
     owned: list = []
     backend = None
     try:
-        binaries, build, built_for, constants = _open_source(p, lib, opts.graph, owned)
+        src = _open_source(p, lib, opts.graph, binaries, owned)
         from qnnrt.core.context import refuse_weight_sharing
         for b in binaries.values():  # before QNN sees it: the simulator crashes on these
             refuse_weight_sharing(b)
         if soc is None:
-            soc = built_for or _soc_of(binaries)
+            soc = src.built_for or _soc_of(binaries)
+        vet_reports = []
+        untrusted = {k: b for k, b in binaries.items() if k not in src.trusted}
+        if opts.vet and untrusted:  # a crash in QNN's parser happens in a child, not here
+            from qnnrt.core.vet import vet_binaries
+            vet_reports.append(vet_binaries(untrusted, backend_lib=lib_path, soc=soc,
+                                            execute=opts.vet != "create"))
         backend = Backend(backend_lib=lib_path, soc=soc, log_level=opts.log_level)
-        return Program(p, binaries, build, backend, policy, heap=heap, exec_profiler=opts.exec_profiler,
-                       profile_level=opts.profile_level, progress=opts.progress, owned=owned,
-                       constants=constants,
-                       pd_budget=None if opts.pd_budget is None else parse_size(opts.pd_budget, "PD budget"))
+        program = Program(p, binaries, src.build, backend, policy, heap=heap,
+                          exec_profiler=opts.exec_profiler, profile_level=opts.profile_level,
+                          progress=opts.progress, owned=owned, constants=src.constants,
+                          pd_budget=None if opts.pd_budget is None else parse_size(opts.pd_budget, "PD budget"))
+        program.vet_reports = vet_reports
+        return program
     except BaseException:
         if heap is not None:
             try:
@@ -86,6 +107,28 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
         if backend is not None:
             backend.close()
         raise
+
+
+def _existing_path(path: str | os.PathLike) -> Path:
+    if "\0" in os.fspath(path):
+        raise FormatError(f"{os.fspath(path)!r}: the path contains a NUL byte; pass a real file or folder")
+    p = Path(path)
+    try:
+        exists = p.exists()
+    except (OSError, ValueError) as e:
+        raise FormatError(f"{p}: cannot open ({e})") from None
+    if not exists:
+        raise FormatError(f"{p}: no such file or folder")
+    return p
+
+
+def _check_sha256(b: ContextBinary, expected: str, manifest: Path) -> None:
+    from qnnrt.fileio import buffer_sha256
+    got = buffer_sha256(b.buffer)
+    if got != expected:
+        raise FormatError(f"{b.where}: sha256 {got[:16]}... differs from the {expected[:16]}... "
+                          f"{manifest} records; the binary was corrupted or replaced after the "
+                          f"build. It was not handed to QNN. Copy it again or rebuild the program.")
 
 
 def _relkey(path: Path, root: Path) -> str:
@@ -117,11 +160,12 @@ def _check_against_manifest(manifest, models: dict[str, Path], parsed: dict) -> 
                                   f"{manifest.manifest_path} lists for {ctx.path}. Rebuild the program.")
 
 
-def _onnx_methods(models: dict[str, Path], root: Path, lib, manifest=None) -> tuple[dict, Callable]:
-    """Binaries referenced by EPContext models, and a builder for their methods. With a program's
-    `manifest`, every node must name a binary and graph the manifest lists."""
+def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, ContextBinary],
+                  manifest=None) -> Source:
+    """Binaries referenced by EPContext models (opened into `binaries`), and a builder for their
+    methods. With a program's `manifest`, every node must name a binary and graph the manifest
+    lists, and binaries with a recorded sha256 are checked against it before QNN reads them."""
     from qnnrt.formats.epcontext import read_epcontext_model
-    binaries: dict[str, ContextBinary] = {}
     parsed = {name: read_epcontext_model(p, root=root) for name, p in models.items()}
     if manifest is not None:
         _check_against_manifest(manifest, models, parsed)
@@ -151,35 +195,45 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib, manifest=None) -> tu
                                       f"{n.graph_name!r}")
                 node_key[(name, n.index)] = by_graph[n.graph_name]
 
+    trusted = set()
+    if manifest is not None:
+        sha = {c.path: c.sha256 for c in manifest.contexts if c.sha256}
+        for key, b in binaries.items():
+            if key in sha:
+                _check_sha256(b, sha[key], manifest.manifest_path)
+                trusted.add(key)
+
     def build(program: Program) -> dict[str, Method]:
         return {name: OnnxMethod(name, em, binaries, lambda n, name=name: node_key[(name, n.index)])
                 for name, em in parsed.items()}
-    return binaries, build
+    return Source(build, manifest.target.get("soc_model") if manifest is not None else None,
+                  trusted=trusted)
 
 
-def _open_source(p: Path, lib, graph: str | None, owned: list):
-    """(binaries by pool key, method builder, SoC the artifact was built for, constant-method
-    values) of a program folder,
-    EPContext model, .pte or .bin; objects to close after the binaries go to `owned`."""
+def _open_source(p: Path, lib, graph: str | None, binaries: dict[str, ContextBinary],
+                 owned: list) -> Source:
+    """Open a program folder, EPContext model, .pte or .bin: its binaries go into `binaries` as they
+    are opened, objects to close after them into `owned` (so a failure half-way frees all)."""
     if p.is_dir():
         from qnnrt.formats.program import read_program
         manifest = read_program(p)
         models = {m.name: p / m.model for m in manifest.methods}
-        return (*_onnx_methods(models, p, lib, manifest), manifest.target.get("soc_model"), {})
+        return _onnx_methods(models, p, lib, binaries, manifest)
     if p.suffix == ".onnx":
-        return (*_onnx_methods({p.stem: p}, p.parent, lib), None, {})
+        return _onnx_methods({p.stem: p}, p.parent, lib, binaries)
     if p.suffix == ".pte":
         from qnnrt.executorch.program import pte_methods
-        binaries, pte_build, built_for, pte, constants = pte_methods(p, lib)
+        pte_binaries, pte_build, built_for, pte, constants = pte_methods(p, lib)
         owned.append(pte)
-        return binaries, pte_build, built_for, constants
+        binaries.update(pte_binaries)
+        return Source(pte_build, built_for, constants)
     key = p.name
-    binaries = {key: ContextBinary(p, name=key, lib=lib)}
+    binaries[key] = ContextBinary(p, name=key, lib=lib)
     specs = [binaries[key].graph(graph)] if graph is not None else binaries[key].graphs
 
     def build(program: Program) -> dict[str, Method]:
         return {s.name: GraphMethod(key, s) for s in specs}
-    return binaries, build, None, {}
+    return Source(build)
 
 
 def _soc_of(binaries: dict[str, ContextBinary]):
@@ -192,10 +246,16 @@ def _soc_of(binaries: dict[str, ContextBinary]):
 def open_for_planning(path: str | os.PathLike, backend_lib: str | os.PathLike | None = None):
     """(binaries by pool key, methods by name, SoC model, objects to close) of what `load` opens,
     without initialising QNN's backend or creating a context (for `inspect --pd`)."""
-    p = Path(path)
-    if not p.exists():
-        raise FormatError(f"{p}: no such file or folder")
+    p = _existing_path(path)
     lib = open_library(os.fspath(backend_lib) if backend_lib is not None else None)
     owned: list = []
-    binaries, build, built_for, _ = _open_source(p, lib, None, owned)
-    return binaries, build(None), built_for or _soc_of(binaries), owned, lib
+    binaries: dict[str, ContextBinary] = {}
+    try:
+        src = _open_source(p, lib, None, binaries, owned)
+    except BaseException:
+        for b in binaries.values():
+            b.close()
+        for c in owned:
+            c.close()
+        raise
+    return binaries, src.build(None), src.built_for or _soc_of(binaries), owned, lib

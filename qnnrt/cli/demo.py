@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
 def demo_program(preset: str, rebuild: bool = False) -> Path:
     """The demo program folder in the user's cache, built on first use."""
     from qnnrt.compiler.builder import build_demo
-    from qnnrt.compiler.compile import default_cache_dir
+    from qnnrt.fileio import default_cache_dir
     from qnnrt.formats.program import read_program
     out = default_cache_dir() / "demo" / preset
     if not rebuild and (out / "program.json").is_file():

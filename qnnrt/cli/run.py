@@ -14,7 +14,7 @@ from qnnrt.core.profile import PROFILE_LEVELS
 from qnnrt.errors import QnnrtError
 from qnnrt.units import format_bytes
 from qnnrt.fileio import check_free_space, check_output_dir, check_writable, write_atomic
-from qnnrt.progress import ProgressBar
+from qnnrt.progress import Heartbeat, ProgressBar
 
 
 def add_parser(sub) -> None:
@@ -55,6 +55,11 @@ def add_runtime_options(p) -> None:
     p.add_argument("--profile-path", help="write the execution profile (JSON + CSV)")
     p.add_argument("--max-input-bytes", help="refuse an inference whose inputs would take more "
                    "(e.g. 2GiB; default: QNNRT_MAX_INPUT_BYTES, else a quarter of the RAM)")
+    p.add_argument("--no-vet", action="store_true",
+                   help="do not vet binaries qnnrt did not write in a child process first")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (by default: a bar on a terminal, else a line "
+                        "every 10 s)")
     p.add_argument("--log-level", default="warn",
                    choices=["error", "warn", "info", "verbose", "debug"])
 
@@ -62,14 +67,24 @@ def add_runtime_options(p) -> None:
 def open_program(args, graph: str | None = None):
     """(program, execution profiler or None) loaded with the shared runtime options."""
     from qnnrt.loader import LoadOptions, load
-    bar = ProgressBar("creating contexts") if sys.stderr.isatty() else None
+    quiet = getattr(args, "quiet", False)
+    tty = sys.stderr.isatty()
+    bar = ProgressBar("creating contexts") if tty and not quiet else None
     profiler = _exec_profiler(args.profile_level)
-    prog = load(args.path, residency=args.residency, soc=args.soc, backend_lib=args.backend_lib,
-                options=LoadOptions(log_level=args.log_level, graph=graph,
-                                    heap_profiling_path=args.heap_profiling_path,
-                                    profile_level=args.profile_level, exec_profiler=profiler,
-                                    progress=bar.update if bar else None,
-                                    pd_budget=args.pd_budget))
+    loading = {"done": 0, "total": 0}
+
+    def load_progress(done: int, total: int) -> None:
+        loading.update(done=done, total=total)
+        if bar:
+            bar.update(done, total)
+    with _heartbeat(quiet or tty, f"qnnrt {args.command}: loading",
+                    lambda: f"contexts created {loading['done']}/{loading['total'] or '?'}"):
+        prog = load(args.path, residency=args.residency, soc=args.soc, backend_lib=args.backend_lib,
+                    options=LoadOptions(log_level=args.log_level, graph=graph,
+                                        heap_profiling_path=args.heap_profiling_path,
+                                        profile_level=args.profile_level, exec_profiler=profiler,
+                                        progress=load_progress, pd_budget=args.pd_budget,
+                                        vet=not getattr(args, "no_vet", False)))
     if bar:
         bar.done()
     return prog, profiler
@@ -125,6 +140,8 @@ def run(args) -> int:
     set_max_input_bytes(args.max_input_bytes)
     t_start = time.perf_counter()
     prog, profiler = open_program(args, args.graph)
+    quiet, tty = getattr(args, "quiet", False), sys.stderr.isatty()
+    beat = None
     try:
         load_s = time.perf_counter() - t_start
         names = args.method.split(",") if args.method else [args.method_index]
@@ -141,8 +158,19 @@ def run(args) -> int:
         per_method: dict[str, list[float]] = {m.name: [] for m in methods}
         mismatches = []
         total = args.warm_up + args.iteration
-        run_bar = ProgressBar("running") if sys.stderr.isatty() and total > 20 else None
+        run_bar = ProgressBar("running") if tty and not quiet and total > 20 else None
+        calls = max(1, len(method.graph_calls))
+        state = {"it": 0, "calls0": prog.graph_calls}
+
+        def status() -> str:
+            pool = prog.pool.summary()
+            return (f"iteration {min(state['it'] + 1, total)}/{total} ({state['it']} done), graph "
+                    f"call {prog.graph_calls - state['calls0']}/{calls} of it, contexts created "
+                    f"{pool['creates']} (of {pool['contexts_total']})")
+        beat = _heartbeat(quiet or tty, "qnnrt run", status)
+        beat.__enter__()
         for it in range(total):
+            state["it"], state["calls0"] = it, prog.graph_calls
             m = methods[it % len(methods)]
             mfeeds = feeds[m.name]
             feed_index = (it // len(methods)) % len(mfeeds)
@@ -170,6 +198,8 @@ def run(args) -> int:
                                      f"{done} earlier iteration(s) in {out_dir} are complete.") from e
             if run_bar:
                 run_bar.update(it + 1, total)
+        state["it"] = total
+        beat.__exit__(None, None, None)
         if run_bar:
             run_bar.done()
         if first_output_s is None:  # unreachable: --iteration >= 1 is checked above
@@ -190,6 +220,8 @@ def run(args) -> int:
         if len(methods) > 1:
             report["latency_ms_per_method"] = {k: latency_stats(v) for k, v in per_method.items() if v}
     finally:
+        if beat is not None:
+            beat.__exit__(None, None, None)
         prog.close()
     if prog.heap is not None:
         report["heap"] = prog.heap.to_json()
@@ -250,6 +282,15 @@ def _feeds(args, methods) -> dict[str, list]:
         print(f"note: no inputs given for {', '.join(random_for)}; using seeded random inputs "
               f"(seed {args.seed})", file=sys.stderr)
     return feeds
+
+
+def _heartbeat(off: bool, label: str, status):
+    """A progress line every 10 s ($QNNRT_PROGRESS_INTERVAL) on stderr, unless `off`."""
+    import contextlib
+    import os
+    if off:
+        return contextlib.nullcontext()
+    return Heartbeat(label, status, float(os.environ.get("QNNRT_PROGRESS_INTERVAL", "10")))
 
 
 def _print_summary(r: dict, method, out_dir, profiler, args) -> None:

@@ -29,6 +29,7 @@ from qnnrt.compiler.program_writer import method_model
 from qnnrt.errors import BuildError
 from qnnrt.progress import ProgressBar
 from qnnrt.units import format_bytes
+from qnnrt.fileio import file_sha256
 from qnnrt.formats.program import MANIFEST, ContextEntry, MethodEntry, ProgramManifest, write_program
 
 CONTEXT_DIR = "contexts"
@@ -245,7 +246,8 @@ def build_program(models: Sequence[tuple[str, onnx.ModelProto | str | os.PathLik
                 if len(eps) != 1:
                     raise BuildError(f"partition {p} of {name!r} compiled into {len(eps)} graphs; expected 1")
                 calls[name][p] = (rel, eps[0])
-            contexts.append(ContextEntry(ctx_name, rel, unit.size, unit.graph_names))
+            contexts.append(ContextEntry(ctx_name, rel, unit.size, unit.graph_names,
+                                         sha256=file_sha256(stage / rel)))
             cached += int(unit.cache_hit)
             progress.update(gi + 1, note=f" ({cached} cached)")
         progress.done()

@@ -35,6 +35,7 @@ import onnx
 
 from qnnrt import soc as soc_table
 from qnnrt.errors import BuildError, QnnrtError
+from qnnrt.fileio import default_cache_dir, file_sha256, read_json
 from qnnrt.soc import parse_soc
 
 EP_NAME = "QNNExecutionProvider"
@@ -149,14 +150,6 @@ def qnn_session(model: str | os.PathLike, options: CompileOptions | None = None,
     return ort.InferenceSession(str(model), sess_options=so)
 
 
-def default_cache_dir() -> Path:
-    env = os.environ.get("QNNRT_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "qnnrt"
-
-
 @dataclass
 class EPNode:
     """One EPContext node ORT wrote for a compiled model."""
@@ -200,14 +193,6 @@ class CompiledUnit:
         return [n.graph_name for nodes in self.members for n in nodes]
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 @dataclass
 class CompileCache:
     """Content-addressed store of compiled units: ``ROOT/contexts/ab/abcd.../{context.bin,meta.json}``."""
@@ -224,13 +209,13 @@ class CompileCache:
             return None
         d = self.entry(key)
         try:
-            meta = json.loads((d / "meta.json").read_text())
+            meta = read_json(d / "meta.json", "compile cache entry")
             bin_path = d / "context.bin"
             size = bin_path.stat().st_size
-            if size != meta["size"] or _sha256(bin_path) != meta["sha256"]:
+            if size != meta["size"] or file_sha256(bin_path) != meta["sha256"]:
                 return None  # damaged (or written by an older qnnrt): recompiled and replaced
             members = [[EPNode(**n) for n in nodes] for nodes in meta["members"]]
-        except (OSError, ValueError, KeyError, TypeError):
+        except (QnnrtError, OSError, ValueError, KeyError, TypeError):
             return None
         return CompiledUnit(key, bin_path, size, members, cache_hit=True)
 
@@ -242,7 +227,7 @@ class CompileCache:
         tmp_root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=tmp_root))
         shutil.copyfile(unit.bin_path, tmp / "context.bin")
-        meta = {"key": unit.key, "size": unit.size, "sha256": _sha256(tmp / "context.bin"),
+        meta = {"key": unit.key, "size": unit.size, "sha256": file_sha256(tmp / "context.bin"),
                 "members": [[asdict(n) for n in m] for m in unit.members],
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -271,8 +256,8 @@ class CompileCache:
         if not self.enabled:
             return None
         try:
-            return json.loads((self.root / kind / f"{key}.json").read_text())
-        except (OSError, ValueError):
+            return read_json(self.root / kind / f"{key}.json", "compile cache entry")
+        except QnnrtError:
             return None
 
     def put_json(self, kind: str, key: str, value) -> None:

@@ -404,6 +404,15 @@ class PteMethodRunner:
             r = K.cast_to_out(r, info, kd.name, kd.cast)
         except K.KernelError as e:
             raise K.KernelError(f"method {self.name!r} instruction {pc} ({kd.name}): {e}") from None
+        except QnnrtError:
+            raise
+        except Exception as e:  # noqa: BLE001 - numpy's AxisError, ValueError ... on bad arguments
+            shapes = [list(x.shape) if isinstance(x, np.ndarray) else x for x in xs]
+            raise K.KernelError(
+                f"method {self.name!r} instruction {pc} ({kd.name}): the program gives this operator "
+                f"arguments it cannot take ({type(e).__name__}: {e}; arguments {shapes!r:.300}). The "
+                f".pte is malformed or uses the operator in a way qnnrt does not support; re-export "
+                f"it.") from None
         if not self._shape_ok(r.shape, t):
             raise QnnrtError(f"method {self.name!r} instruction {pc} ({kd.name}): the result has "
                              f"shape {list(r.shape)} but the program's out tensor (value {out_i}) "

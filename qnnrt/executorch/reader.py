@@ -608,6 +608,10 @@ def _parse(path: str, mm, size: int, require_qnn: bool) -> PteProgram:
     return prog
 
 
+MAX_TENSOR_RANK = 16
+MAX_TENSOR_ELEMENTS = 1 << 34   # 64 GiB of float32: anything larger is a damaged size field
+
+
 def _read_value(ev: S.EValue) -> PteValue:
     t, x = ev.val()
     kind = S.KernelTypes.NAMES.get(t)
@@ -622,6 +626,20 @@ def _read_value(ev: S.EValue) -> PteValue:
         dim_order = tuple(int(d) for d in x.dim_order)
         if any(s < 0 for s in sizes):
             raise FormatError(f"ExecuTorch program: {ev.where} has a negative size {list(sizes)}")
+        if len(sizes) > MAX_TENSOR_RANK:
+            raise FormatError(f"ExecuTorch program: {ev.where} has {len(sizes)} dimensions (at most "
+                              f"{MAX_TENSOR_RANK}); the .pte is malformed. Re-export it.")
+        numel = 1
+        for s in sizes:
+            numel *= s
+        if numel > MAX_TENSOR_ELEMENTS:
+            raise FormatError(f"ExecuTorch program: {ev.where} has shape {list(sizes)[:8]} = {numel} "
+                              f"elements, more than the {MAX_TENSOR_ELEMENTS} qnnrt accepts; the .pte "
+                              f"is malformed. Re-export it.")
+        if dim_order and sorted(dim_order) != list(range(len(sizes))):
+            raise FormatError(f"ExecuTorch program: {ev.where} has dim order {list(dim_order)[:8]}, "
+                              f"which is not a permutation of its {len(sizes)} dimensions; the .pte "
+                              f"is malformed. Re-export it.")
         info = TensorInfo(
             scalar_type=int(x.scalar_type), shape=sizes, dim_order=dim_order,
             data_buffer_idx=int(x.data_buffer_idx),

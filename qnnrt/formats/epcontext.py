@@ -9,6 +9,7 @@ from pathlib import Path
 import onnx
 
 from qnnrt.errors import FormatError
+from qnnrt.formats.program import check_name
 
 EPCONTEXT_OP = "EPContext"
 EPCONTEXT_DOMAIN = "com.microsoft"
@@ -59,15 +60,65 @@ def _attr(node: onnx.NodeProto, name: str, default=None):
     return default
 
 
+def _text(value, where: str, what: str) -> str:
+    """A string attribute as text: UTF-8 without NUL, else FormatError naming the node."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FormatError(f"{where}: attribute {what} is not UTF-8 (byte {e.start}); the model "
+                              f"is malformed. Re-export it.") from None
+    return check_name(str(value), where, what)
+
+
+def _int_attr(node: onnx.NodeProto, name: str, default: int, where: str) -> int:
+    v = _attr(node, name, default)
+    if not isinstance(v, int) or not -(1 << 31) <= v < (1 << 31):
+        raise FormatError(f"{where}: attribute {name} = {v!r} is not a small integer; the model is "
+                          f"malformed")
+    return v
+
+
 def is_epcontext(node: onnx.NodeProto) -> bool:
     return node.op_type == EPCONTEXT_OP and node.domain == EPCONTEXT_DOMAIN
+
+
+def _contained(base: Path, bound: Path, rel: str, where: str) -> Path:
+    """`base/rel` resolved, refused unless it is a regular file inside `bound` (no absolute path,
+    no '..' out of it, no symbolic link leading outside, no link loop)."""
+    if not rel:
+        raise FormatError(f"{where}: ep_cache_context is empty; it must name a context binary")
+    if Path(rel).is_absolute():
+        raise FormatError(f"{where} references the absolute path {rel!r}; context binaries must be "
+                          f"given relative to the model, inside {bound}")
+    if not Path(os.path.normpath(base / rel)).is_relative_to(bound):
+        raise FormatError(f"{where} references {rel!r}, which is outside {bound}; "
+                          f"context binaries must live inside the program folder")
+    try:
+        p = (base / rel).resolve(strict=True)
+    except FileNotFoundError:
+        raise FormatError(f"{where} references context binary {rel!r}, which does not exist "
+                          f"({base / rel})") from None
+    except (OSError, RuntimeError, ValueError) as e:  # RuntimeError: symlink loop (3.11)
+        raise FormatError(f"{where} references {rel!r}, which cannot be resolved ({type(e).__name__}: "
+                          f"{e}); a symbolic link loop? Replace links with the files.") from None
+    if not p.is_relative_to(bound):
+        raise FormatError(f"{where} references {rel!r}, which is outside {bound}; "
+                          f"context binaries must live inside the program folder")
+    if not p.is_file():
+        raise FormatError(f"{where} references {rel!r}, which is not a regular file ({p})")
+    return p
 
 
 def read_epcontext_model(path: str | os.PathLike, root: Path | None = None) -> EPContextModel:
     """Load an EPContext model. `root` (default: the model's folder) bounds where referenced context
     binaries may live: a reference escaping it is refused."""
     path = Path(path)
-    if not path.is_file():
+    try:
+        ok = path.is_file()
+    except (OSError, ValueError):
+        ok = False
+    if not ok:
         raise FormatError(f"{path}: no such model file")
     try:
         model = onnx.load(str(path))
@@ -76,6 +127,14 @@ def read_epcontext_model(path: str | os.PathLike, root: Path | None = None) -> E
     base = path.parent.resolve()
     bound = (root or base).resolve()
     out = EPContextModel(path=path, model=model)
+    g = model.graph
+    for kind, items in (("graph input", g.input), ("graph output", g.output),
+                        ("initializer", g.initializer)):
+        for k, vi in enumerate(items):
+            check_name(vi.name, f"{path}: {kind} {k}", f"{kind} name")
+    for i, node in enumerate(g.node):  # protobuf hands invalid UTF-8 over as bytes: refuse it here
+        for t in [node.op_type, node.domain, node.name, *node.input, *node.output]:
+            check_name(t, f"{path}: node {i}", "name")
     for i, node in enumerate(model.graph.node):
         if node.op_type == EPCONTEXT_OP and node.domain != EPCONTEXT_DOMAIN:
             raise FormatError(f"{path}: node {node.name!r} is an EPContext node of domain "
@@ -83,31 +142,29 @@ def read_epcontext_model(path: str | os.PathLike, root: Path | None = None) -> E
         if not is_epcontext(node):
             continue
         where = f"{path}: EPContext node {node.name!r}"
-        source = _attr(node, "source", b"")
-        source = source.decode() if isinstance(source, bytes) else str(source or "")
+        check_name(node.name, f"{path}: node {i}", "node name")
+        for t in list(node.input) + list(node.output):
+            check_name(t, where, "tensor name")
+        if not any(node.output):
+            raise FormatError(f"{where} has no outputs; an EPContext node must produce at least one "
+                              f"tensor. The model is malformed: re-export it.")
+        source = _text(_attr(node, "source", b"") or b"", where, "source")
         if source and "QNN" not in source.upper():
             raise FormatError(f"{where} is for {source!r}; qnnrt runs QNN EPContext nodes only")
-        embed_mode = int(_attr(node, "embed_mode", 1))
+        embed_mode = _int_attr(node, "embed_mode", 1, where)
         cache = _attr(node, "ep_cache_context")
-        main_context = int(_attr(node, "main_context", 1))
+        main_context = _int_attr(node, "main_context", 1, where)
         if cache is None and main_context:
             raise FormatError(f"{where} has no ep_cache_context attribute (and is a main context "
                               f"node, so no other node provides its binary)")
         graph_name = _attr(node, "partition_name", None)
-        graph_name = graph_name.decode() if isinstance(graph_name, bytes) else graph_name
+        graph_name = _text(graph_name, where, "partition_name") if graph_name is not None else None
         binary_path, embedded = None, None
         if cache is None:
             pass  # a graph of a context another (main) node carries: resolved by graph name
         elif embed_mode == 0:
-            rel = cache.decode() if isinstance(cache, bytes) else str(cache)
-            p = (base / rel).resolve()
-            if not p.is_relative_to(bound):
-                raise FormatError(f"{where} references {rel!r}, which is outside {bound}; "
-                                  f"context binaries must live inside the program folder")
-            if not p.is_file():
-                raise FormatError(f"{where} references context binary {rel!r}, which does not "
-                                  f"exist ({p})")
-            binary_path = p
+            rel = _text(cache, where, "ep_cache_context")
+            binary_path = _contained(base, bound, rel, where)
         elif embed_mode == 1:
             embedded = cache if isinstance(cache, bytes) else str(cache).encode("latin-1")
         else:

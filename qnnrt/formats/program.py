@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from qnnrt.errors import FormatError
+from qnnrt.fileio import read_json
 
 FORMAT_NAME = "qnnrt-program"
 FORMAT_VERSION = 1
@@ -41,13 +43,17 @@ class ContextEntry:
     size: int
     graphs: list[str]
     folder: Path | None = None
+    sha256: str | None = None        # hex digest; programs qnnrt writes carry it (verified at load)
 
     @property
     def file(self) -> Path:
         return _join(self.folder, self.path)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "path": self.path, "size": self.size, "graphs": list(self.graphs)}
+        out = {"name": self.name, "path": self.path, "size": self.size, "graphs": list(self.graphs)}
+        if self.sha256 is not None:
+            out["sha256"] = self.sha256
+        return out
 
 
 @dataclass
@@ -116,10 +122,39 @@ def _fail(where: str, what: str, todo: str) -> FormatError:
     return FormatError(f"{where}: {what}. {todo}")
 
 
-def _check_rel_path(folder: Path, rel, where: str, must_exist: bool = True) -> Path:
-    if not isinstance(rel, str) or not rel:
-        raise _fail(where, f"expected a relative path string, got {rel!r}",
-                    "Write paths relative to the program folder, e.g. \"contexts/ctx_000.bin\".")
+MAX_NAME_CHARS = 4096
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def check_name(value: str | bytes, where: str, what: str = "name") -> str:
+    """A name or path from a file: UTF-8, no NUL, bounded length (protobuf hands over invalid
+    UTF-8 strings as bytes)."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _fail(where, f"the {what} {value[:60]!r} is not valid UTF-8 (byte {e.start})",
+                        "Fix or rebuild the file.") from None
+    if not isinstance(value, str):
+        raise _fail(where, f"the {what} is a {type(value).__name__}, not text", "Fix or rebuild the file.")
+    if "\0" in value:
+        raise _fail(where, f"the {what} {value[:60]!r} contains a NUL byte", "Fix or rebuild the file.")
+    if len(value) > MAX_NAME_CHARS:
+        raise _fail(where, f"the {what} is {len(value)} characters long (at most {MAX_NAME_CHARS})",
+                    "Fix or rebuild the file.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _fail(where, f"the {what} {value[:60]!r} is not valid UTF-8 (lone surrogate)",
+                    "Fix or rebuild the file.") from None
+    return value
+
+
+def check_inside(folder: Path, rel: str, where: str, must_exist: bool = True) -> Path:
+    """`folder/rel` resolved (symbolic links followed) and checked to stay inside `folder`.
+
+    Refuses absolute paths, '..', NUL bytes, symlinks leading outside and symlink loops."""
+    check_name(rel, where, "path")
     p = PurePosixPath(rel)
     if p.is_absolute() or "\\" in rel or (len(rel) > 1 and rel[1] == ":"):
         raise _fail(where, f"path {rel!r} is absolute", "Paths must be relative to the program folder.")
@@ -127,20 +162,35 @@ def _check_rel_path(folder: Path, rel, where: str, must_exist: bool = True) -> P
         raise _fail(where, f"path {rel!r} escapes the program folder",
                     "Paths must stay inside the program folder (no '..').")
     full = _join(folder, rel)
-    root = folder.resolve()
-    if "\0" in rel:
-        raise _fail(where, f"path {rel!r} contains a NUL byte", "Fix or rebuild the program.")
     try:
-        resolved = full.resolve()
-    except (OSError, ValueError) as e:
-        raise _fail(where, f"cannot resolve {rel!r}: {e}", "Check the program folder.") from e
+        root = folder.resolve(strict=True)
+        resolved = full.resolve(strict=must_exist)
+    except FileNotFoundError:
+        raise _fail(where, f"file {rel!r} is missing ({full})",
+                    "Copy the whole program folder, or rebuild it with `qnnrt build`.") from None
+    except (OSError, RuntimeError, ValueError) as e:  # RuntimeError: a symlink loop (3.11)
+        raise _fail(where, f"cannot resolve {rel!r} ({type(e).__name__}: {e}); a symbolic link "
+                    f"loop or an unreadable folder", "Replace the links with the files.") from None
     if resolved != root and root not in resolved.parents:
         raise _fail(where, f"path {rel!r} resolves to {resolved}, outside the program folder {root}",
                     "Replace the symbolic link with the file itself.")
-    if must_exist and not full.is_file():
-        raise _fail(where, f"file {rel!r} is missing ({full})",
-                    "Copy the whole program folder, or rebuild it with `qnnrt build`.")
-    return full
+    if must_exist:
+        try:
+            ok = resolved.is_file()
+        except (OSError, ValueError):
+            ok = False
+        if not ok:
+            raise _fail(where, f"{rel!r} is not a regular file ({full})",
+                        "Copy the whole program folder, or rebuild it with `qnnrt build`.")
+    return resolved
+
+
+def _check_rel_path(folder: Path, rel, where: str, must_exist: bool = True) -> Path:
+    if not isinstance(rel, str) or not rel:
+        raise _fail(where, f"expected a relative path string, got {rel!r}",
+                    "Write paths relative to the program folder, e.g. \"contexts/ctx_000.bin\".")
+    check_inside(folder, rel, where, must_exist)
+    return _join(folder, rel)
 
 
 def _expect(obj: dict, key: str, kind, where: str, optional: bool = False):
@@ -188,7 +238,7 @@ def parse_manifest(data, folder: Path, check_files: bool = True) -> ProgramManif
         w = f"{where}: methods[{i}]"
         if not isinstance(m, dict):
             raise _fail(w, f"expected an object, got {m!r}", "See docs/program-format.md.")
-        name = _expect(m, "name", str, w)
+        name = check_name(_expect(m, "name", str, w), f"{w}.name")
         if not name:
             raise _fail(w, "empty method name", "Give every method a name.")
         if any(x.name == name for x in methods):
@@ -205,7 +255,7 @@ def parse_manifest(data, folder: Path, check_files: bool = True) -> ProgramManif
         w = f"{where}: contexts[{i}]"
         if not isinstance(c, dict):
             raise _fail(w, f"expected an object, got {c!r}", "See docs/program-format.md.")
-        name = _expect(c, "name", str, w)
+        name = check_name(_expect(c, "name", str, w), f"{w}.name")
         if not name or any(x.name == name for x in contexts):
             raise _fail(w, f"context name {name!r} is empty or duplicated", "Context names must be unique.")
         rel = _expect(c, "path", str, w)
@@ -217,6 +267,10 @@ def parse_manifest(data, folder: Path, check_files: bool = True) -> ProgramManif
         size = _expect(c, "size", int, w)
         if size < 0:
             raise _fail(w, f"negative size {size}", "See docs/program-format.md.")
+        sha = _expect(c, "sha256", str, w, optional=True)
+        if sha is not None and not _SHA256.fullmatch(sha):
+            raise _fail(w, f"sha256 {sha[:80]!r} is not 64 lowercase hex digits",
+                        "Rebuild the program with `qnnrt build`.")
         graphs = _expect(c, "graphs", list, w)
         if not graphs or not all(isinstance(g, str) and g for g in graphs):
             raise _fail(w, f"'graphs' must be a non-empty list of graph names, got {graphs!r}",
@@ -224,6 +278,7 @@ def parse_manifest(data, folder: Path, check_files: bool = True) -> ProgramManif
         if len(set(graphs)) != len(graphs):
             raise _fail(w, f"duplicate graph names in {graphs!r}", "Graph names are unique within a binary.")
         for g in graphs:
+            check_name(g, f"{w}.graphs", "graph name")
             if g in seen_graphs:
                 raise _fail(w, f"graph {g!r} is also listed in context {seen_graphs[g]!r}",
                             "A graph name must identify one binary within a program.")
@@ -233,7 +288,7 @@ def parse_manifest(data, folder: Path, check_files: bool = True) -> ProgramManif
             if actual != size:
                 raise _fail(w, f"{rel!r} is {actual} bytes but the manifest says {size}",
                             "The binary was truncated or replaced; copy it again or rebuild the program.")
-        contexts.append(ContextEntry(name, rel, size, list(graphs), folder))
+        contexts.append(ContextEntry(name, rel, size, list(graphs), folder, sha256=sha))
     return ProgramManifest(folder=folder, methods=methods, contexts=contexts, target=dict(target),
                            build=dict(build), format=fmt, version=version)
 
@@ -250,13 +305,7 @@ def read_program(folder: str | os.PathLike, check_files: bool = True) -> Program
     if not path.is_file():
         raise FormatError(f"{folder}: no {MANIFEST} in this folder. Give the folder `qnnrt build` wrote, "
                           "or build one with `qnnrt build MODEL.onnx -o FOLDER`.")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise FormatError(f"{path}: cannot read the manifest: {e}") from e
-    except json.JSONDecodeError as e:
-        raise FormatError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}). "
-                          "Restore the file or rebuild the program.") from e
+    data = read_json(path, "manifest")
     return parse_manifest(data, folder, check_files=check_files)
 
 

@@ -96,8 +96,29 @@ class Method:
         return {o.name: (values[o.name].copy() if o.name in inputs else values[o.name])
                 for o in self.outputs}
 
+    def _check_dataflow(self) -> None:
+        """Every tensor a step reads and every method output is a method input, a constant or the
+        output of an earlier step (a model naming a tensor it does not have is a FormatError here,
+        not a KeyError in the middle of a run)."""
+        have = {s.name for s in self.inputs} | set(getattr(self, "_constants", {}))
+        for i, step in enumerate(self.steps):
+            ins = step.inputs if isinstance(step, QnnStep) else step.segment.inputs
+            missing = [n for n in ins if n and n not in have]
+            if missing:
+                what = f"graph call {step.graph!r}" if isinstance(step, QnnStep) else "a CPU segment"
+                raise FormatError(f"method {self.name!r}: step {i} ({what}) reads tensor(s) "
+                                  f"{missing[:5]} that no input, initializer or earlier node provides; "
+                                  f"the model is malformed. Re-export or rebuild it.")
+            outs = step.outputs if isinstance(step, QnnStep) else step.segment.outputs
+            have.update(outs)
+        missing = [o.name for o in self.outputs if o.name not in have]
+        if missing:
+            raise FormatError(f"method {self.name!r}: output(s) {missing[:5]} are produced by no node; "
+                              f"the model is malformed. Re-export or rebuild it.")
+
     def _plan_lifetimes(self) -> None:
         """Which tensors die after each step, so intermediates are freed as soon as possible."""
+        self._check_dataflow()
         last: dict[str, int] = {}
         for i, step in enumerate(self.steps):
             ins = step.inputs if isinstance(step, QnnStep) else step.segment.inputs

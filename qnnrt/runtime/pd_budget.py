@@ -9,7 +9,6 @@ $QNNRT_CACHE_DIR (or $XDG_CACHE_HOME/qnnrt, or ~/.cache/qnnrt) / pd_budget.json.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import time
 from dataclasses import dataclass
@@ -18,18 +17,14 @@ from pathlib import Path
 from qnnrt import soc as socs
 from qnnrt.core.backend import backend_build_id
 from qnnrt.errors import QnnrtError
-from qnnrt.fileio import write_atomic
+from qnnrt.fileio import default_cache_dir, read_json, write_atomic
 
 SIMULATOR_CAPACITY = 3_650_722_201  # one PD on the x86 HTP simulator (QNN 2.51), measured
 CACHE_FILE = "pd_budget.json"
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("QNNRT_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "qnnrt"
+    return default_cache_dir()
 
 
 def on_simulator() -> bool:
@@ -61,9 +56,11 @@ class Budget:
 
 def _read() -> dict:
     p = cache_dir() / CACHE_FILE
+    if not p.exists():
+        return {}
     try:
-        data = json.loads(p.read_text())
-    except (OSError, ValueError):
+        data = read_json(p, "PD budget cache")
+    except QnnrtError:  # a damaged cache is forgotten, never fatal
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -63,6 +63,8 @@ class Program:
         self._owned = list(owned or [])   # closed after the binaries (e.g. the mapped .pte file)
         self.iterations = 0
         self.pd_budget_cache: str | None = None
+        self.graph_calls = 0
+        self.vet_reports: list = []  # set by qnnrt.load: what was vetted (qnnrt.core.vet.VetReport)
         try:
             self.methods: dict[str, Method] = method_builder(self)
             if not self.methods and not self.constants:
@@ -130,6 +132,7 @@ class Program:
                 self.iterations += 1
 
     def _run_graph(self, step: QnnStep, position: int, arrays: list[np.ndarray]) -> list:
+        self.graph_calls += 1  # read by progress reporters on other threads
         ctx = self.pool.acquire(step.key, position)
         try:
             g = ctx.graph(step.graph)
