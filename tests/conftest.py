@@ -14,5 +14,6 @@ import pytest  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _private_pd_budget_cache(tmp_path, monkeypatch):
-    """Each test has its own user cache: a PD budget learned by one test never plans another."""
-    monkeypatch.setenv("QNNRT_CACHE_DIR", str(tmp_path / "qnnrt-cache"))
+    """Each test has its own PD budget file: a budget learned by one test never plans another (the
+    compile and vetting caches stay shared: they only save time)."""
+    monkeypatch.setenv("QNNRT_PD_BUDGET_FILE", str(tmp_path / "pd_budget.json"))

@@ -4,11 +4,12 @@ A budget is a property of the device (SoC, HTP arch, QNN build), not a constant:
 gives one PD of 3,650,722,201 B (floor(3.4 GiB)), devices differ (several PDs, other processes). When
 a creation fails for lack of PD, QNN states the space left ("available space A"): the capacity is the
 live contexts' reservations + A, exactly. It is stored per backend identity in
-$QNNRT_CACHE_DIR (or $XDG_CACHE_HOME/qnnrt, or ~/.cache/qnnrt) / pd_budget.json.
+$QNNRT_CACHE_DIR (or $XDG_CACHE_HOME/qnnrt, or ~/.cache/qnnrt) / pd_budget.json, or $QNNRT_PD_BUDGET_FILE.
 """
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from dataclasses import dataclass
@@ -23,8 +24,10 @@ SIMULATOR_CAPACITY = 3_650_722_201  # one PD on the x86 HTP simulator (QNN 2.51)
 CACHE_FILE = "pd_budget.json"
 
 
-def cache_dir() -> Path:
-    return default_cache_dir()
+def cache_file() -> Path:
+    """$QNNRT_PD_BUDGET_FILE, else pd_budget.json in the user cache folder."""
+    env = os.environ.get("QNNRT_PD_BUDGET_FILE")
+    return Path(env) if env else default_cache_dir() / CACHE_FILE
 
 
 def on_simulator() -> bool:
@@ -48,14 +51,14 @@ class Budget:
     source: str
 
     def describe(self) -> str:
-        what = {"override": "given", "learned": f"learned on this backend (cache {cache_dir() / CACHE_FILE})",
+        what = {"override": "given", "learned": f"learned on this backend (cache {cache_file()})",
                 "simulator": "the x86 simulator's PD (QNN 2.51, measured)",
                 "bounded": "the bounded:<bytes> residency"}.get(self.source, self.source)
         return f"{self.bytes} B ({what})"
 
 
 def _read() -> dict:
-    p = cache_dir() / CACHE_FILE
+    p = cache_file()
     if not p.exists():
         return {}
     try:
@@ -75,12 +78,12 @@ def learned_budget(identity: str) -> int | None:
 def remember_budget(identity: str, capacity: int) -> str | None:
     """Store the capacity found for `identity`; the cache path, or None when it cannot be written
     (a cache is a convenience: a read-only home never fails a run)."""
-    d = cache_dir()
+    f = cache_file()
     try:
-        d.mkdir(parents=True, exist_ok=True)
+        f.parent.mkdir(parents=True, exist_ok=True)
         data = _read()
         data[identity] = {"capacity_bytes": int(capacity), "learned_at": int(time.time())}
-        return write_atomic(d / CACHE_FILE, json.dumps(data, indent=1, sort_keys=True) + "\n",
+        return write_atomic(f, json.dumps(data, indent=1, sort_keys=True) + "\n",
                             "PD budget cache")
     except (OSError, QnnrtError):
         return None

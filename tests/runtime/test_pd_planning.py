@@ -9,7 +9,7 @@ import numpy as np
 import qnnrt
 from qnnrt.core import Backend, ContextBinary
 from qnnrt.profiling.pd_log import pd_available_from_log, pd_estimate_from_log, pd_reserved_from_log
-from qnnrt.runtime.pd_budget import CACHE_FILE, SIMULATOR_CAPACITY, cache_dir
+from qnnrt.runtime.pd_budget import SIMULATOR_CAPACITY, cache_file
 from qnnrt.runtime.pd_plan import belady_creations, plan
 from qnnrt.runtime.residency import ContextPool
 from tests.helpers.qnn_fixtures import WIDTH
@@ -35,7 +35,7 @@ def test_auto_learns_the_budget_once_then_never_fails(chain_pd):
     assert first["capacity_bytes_found"] == d["budget_bytes"]
     assert first["pd_mismatches"] == [] and first["pd_peak_predicted_bytes"] == first["pd_peak_bytes"]
     assert first["pd_peak_bytes"] <= SIMULATOR_CAPACITY
-    stored = json.loads((cache_dir() / CACHE_FILE).read_text())
+    stored = json.loads(cache_file().read_text())
     assert [v["capacity_bytes"] for v in stored.values()] == [SIMULATOR_CAPACITY]
     again = describe_pd(Path(chain_pd.model))
     assert again["budget_source"] == "learned" and again["budget_bytes"] == SIMULATOR_CAPACITY
