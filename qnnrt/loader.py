@@ -76,17 +76,17 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
     backend = None
     try:
         src = _open_source(p, lib, opts.graph, binaries, owned)
+        vet_reports = []
+        untrusted = {k: b for k, b in binaries.items() if k not in src.trusted}
+        if opts.vet and untrusted:  # QNN parses them first in a child: a crash there is an error here
+            from qnnrt.core.vet import vet_binaries
+            vet_reports.append(vet_binaries(untrusted, backend_lib=lib_path, soc=soc or src.built_for,
+                                            execute=opts.vet != "create"))
         from qnnrt.core.context import refuse_weight_sharing
-        for b in binaries.values():  # before QNN sees it: the simulator crashes on these
+        for b in binaries.values():  # before QNN creates one: the simulator crashes on these
             refuse_weight_sharing(b)
         if soc is None:
             soc = src.built_for or _soc_of(binaries)
-        vet_reports = []
-        untrusted = {k: b for k, b in binaries.items() if k not in src.trusted}
-        if opts.vet and untrusted:  # a crash in QNN's parser happens in a child, not here
-            from qnnrt.core.vet import vet_binaries
-            vet_reports.append(vet_binaries(untrusted, backend_lib=lib_path, soc=soc,
-                                            execute=opts.vet != "create"))
         backend = Backend(backend_lib=lib_path, soc=soc, log_level=opts.log_level)
         program = Program(p, binaries, src.build, backend, policy, heap=heap,
                           exec_profiler=opts.exec_profiler, profile_level=opts.profile_level,

@@ -1,6 +1,6 @@
 """Owned handles over the QNN ABI: explicit lifetimes, context managers, idempotent close."""
 from qnnrt._capi.library import QnnLibrary, open_library
-from qnnrt.core.backend import Backend
+from qnnrt.core.backend import Backend, live_contexts_in_process
 from qnnrt.core.binary import BinaryInfo, ContextBinary, GraphSpec
 from qnnrt.core.context import Context
 from qnnrt.core.graph import Graph
@@ -8,4 +8,4 @@ from qnnrt.core.profile import PROFILE_LEVELS, Profile
 from qnnrt.core.tensor import Quantization, TensorSpec
 
 __all__ = ["Backend", "ContextBinary", "BinaryInfo", "GraphSpec", "Context", "Graph", "Profile",
-           "TensorSpec", "Quantization", "QnnLibrary", "open_library", "PROFILE_LEVELS"]
+           "TensorSpec", "Quantization", "QnnLibrary", "open_library", "live_contexts_in_process", "PROFILE_LEVELS"]

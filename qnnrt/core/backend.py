@@ -58,6 +58,11 @@ class LogBook:
 _live_backends: weakref.WeakSet[Backend] = weakref.WeakSet()
 
 
+def live_contexts_in_process() -> list[Context]:
+    """Every live context of every backend in this process: they share the process's PD."""
+    return [c for be in list(_live_backends) for c in be.live_contexts()]
+
+
 def backend_build_id(lib) -> str:
     """The backend library's build id (QnnBackend_getBuildId; needs no backend handle), or ''."""
     s = C.c_char_p()

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from qnnrt.core import Backend, Context, ContextBinary, Profile
+from qnnrt.core import Backend, Context, ContextBinary, Profile, live_contexts_in_process
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.profiling.pd_log import pd_available_from_log
 from qnnrt.units import SIZE_RE, to_bytes
@@ -268,10 +268,17 @@ class ContextPool:
         with self._lock:
             live = set(self._live)
             parts = [self._reserved(k) for k in live]
+            parts += self._others_needs()  # other programs' contexts hold the same PD
             if avail is None or live != live_before or any(p is None for p in parts):
                 self._capacity_bytes = None
             else:
                 self._capacity_bytes = sum(parts) + avail  # type: ignore[arg-type]
+
+    def _others_needs(self) -> list[int | None]:
+        """Predicted reservations of the live contexts of other programs in this process: the PD is
+        the process's, so they count against the budget (lock held)."""
+        mine = {id(c) for c in self._live.values()}
+        return [c.binary.pd_need().total for c in live_contexts_in_process() if id(c) not in mine]
 
     def byte_budget(self) -> int | None:
         """The byte budget the pool plans with (bounded:<bytes> and/or the PD budget), or None."""
@@ -346,9 +353,12 @@ class ContextPool:
             count = len(self._live) + len(self._pending) + (1 if adding else 0)
             if self.capacity is not None and count > self.capacity:
                 return True
-            limit = self.byte_budget()
-            if limit is None:
+            limits = [] if self.residency.max_bytes is None else [self.residency.max_bytes]
+            if self.budget_bytes is not None:
+                limits.append(self.budget_bytes - sum(n or 0 for n in self._others_needs()))
+            if not limits:
                 return False
+            limit = min(limits)
             keys = list(self._live) + list(self._pending) + ([adding] if adding else [])
             return sum(self._need(k) for k in keys) > limit
 

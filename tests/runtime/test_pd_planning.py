@@ -96,3 +96,13 @@ def test_belady_plan():
     assert p["eager_fits"] is False and p["methods"]["a"]["min_creations_per_iteration"] == 0
     assert p["methods"]["(interleaved)"]["min_creations_per_iteration"] == 2
     assert plan({"a": order}, dict(sizes, c0=None), 40)["total_bytes"] is None
+
+
+def test_capacity_counts_other_programs_contexts_in_the_process(chain_pd, chain12):
+    """The PD is the process's: contexts another program keeps live are part of what QNN reserved,
+    so the capacity learned while they live is still the device's (not smaller by theirs)."""
+    with qnnrt.load(chain12.model, residency="eager") as other:
+        other.run(None, {"x": X})
+        assert len(other.pool.summary()["pd_estimate_bytes"]) == 12      # 12 contexts stay live
+        first = run(chain_pd.model, iterations=1)
+    assert first["create_failures"] == 1 and first["capacity_bytes_found"] == SIMULATOR_CAPACITY
