@@ -3,7 +3,6 @@ program, what ExecuTorch's ``qnn_llama_runner`` does."""
 from __future__ import annotations
 
 import io
-import json
 import math
 import re
 import time
@@ -12,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from qnnrt.cli.run import add_runtime_options, check_targets, latency_stats, open_program
+from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, latency_stats, open_program,
+                           write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.fileio import check_output_path, write_atomic
 from qnnrt.units import format_bytes
@@ -144,25 +144,10 @@ def run(args) -> int:
         report["residency"] = prog.pool.summary()
     finally:
         prog.close()
-    if prog.heap is not None:
-        report["heap"] = prog.heap.to_json()
-    if profiler is not None:
-        report["profile"] = profiler.to_json()
-        if args.profile_path:
-            profiler.write(args.profile_path)
+    add_profiles(report, prog, profiler, args)
     _print_summary(report, profiler, args)
-    if args.report:
-        write_atomic(args.report, json.dumps(report, indent=2, default=_jsonable), "report")
-        print(f"report: {args.report}")
+    write_report(args, report)
     return 0
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    return str(x)
 
 
 def _dump_logits(folder: Path, lay, sc) -> list[str]:

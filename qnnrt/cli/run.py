@@ -111,6 +111,32 @@ def check_targets(args) -> None:
         check_output_dir(args.output_dir, "outputs")
 
 
+def add_profiles(report: dict, prog, profiler, args) -> None:
+    """After the program closed: the heap and execution profiles into the report, the profile file."""
+    if prog.heap is not None:
+        report["heap"] = prog.heap.to_json()
+    if profiler is not None:
+        report["profile"] = profiler.to_json()
+        if args.profile_path:
+            profiler.write(args.profile_path)
+
+
+def write_report(args, report: dict) -> None:
+    """--report: the JSON report, written atomically (values numpy made are made plain)."""
+    if args.report:
+        write_atomic(args.report, json.dumps(report, indent=2, default=_jsonable), "report")
+        print(f"report: {args.report}")
+
+
+def _jsonable(x):
+    import numpy as np
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return str(x)
+
+
 def latency_stats(ms: list[float]) -> dict:
     """min / median / p90 / max / mean and every value, in the unit given (ms)."""
     a = np.asarray(ms, dtype=np.float64)
@@ -223,16 +249,9 @@ def run(args) -> int:
         if beat is not None:
             beat.__exit__(None, None, None)
         prog.close()
-    if prog.heap is not None:
-        report["heap"] = prog.heap.to_json()
-    if profiler is not None:
-        report["profile"] = profiler.to_json()
-        if args.profile_path:
-            profiler.write(args.profile_path)
+    add_profiles(report, prog, profiler, args)
     _print_summary(report, method, out_dir, profiler, args)
-    if args.report:
-        write_atomic(args.report, json.dumps(report, indent=2), "report")
-        print(f"report: {args.report}")
+    write_report(args, report)
     if mismatches:
         it, name, outs = mismatches[0]
         raise QnnrtError(f"--check-repeat failed: {len(mismatches)} iteration(s) differ from the "
