@@ -171,7 +171,6 @@ class Backend:
     # -- contexts --------------------------------------------------------------------------
     def adopt(self, child) -> None:
         """Take ownership of a context or profile made on this backend: freed before it, newest first."""
-        """Record a context or profile created on this backend; it is closed before the backend."""
         with self._lock:
             if self._closed:
                 raise QnnrtError("backend is closed")
@@ -211,6 +210,14 @@ class Backend:
                 self.api.logFree(self.log_handle)
                 self.log_handle = C.c_void_p()
             _live_backends.discard(self)
+
+    def __del__(self) -> None:
+        # dropped without close(): free the QNN handles anyway, or the PD they hold is lost to
+        # the process (QNN keeps it reserved until its handles are freed)
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
 
     def __enter__(self) -> Backend:
         return self

@@ -109,6 +109,14 @@ class Context:
                 self.backend.api.contextFree(self.handle, profile.handle if profile else None)
             self.handle = C.c_void_p()
 
+    def __del__(self) -> None:
+        # dropped without close(): free the context, or its PD reservation is lost to the process
+        try:
+            if not getattr(self, "_closed", True):
+                self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
     def __enter__(self) -> Context:
         return self
 
