@@ -114,7 +114,8 @@ def test_linux_aarch64_not_found_message_names_every_place_and_what_to_do(tmp_pa
     assert f.path is None
     assert str(tmp_path / "wrong" / "lib" / "aarch64-oe-linux-gcc11.2" / "libQnnHtp.so") in msg
     assert "QNN_SDK_ROOT" in msg and "no wheel here" in msg
-    bare = P.not_found_message(Host("linux", "aarch64"), "libQnnHtp.so", P.find_library(Host("linux", "aarch64"), "libQnnHtp.so"))
+    bare_host = Host("linux", "aarch64")
+    bare = P.not_found_message(bare_host, "libQnnHtp.so", P.find_library(bare_host, "libQnnHtp.so"))
     assert "QNN_SDK_ROOT is not set" in bare
 
 
@@ -131,7 +132,8 @@ def test_skel_in_the_sdk_hexagon_folder(tmp_path):
     v = P.setup_dsp_environment(h, bdir / "libQnnHtp.so", 73, env)
     assert v == env["ADSP_LIBRARY_PATH"]
     parts = v.split(";")
-    assert parts[0] == str(root / "lib" / "hexagon-v73" / "unsigned") and "/usr/lib/rfsa/adsp" in parts and "/dsp" in parts
+    assert parts[0] == str(root / "lib" / "hexagon-v73" / "unsigned")
+    assert "/usr/lib/rfsa/adsp" in parts and "/dsp" in parts
 
 
 def test_missing_skel_for_the_socs_arch_is_a_clear_error(tmp_path):
