@@ -233,7 +233,7 @@ def _test_binary(r: Report, given: str | None, soc: str | None, dev) -> tuple[An
 
 
 def _contexts(r: Report, be, args, dev) -> None:
-    from qnnrt.core.device_info import dsp_heap_profiling_offered, probe_pd_capacity
+    from qnnrt.core.device_info import dsp_heap_profiling_offered
     from qnnrt.errors import QnnrtError
     from qnnrt.runtime import pd_budget
     identity = pd_budget.backend_identity(be.lib, be.soc_model)
@@ -271,7 +271,7 @@ def _contexts(r: Report, be, args, dev) -> None:
             r.add("PD probe", "fail", "--probe-pd needs a test context binary", "pass --binary path/to/small.bin")
         else:
             try:
-                p = probe_pd_capacity(be, binary)
+                p = pd_budget.probe_capacity(be, binary)
             except QnnrtError as e:
                 r.add("PD probe", "fail", str(e).splitlines()[0])
             else:

@@ -1,7 +1,7 @@
 """What a QNN backend says about itself and the device: API versions and build id, the platform
-info the HTP reports (SoC model, Hexagon arch, VTCM), whether DSP heap profiling is offered, and the
-PD capacity found by filling it with small contexts. Used by `qnnrt doctor` (the CLI never touches
-ctypes).
+info the HTP reports (SoC model, Hexagon arch, VTCM) and whether DSP heap profiling is offered (the
+PD capacity probe is runtime.pd_budget.probe_capacity). Used by `qnnrt doctor` (the CLI never
+touches ctypes).
 
 Header sources: QnnInterface.h (QnnInterface_t), QnnBackend.h (getBuildId, getApiVersion),
 QnnDevice.h (QnnDevice_getPlatformInfo / freePlatformInfo, QnnDevice_HardwareDeviceInfoV1_t),
@@ -10,7 +10,6 @@ HTP/QnnHtpDevice.h (QnnHtpDevice_OnChipDeviceInfoExtension_t).
 from __future__ import annotations
 
 import ctypes as C
-import time
 from dataclasses import asdict, dataclass
 
 from qnnrt import soc as socs
@@ -111,52 +110,3 @@ def dsp_heap_profiling_offered(backend: Backend, binary: ContextBinary) -> bool:
             return False
         raise
     return True
-
-
-@dataclass
-class PdProbe:
-    capacity_bytes: int | None   # the live reservations + the space QNN said was left
-    contexts: int                # created before the one that failed
-    reservation_bytes: int | None
-    seconds: float
-    note: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def probe_pd_capacity(backend: Backend, binary: ContextBinary, limit: int = 20000) -> PdProbe:
-    """Create contexts of `binary` until the PD is full (QNN error 1002, "Failed to find available
-    PD"), then free them all. The capacity is exact: the reservations QNN logged for the live
-    contexts plus the "available space" it stated when the next one did not fit."""
-    from qnnrt.core.context import Context
-    from qnnrt.profiling.pd_log import pd_available_from_log, pd_estimate_from_log
-    saved = backend.log_level
-    backend.set_log_level(T.LOG_LEVELS["verbose"])  # the reservation lines are verbose
-    live: list[Context] = []
-    reserved: list[int | None] = []
-    t0 = time.perf_counter()
-    try:
-        while len(live) < limit:
-            mark = backend.log.mark()
-            try:
-                c = Context(backend, binary, name=f"pd-probe-{len(live)}")
-            except QnnError as e:
-                if not e.is_out_of_memory:
-                    raise
-                avail = pd_available_from_log(backend.log.since(mark))
-                known = None if any(r is None for r in reserved) else sum(r for r in reserved if r)
-                cap = known + avail if known is not None and avail is not None else None
-                note = ("live reservations + the available space QNN stated" if cap is not None else
-                        f"error {e.code} after {len(live)} contexts, but QNN's log did not state the "
-                        f"reservations and the space left")
-                return PdProbe(cap, len(live), reserved[0] if reserved else None,
-                               time.perf_counter() - t0, note)
-            live.append(c)
-            reserved.append(pd_estimate_from_log(c.creation_log))
-        return PdProbe(None, len(live), reserved[0] if reserved else None, time.perf_counter() - t0,
-                       f"{limit} contexts fit without filling the PD; capacity not found")
-    finally:
-        for c in reversed(live):
-            c.close()
-        backend.set_log_level(saved)
