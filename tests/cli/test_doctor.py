@@ -87,3 +87,18 @@ def test_no_libraries_anywhere_names_every_place_and_qnn_sdk_root(tmp_path, monk
     assert p.name == "libQnnHtp.so" and str(tmp_path / "sdk" / "lib" / "x86_64-linux-clang") in p.detail
     assert "QNN_SDK_ROOT" in p.fix
     assert rep.to_json()["libraries"]["libQnnHtp.so"]["path"] is None
+
+
+def test_device_backend_without_the_skel_for_the_reported_arch(tmp_path, monkeypatch):
+    """On a device backend, doctor checks the skel for the HTP arch the device reports (here the
+    simulator's, with the backend treated as a device one) and names every folder looked in."""
+    monkeypatch.setattr(platforms, "is_device_backend", lambda host, path: True)
+    monkeypatch.setenv("ADSP_LIBRARY_PATH", str(tmp_path / "adsp"))
+    args = argparse.Namespace(backend_lib=None, soc=None, binary=None, probe_pd=False, log_level="warn",
+                              json=True)
+    rep = doctor.diagnose(args)
+    arch = rep.data["devices"][0]["htp_arch"]
+    (skel,) = [c for c in rep.checks if c.name == "HTP skel"]
+    assert skel.status == "fail" and f"libQnnHtpV{arch}Skel.so" in skel.detail
+    assert str(tmp_path / "adsp" / f"libQnnHtpV{arch}Skel.so") in skel.detail
+    assert f"hexagon-v{arch}" in skel.fix and not rep.ok
