@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ctypes as C
 
-from qnnrt._capi.types import (ApiVersion, BinaryInfo, ErrorHandle, ProfileEventData,
+from qnnrt._capi.types import (ApiVersion, BinaryInfo, ErrorHandle, PlatformInfo, ProfileEventData,
                                ProfileExtendedEventData, Tensor, Version, P, u32, u64, vp)
 
 INTERFACE_SLOTS = """propertyHasCapability backendCreate backendSetConfig backendGetApiVersion
@@ -57,6 +57,8 @@ INTERFACE_SIGNATURES: dict[str, tuple] = {
     "profileGetExtendedEventData": (u64, P(ProfileExtendedEventData)),
     "profileFree": (vp,),
     "deviceCreate": (vp, P(vp), P(vp)),
+    "deviceGetPlatformInfo": (vp, P(P(PlatformInfo))),
+    "deviceFreePlatformInfo": (vp, P(PlatformInfo)),
     "deviceFree": (vp,),
     "errorGetMessage": (ErrorHandle, P(C.c_char_p)),
 }

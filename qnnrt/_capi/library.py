@@ -1,6 +1,7 @@
 """Finding and loading the QNN shared libraries, and resolving their provider function tables.
 
-Search order: an explicit path, `QNN_SDK_ROOT/lib/<target>/`, then the `onnxruntime_qnn` package.
+Search order: an explicit path, `QNN_SDK_ROOT/lib/<target>/`, then the `onnxruntime_qnn` package;
+names and targets per OS come from `platforms` (pure functions, tested with folders in a temp dir).
 Libraries are loaded by absolute path with RTLD_LOCAL: RTLD_GLOBAL on libQnnHtp.so makes a later
 `import onnxruntime` crash.
 """
@@ -8,86 +9,47 @@ from __future__ import annotations
 
 import contextlib
 import ctypes as C
-import glob
 import os
-import platform
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qnnrt._capi import codes
+from qnnrt._capi import codes, platforms
 from qnnrt._capi.functions import (INTERFACE_SIGNATURES, INTERFACE_SLOTS, SYSTEM_SIGNATURES,
                                    SYSTEM_SLOTS, InterfaceProvider, SystemInterfaceProvider)
 from qnnrt._capi.types import ErrorHandle, P, u32
 from qnnrt.errors import LibraryNotFoundError, QnnrtError
 
-BACKEND_LIB = "libQnnHtp.so"
-SYSTEM_LIB = "libQnnSystem.so"
+BACKEND_LIB, SYSTEM_LIB = platforms.library_names(platforms.detect_host())
 SUPPORTED_CORE_API_MAJOR = 2
 SUPPORTED_SYSTEM_API_MAJOR = 1
 SUPPORTED_HTP_API_MAJOR = 5
 
 
+def host() -> platforms.Host:
+    """This process's host, read now (QNN_SDK_ROOT and ADSP_LIBRARY_PATH may change between calls)."""
+    return platforms.detect_host()
+
+
 def sdk_targets() -> list[str]:
     """`lib/<target>` folder names of a QNN SDK that fit this machine, best first."""
-    machine = platform.machine().lower()
-    if machine in ("x86_64", "amd64"):
-        return ["x86_64-linux-clang"]
-    if machine in ("aarch64", "arm64"):
-        if "ANDROID_ROOT" in os.environ or os.path.exists("/system/build.prop"):
-            return ["aarch64-android"]
-        return ["aarch64-oe-linux-gcc11.2", "aarch64-oe-linux-gcc9.3", "aarch64-oe-linux-gcc8.2",
-                "aarch64-ubuntu-gcc9.4", "aarch64-android"]
-    return []
+    h = host()
+    return platforms.sdk_targets(h, h.env.get("QNN_SDK_ROOT"))
 
 
 def candidate_dirs() -> list[tuple[str, Path]]:
     """Where libraries are looked for when no path is given, in order, each with its reason."""
-    out: list[tuple[str, Path]] = []
-    root = os.environ.get("QNN_SDK_ROOT")
-    if root:
-        for t in sdk_targets():
-            out.append((f"QNN_SDK_ROOT ({t})", Path(root) / "lib" / t))
-        if platform.machine().lower() in ("aarch64", "arm64"):  # other OE Linux gcc versions
-            for d in sorted(glob.glob(os.path.join(root, "lib", "aarch64-oe-linux-gcc*"))):
-                if all(Path(d) != p for _, p in out):
-                    out.append(("QNN_SDK_ROOT", Path(d)))
-    try:
-        import importlib.util
-        spec = importlib.util.find_spec("onnxruntime_qnn")
-        if spec and spec.origin:
-            out.append(("onnxruntime_qnn package", Path(spec.origin).parent))
-    except (ImportError, ValueError):
-        pass
-    return out
+    return platforms.candidate_dirs(host(), platforms.find_ort_qnn_package())
 
 
 def find_library(name: str, explicit: str | os.PathLike | None = None) -> Path:
     """Absolute path of library `name`. An explicit path (a file, or a folder holding `name`) is
     the only place looked at when given: a wrong explicit path is an error, never a fallback."""
-    if explicit:
-        p = Path(explicit)
-        if p.is_file() and (name == BACKEND_LIB or p.name == name):
-            return p.resolve()
-        folder = p if p.is_dir() else p.parent
-        if (folder / name).is_file():
-            return (folder / name).resolve()
-        raise LibraryNotFoundError(
-            f"cannot find {name} at the explicit path {p} (looked for {p if p.suffix else folder / name}). "
-            f"What to do: pass the path of libQnnHtp.so (with libQnnSystem.so beside it), or "
-            f"leave --backend-lib out to use QNN_SDK_ROOT or the onnxruntime-qnn package.")
-    looked = []
-    for why, d in candidate_dirs():
-        q = d / name
-        looked.append(f"{q} ({why})")
-        if q.is_file():
-            return q.resolve()
-    raise LibraryNotFoundError(
-        f"cannot find {name}. Looked in:\n" + "\n".join("  " + x for x in looked or
-                                                       ["(nowhere: QNN_SDK_ROOT is not set and "
-                                                        "onnxruntime_qnn is not installed)"])
-        + "\nWhat to do: `pip install onnxruntime-qnn` (ships the x86_64 QNN libraries), set "
-          "QNN_SDK_ROOT to a QNN SDK, or pass --backend-lib /path/to/libQnnHtp.so.")
+    h = host()
+    found = platforms.find_library(h, name, explicit, platforms.find_ort_qnn_package())
+    if found.path is None:
+        raise LibraryNotFoundError(platforms.not_found_message(h, name, found))
+    return found.path.resolve()
 
 
 @contextlib.contextmanager
@@ -203,6 +165,9 @@ def open_library(backend_lib: str | os.PathLike | None = None) -> QnnLibrary:
     key = (bpath, spath)
     if key in _libraries:
         return _libraries[key]
+    h = host()
+    if platforms.is_device_backend(h, bpath):  # before the backend opens its DSP session
+        platforms.setup_dsp_environment(h, bpath)
     bdll, sdll = load_dll(bpath), load_dll(spath)
 
     providers = _providers(bdll, "QnnInterface_getProviders", InterfaceProvider, bpath)

@@ -216,6 +216,43 @@ class HtpDeviceCustomConfigV2(C.Structure):
     _fields_ = [("option", u32), ("u", _HtpDeviceCustomUnionV2)]
 
 
+# ---- platform info (QnnDevice.h QnnDevice_PlatformInfo_t; HTP/QnnHtpDevice.h device info extension)
+class CoreInfoV1(C.Structure):
+    _fields_ = [("coreId", u32), ("coreType", u32), ("coreInfoExtension", vp)]
+
+
+class CoreInfo(C.Structure):
+    _fields_ = [("version", u32), ("v1", CoreInfoV1)]
+
+
+class HtpOnChipDeviceInfoExtension(C.Structure):
+    """QnnHtpDevice_OnChipDeviceInfoExtension_t: VTCM size (MB), SoC model, signed PD, DLBC, arch."""
+    _fields_ = [("vtcmSize", C.c_size_t), ("socModel", u32), ("signedPdSupport", C.c_bool),
+                ("dlbcSupport", C.c_bool), ("arch", u32)]
+
+
+class HtpDeviceInfoExtension(C.Structure):
+    """QnnHtpDevice_DeviceInfoExtension_t: device type, then a union whose only member is on-chip."""
+    _fields_ = [("devType", u32), ("onChipDevice", HtpOnChipDeviceInfoExtension)]
+
+
+class HardwareDeviceInfoV1(C.Structure):
+    _fields_ = [("deviceId", u32), ("deviceType", u32), ("numCores", u32), ("cores", P(CoreInfo)),
+                ("deviceInfoExtension", P(HtpDeviceInfoExtension))]
+
+
+class HardwareDeviceInfo(C.Structure):
+    _fields_ = [("version", u32), ("v1", HardwareDeviceInfoV1)]
+
+
+class PlatformInfoV1(C.Structure):
+    _fields_ = [("numHwDevices", u32), ("hwDevices", P(HardwareDeviceInfo))]
+
+
+class PlatformInfo(C.Structure):
+    _fields_ = [("version", u32), ("v1", PlatformInfoV1)]
+
+
 # ---- profile
 class ProfileEventData(C.Structure):
     _fields_ = [("type", u32), ("unit", u32), ("value", u64), ("identifier", C.c_char_p)]

@@ -5,6 +5,7 @@ gives one PD of 3,650,722,201 B (floor(3.4 GiB)), devices differ (several PDs, o
 a creation fails for lack of PD, QNN states the space left ("available space A"): the capacity is the
 live contexts' reservations + A, exactly. It is stored per backend identity in
 $QNNRT_CACHE_DIR (or $XDG_CACHE_HOME/qnnrt, or ~/.cache/qnnrt) / pd_budget.json, or $QNNRT_PD_BUDGET_FILE.
+`probe_capacity` finds it on demand (`qnnrt doctor --probe-pd`): small contexts until the PD is full.
 """
 from __future__ import annotations
 
@@ -12,13 +13,16 @@ import json
 import os
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from qnnrt import soc as socs
-from qnnrt.core.backend import backend_build_id
-from qnnrt.errors import QnnrtError
+from qnnrt.core.backend import Backend, backend_build_id
+from qnnrt.core.binary import ContextBinary
+from qnnrt.core.context import Context
+from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.fileio import default_cache_dir, read_json, write_atomic
+from qnnrt.profiling.pd_log import pd_available_from_log, pd_estimate_from_log
 
 SIMULATOR_CAPACITY = 3_650_722_201  # one PD on the x86 HTP simulator (QNN 2.51), measured
 CACHE_FILE = "pd_budget.json"
@@ -100,3 +104,50 @@ def resolve_budget(identity: str, override: int | None = None, simulator_default
     if simulator_default and on_simulator():
         return Budget(SIMULATOR_CAPACITY, "simulator")
     return None
+
+
+@dataclass
+class PdProbe:
+    capacity_bytes: int | None   # the live reservations + the space QNN said was left
+    contexts: int                # created before the one that failed
+    reservation_bytes: int | None
+    seconds: float
+    note: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def probe_capacity(backend: Backend, binary: ContextBinary, limit: int = 20000) -> PdProbe:
+    """Create contexts of `binary` until the PD is full (QNN error 1002, "Failed to find available
+    PD"), then free them all. The capacity is exact: the reservations QNN logged for the live
+    contexts plus the "available space" it stated when the next one did not fit."""
+    saved = backend.log_level
+    backend.set_log_level(4)  # verbose: the reservation lines
+    live: list[Context] = []
+    reserved: list[int | None] = []
+    t0 = time.perf_counter()
+    try:
+        while len(live) < limit:
+            mark = backend.log.mark()
+            try:
+                c = Context(backend, binary, name=f"pd-probe-{len(live)}")
+            except QnnError as e:
+                if not e.is_out_of_memory:
+                    raise
+                avail = pd_available_from_log(backend.log.since(mark))
+                known = None if any(r is None for r in reserved) else sum(r for r in reserved if r)
+                cap = known + avail if known is not None and avail is not None else None
+                note = ("live reservations + the available space QNN stated" if cap is not None else
+                        f"error {e.code} after {len(live)} contexts, but QNN's log did not state the "
+                        f"reservations and the space left")
+                return PdProbe(cap, len(live), reserved[0] if reserved else None,
+                               time.perf_counter() - t0, note)
+            live.append(c)
+            reserved.append(pd_estimate_from_log(c.creation_log))
+        return PdProbe(None, len(live), reserved[0] if reserved else None, time.perf_counter() - t0,
+                       f"{limit} contexts fit without filling the PD; capacity not found")
+    finally:
+        for c in reversed(live):
+            c.close()
+        backend.set_log_level(saved)
