@@ -94,7 +94,9 @@ class Backend:
         self.log = LogBook()
         self._closed = False
         self._lock = threading.RLock()
-        self._children: list[weakref.ref] = []
+        # strong references: a context dropped without close() is still freed by its backend (GC
+        # clears weak references before finalizers run, which would leak its PD reservation)
+        self._children: list = []
         self._log_cb = make_log_callback(self.log)
         self.log_handle = C.c_void_p()
         self.handle = C.c_void_p()
@@ -174,12 +176,12 @@ class Backend:
         with self._lock:
             if self._closed:
                 raise QnnrtError("backend is closed")
-            self._children = [r for r in self._children if r() is not None]
-            self._children.append(weakref.ref(child))
+            self._children = [c for c in self._children if not c.closed]
+            self._children.append(child)
 
     def _live_children(self) -> list:
         with self._lock:
-            return [c for c in (r() for r in self._children) if c is not None and not c.closed]
+            return [c for c in self._children if not c.closed]
 
     def live_contexts(self) -> list[Context]:
         from qnnrt.core.context import Context

@@ -40,7 +40,8 @@ def pte(model, binaries, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def prog(pte):
-    return load(str(pte))
+    with load(str(pte)) as p:
+        yield p
 
 
 @pytest.fixture(scope="module")
