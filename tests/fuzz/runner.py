@@ -15,6 +15,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -96,15 +97,19 @@ def run_cases(cases: list[Case], case_timeout: float = 60.0, env: dict | None = 
     pending = list(enumerate(cases))
     results: dict[int, Outcome] = {}
     while pending:
-        proc = subprocess.Popen([sys.executable, "-c", "from tests.fuzz.runner import _child_main;"
-                                 "import sys; sys.exit(_child_main())"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                env=child_env, cwd=str(ROOT), start_new_session=True)
+        # the cases go in a file, not a pipe: a child that dies mid-batch never blocks or breaks
+        # the parent's writes (thousands of cases do not fit a pipe buffer)
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as jobs:
+            for i, c in pending:
+                jobs.write(json.dumps({"i": i, "path": c.path}) + "\n")
+        with open(jobs.name, "rb") as job_file:
+            proc = subprocess.Popen([sys.executable, "-c", "from tests.fuzz.runner import _child_main;"
+                                     "import sys; sys.exit(_child_main())"],
+                                    stdin=job_file, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    env=child_env, cwd=str(ROOT), start_new_session=True)
+        os.unlink(jobs.name)
         summary.children += 1
-        assert proc.stdin and proc.stdout
-        for i, c in pending:
-            proc.stdin.write((json.dumps({"i": i, "path": c.path}) + "\n").encode())
-        proc.stdin.close()
+        assert proc.stdout
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ)
         started: int | None = None
