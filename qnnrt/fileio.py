@@ -16,6 +16,25 @@ from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.units import format_bytes
 
 
+TEMP_TAG = "qnnrt"  # temp names: .<name>.qnnrt<pid>.<random>.tmp: whose they are is in the name
+
+
+def remove_temps_of(pid: int, folders: Sequence[str | os.PathLike]) -> list[str]:
+    """Remove the temp files process `pid` left in `folders` (it was killed mid-write). Only names
+    this module made for that pid match, so no other file is ever touched."""
+    import glob
+    removed = []
+    for d in folders:
+        for p in glob.glob(os.path.join(glob.escape(os.fspath(d)), f".*.{TEMP_TAG}{pid}.*.tmp")):
+            try:
+                if not os.path.islink(p):
+                    os.unlink(p)
+                    removed.append(p)
+            except OSError:
+                pass
+    return removed
+
+
 def default_cache_dir() -> Path:
     """The user cache folder: $QNNRT_CACHE_DIR, else $XDG_CACHE_HOME/qnnrt, else ~/.cache/qnnrt."""
     env = os.environ.get("QNNRT_CACHE_DIR")
@@ -148,7 +167,8 @@ def write_atomic(path: str | os.PathLike, data: Chunks, what: str = "output", du
     tmp = None
     done = 0
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(full) + ".", suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(full)}.{TEMP_TAG}{os.getpid()}.",
+                                   suffix=".tmp", dir=directory)
         try:
             if hasattr(os, "fchmod"):
                 os.fchmod(fd, _FILE_MODE)

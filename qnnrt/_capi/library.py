@@ -125,6 +125,13 @@ class QnnLibrary:
     api: FunctionTable = field(repr=False)
     sys: FunctionTable = field(repr=False)
 
+    @property
+    def is_simulator(self) -> bool:
+        """The HTP simulator (x86_64 libraries), not a real NPU: decided by the hardware and the
+        folder the backend library came from, not by this process's architecture (an x64 Python
+        on Windows on Snapdragon loads the real NPU's arm64ec libraries)."""
+        return not platforms.is_device_backend(host(), self.backend_path)
+
     def error_message(self, handle: int) -> str:
         from ctypes import byref, c_char_p
         s = c_char_p()

@@ -223,6 +223,21 @@ def _debug_requested(argv: list[str]) -> bool:
                for i, a in enumerate(argv))
 
 
+def _output_folders(argv: list[str]) -> list[str]:
+    """The folders a command writes into, from its arguments (where a killed worker's temp files
+    can be)."""
+    flags = {"--output-dir": True, "--report": False, "--heap-profiling-path": False,
+             "--profile-path": False, "--dump-logits": True, "-o": False, "--output": False}
+    out = []
+    for i, a in enumerate(argv):
+        name, eq, val = a.partition("=")
+        if name in flags:
+            value = val if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            if value:
+                out.append(value if flags[name] else (os.path.dirname(os.path.abspath(value)) or "."))
+    return out
+
+
 def run_in_worker(argv: list[str]) -> int:
     """Run `qnnrt <argv>` in a spawned worker; the exit status the CLI should return."""
     sys.stdout.flush()
@@ -271,6 +286,9 @@ def run_in_worker(argv: list[str]) -> int:
         if proc is not None and proc.poll() is None:  # the parent leaves for any reason: no orphan
             proc.kill()
             proc.wait()
+        if proc is not None and proc.returncode is not None and proc.returncode < 0:
+            from qnnrt.fileio import remove_temps_of  # killed mid-write: no partial file stays
+            remove_temps_of(proc.pid, _output_folders(argv))
         restore_handlers(previous)
     if received:
         return 128 + received[0]

@@ -223,10 +223,16 @@ class ContextBinary:
         return str(self.path) if self.path else self.name
 
     @property
+    def lib(self) -> QnnLibrary:
+        """The QNN libraries this binary is read with (opened on first use)."""
+        if self._lib is None:
+            self._lib = open_library(self._backend_lib)
+        return self._lib
+
+    @property
     def info(self) -> BinaryInfo:
         if self._info is None:
-            lib = self._lib or open_library(self._backend_lib)
-            self._info = read_binary_info(lib, self.buffer, self.where)
+            self._info = read_binary_info(self.lib, self.buffer, self.where)
         return self._info
 
     @property

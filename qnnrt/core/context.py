@@ -13,16 +13,10 @@ from qnnrt.core.profile import Profile
 from qnnrt.errors import QnnrtError
 
 
-def is_x86_simulator() -> bool:
-    """libQnnHtp on an x86 host is the HTP simulator."""
-    import platform
-    return platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
-
-
 def refuse_weight_sharing(binary: ContextBinary) -> None:
     """Raise before QNN sees a weight-shared binary on the simulator (its contextCreateFromBinary
     fails with 1000 or crashes on them)."""
-    if is_x86_simulator() and binary.info.weight_sharing:
+    if binary.lib.is_simulator and binary.info.weight_sharing:
         shared = [f"{g.name} ({g.shared_weights_size} bytes)" for g in binary.graphs
                   if g.shared_weights_size]
         raise QnnrtError(

@@ -34,8 +34,10 @@ def cache_file() -> Path:
     return Path(env) if env else default_cache_dir() / CACHE_FILE
 
 
-def on_simulator() -> bool:
-    """The HTP backend on an x86 host is the simulator."""
+def on_simulator(lib=None) -> bool:
+    """The HTP backend is the x86 simulator (by the loaded library when given, else the host)."""
+    if lib is not None:
+        return bool(lib.is_simulator)
     return platform.machine().lower() in ("x86_64", "amd64")
 
 
@@ -44,7 +46,7 @@ def backend_identity(lib, soc_model: int | None) -> str:
     s = socs.BY_MODEL.get(soc_model) if soc_model is not None else None
     name = s.name if s else (f"soc{soc_model}" if soc_model is not None else "default-soc")
     arch = f"v{s.htp_arch}" if s and s.htp_arch else "v?"
-    host = "sim" if on_simulator() else "device"
+    host = "sim" if on_simulator(lib) else "device"
     return f"{name}/{arch}/{backend_build_id(lib) or 'unknown-build'}/{host}"
 
 
@@ -101,7 +103,7 @@ def resolve_budget(identity: str, override: int | None = None, simulator_default
     learned = learned_budget(identity)
     if learned is not None:
         return Budget(learned, "learned")
-    if simulator_default and on_simulator():
+    if simulator_default and identity.endswith("/sim"):
         return Budget(SIMULATOR_CAPACITY, "simulator")
     return None
 

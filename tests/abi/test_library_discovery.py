@@ -190,3 +190,11 @@ def test_simulator_is_not_a_device_backend(tmp_path):
 def test_detect_host_here():
     h = P.detect_host({"QNN_SDK_ROOT": "/x"})
     assert h.os == "linux" and h.machine in ("x86_64", "aarch64") and h.env["QNN_SDK_ROOT"] == "/x"
+
+
+def test_the_loaded_backend_says_whether_it_is_the_simulator():
+    """Decided by the library and the hardware, not by this process's architecture: the x86_64
+    onnxruntime-qnn libraries here are the simulator."""
+    from qnnrt._capi.library import open_library
+    lib = open_library()
+    assert lib.is_simulator is True

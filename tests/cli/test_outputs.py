@@ -193,3 +193,19 @@ def test_spawned_worker_keeps_stdout_clean_and_crash_is_exit_1():
     r = cli("inspect", DATA / "corrupt_delegate.pte")
     assert r.returncode == 1 and "QNN library crashed (SIGSEGV)" in r.stderr
     assert sys.platform != "linux" or "worker pid" not in r.stderr
+
+
+def test_temps_of_a_killed_worker_are_removed_and_nothing_else(tmp_path):
+    """A worker killed mid-write leaves `.<name>.qnnrt<pid>.<random>.tmp`; the CLI removes exactly
+    those of that pid (never a user's file, never another process's temp, never through a link)."""
+    from qnnrt.fileio import remove_temps_of
+    ours = tmp_path / ".output_1_0.raw.qnnrt4242.ab12cd.tmp"
+    other_pid = tmp_path / ".output_1_0.raw.qnnrt4343.ab12cd.tmp"
+    users = [tmp_path / ".mine.tmp", tmp_path / "r.tmp", tmp_path / ".x.qnnrt4242.notatemp"]
+    for p in [ours, other_pid, *users]:
+        p.write_text("x")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    (tmp_path / ".link.qnnrt4242.zz.tmp").symlink_to(victim)
+    assert remove_temps_of(4242, [tmp_path]) == [str(ours)]
+    assert other_pid.exists() and all(p.exists() for p in users) and victim.read_text() == "keep"
