@@ -514,6 +514,18 @@ class HeapProfiler:
                         "after_context_freed": a, "delta": None if a is None or b is None else a - b,
                         "before_time": self._final["before"]["time"], "after_time": self._final["after"]["time"],
                         "checks": checks, "ok": all(c["ok"] is not False for c in checks)})
+            freed = [e for e in self._timeline if e["event"] == "backend_freed"]
+            host_after = freed[-1]["values"].get("host", {}).get("heap_in_use") if freed else None
+            if host_after is not None and prefix == "HOST" and a is not None and b is not None:
+                out["after_backend_freed"] = host_after
+                out["host_heap_note"] = (
+                    f"the host heap after the last context was freed is {(a - b) / 2**20:+.1f} MiB "
+                    f"over the value before the first was created: QNN keeps "
+                    f"{(a - host_after) / 2**20:.1f} MiB per backend (state of the contexts it "
+                    f"created) until the backend is freed, then returns it; what stays "
+                    f"({(host_after - b) / 2**20:+.1f} MiB) is process-global state of the QNN "
+                    f"libraries and ONNX Runtime made at first use and reused by later programs "
+                    f"(flat over 500 load/close cycles: docs/RELIABILITY.md)")
         out["warnings"] = list(self._warnings) + (
             [f"... and {self._warnings_dropped} more warnings"] if self._warnings_dropped else [])
         if self._written:

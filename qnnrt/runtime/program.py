@@ -174,6 +174,7 @@ class Program:
             c.close()
         self.backend.close()
         if self.heap is not None:
+            self.heap.mark("backend_freed")  # QNN returns per-backend host memory only here
             self.heap.close()
 
     def __enter__(self) -> "Program":

@@ -183,3 +183,16 @@ def test_program_folder_errors(tmp_path, two_method_program):
         qnnrt.load(bad)
     with pytest.raises(FormatError):
         qnnrt.load(tmp_path / "does-not-exist")
+
+
+def test_heap_report_explains_what_the_host_heap_holds_after_the_last_free(chain12, tmp_path):
+    """After the last context is freed QNN still holds per-backend host memory until backendFree;
+    the report gives the value after the backend is freed too, and says what is what."""
+    heap = tmp_path / "heap.txt"
+    with qnnrt.load(chain12.model, options=qnnrt.LoadOptions(heap_profiling_path=str(heap))) as prog:
+        prog.run(None, {"x": X})
+    rep = json.loads((tmp_path / "heap.txt.json").read_text())
+    assert rep["file_prefix"] == "HOST"
+    assert rep["after_backend_freed"] <= rep["after_context_freed"]
+    assert "until the backend is freed" in rep["host_heap_note"]
+    assert [e["event"] for e in rep["timeline"]][-1] == "backend_freed"
