@@ -1,0 +1,366 @@
+"""Compiled execution plans: a method turned, once, into steps over integer slots.
+
+Built at a method's first run from the binaries' graph specs (no live context needed):
+- a graph step owns copies of the graph's Qnn_Tensor_t arrays; tensors that never leave the method
+  live in planned buffers bound into those structs once and reused by every run; method outputs are
+  fresh arrays per run (an earlier result never changes); inputs whose dtype and shape are known to
+  match are bound without a copy or a check; a graph call is one ctypes call with pre-built args;
+- a fixed-point output is dequantized in one float32 pass (bit-identical to the float64 path for
+  8/16-bit codes: q + offset is exact in float32, and a float32 x float32 product is exact in
+  float64, so rounding it once to float32 equals the float32 product);
+- a CPU segment runs ONNX Runtime's C entry `run_with_iobinding` on a binding made once over
+  planned buffers (the same session, so the same bits as session.run);
+- residency: when every context of the method is live and nothing is pending (the pool's
+  generation is the one the plan checked), graph calls skip acquire/release altogether; else each
+  call goes through the pool as before.
+Every run records `timing`: seconds inside graphExecute and in CPU ops (two perf_counter reads per
+step).
+"""
+from __future__ import annotations
+
+import ctypes as C
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from qnnrt._capi import log as _log
+from qnnrt._capi import types as T
+from qnnrt.core.tensor import IOTensor, order_inputs, prepare_input
+from qnnrt.errors import QnnrtError
+from qnnrt.runtime.method import CpuStep, Method, QnnStep
+
+if TYPE_CHECKING:
+    from qnnrt.runtime.program import Program
+
+_ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
+              "tensor(double)": np.float64, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
+              "tensor(int16)": np.int16, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8,
+              "tensor(uint16)": np.uint16, "tensor(bool)": np.bool_}
+_FAST_DEQUANT = {np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16)}
+
+Meta = "tuple[np.dtype, tuple] | None"  # what a slot is known to hold (dtype, static shape)
+
+
+class RunTiming:
+    """What the last run spent inside QNN graph execution and in CPU ops (seconds)."""
+    __slots__ = ("accelerator_s", "cpu_ops_s", "graph_calls")
+
+    def __init__(self) -> None:
+        self.accelerator_s = 0.0
+        self.cpu_ops_s = 0.0
+        self.graph_calls = 0
+
+    def reset(self) -> None:
+        self.accelerator_s = self.cpu_ops_s = 0.0
+        self.graph_calls = 0
+
+
+def _static(shape) -> bool:
+    return all(isinstance(d, int) and d >= 0 for d in shape)
+
+
+def _buf_ptr(arr: np.ndarray) -> int:
+    return arr.ctypes.data
+
+
+class _Dequant:
+    """Raw fixed-point buffer -> float32, one pass, bit-identical to TensorSpec.dequantize."""
+    __slots__ = ("offset", "scale", "spec", "fast")
+
+    def __init__(self, spec):
+        q = spec._quant()
+        self.spec = spec
+        self.offset = np.float32(q.offset)
+        self.scale = np.float32(q.scale)
+        self.fast = (spec.dtype in _FAST_DEQUANT and abs(q.offset) < 2 ** 24
+                     and float(self.offset) == q.offset and float(self.scale) == q.scale)
+
+    def __call__(self, raw: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        if not self.fast:
+            r = self.spec.dequantize(raw)
+            if out is None:
+                return r
+            out[...] = r
+            return out
+        if out is None:
+            out = np.empty(raw.shape, np.float32)
+        np.add(raw, self.offset, out=out, dtype=np.float32)
+        np.multiply(out, self.scale, out=out)
+        return out
+
+
+class GraphStep:
+    """One QNN graph call with its I/O bound ahead."""
+
+    def __init__(self, plan: "MethodPlan", step: QnnStep, position: int, spec, where: str):
+        self.key, self.graph_name, self.position = step.key, step.graph, position
+        self.where = where
+        self.handle = C.c_void_p()
+        self._tensors = [IOTensor(s) for s in spec.inputs] + [IOTensor(s) for s in spec.outputs]
+        ni, no = len(spec.inputs), len(spec.outputs)
+        self.ia = (T.Tensor * max(1, ni))()
+        self.oa = (T.Tensor * max(1, no))()
+        for i, t in enumerate(self._tensors[:ni]):
+            self.ia[i] = t.struct
+        for i, t in enumerate(self._tensors[ni:]):
+            self.oa[i] = t.struct
+        self.ni, self.no = C.c_uint32(ni), C.c_uint32(no)
+        # per-call work lists
+        self.dyn_in: list[tuple[Any, int]] = []          # (clientBuf, slot): bind per call
+        self.checked_in: list[tuple[Any, int, Any]] = []  # (clientBuf, slot, spec): prepare + bind
+        self.fresh_out: list[tuple[Any, int, tuple, np.dtype]] = []  # bind a new array per call
+        self.deq_out: list[tuple[np.ndarray, int, _Dequant, np.ndarray | None]] = []
+        flags = ([step.dequantize] * no if isinstance(step.dequantize, bool)
+                 else list(step.dequantize))
+        for i, (name, s) in enumerate(zip(step.inputs, spec.inputs)):
+            cb = self.ia[i].body.clientBuf
+            slot = plan.slot(name)
+            meta = plan.meta.get(slot)
+            fixed = plan.planned.get(slot)
+            if meta is not None and meta == (s.dtype, tuple(s.shape)):
+                if fixed is not None:
+                    cb.data, cb.dataSize = _buf_ptr(fixed), fixed.nbytes
+                else:
+                    cb.dataSize = s.nbytes
+                    self.dyn_in.append((cb, slot))
+            else:
+                self.checked_in.append((cb, slot, s))
+        for j, (name, s) in enumerate(zip(step.outputs, spec.outputs)):
+            cb = self.oa[j].body.clientBuf
+            slot = plan.slot(name)
+            keep = slot in plan.out_slots
+            shape = tuple(s.shape)
+            if s.is_fixed_point and flags[j]:
+                raw = np.zeros(shape, s.dtype)
+                cb.data, cb.dataSize = _buf_ptr(raw), raw.nbytes
+                target = None if keep else plan.plan_buffer(slot, shape, np.dtype(np.float32))
+                self.deq_out.append((raw, slot, _Dequant(s), target))
+                plan.meta[slot] = (np.dtype(np.float32), shape)
+            else:
+                plan.meta[slot] = (s.dtype, shape)
+                if keep:
+                    cb.dataSize = s.nbytes
+                    self.fresh_out.append((cb, slot, shape, s.dtype))
+                else:
+                    b = plan.plan_buffer(slot, shape, s.dtype)
+                    cb.data, cb.dataSize = _buf_ptr(b), b.nbytes
+        self.backend = plan.program.backend
+        self.execute = self.backend.api.graphExecute
+
+    def run(self, v: list, handle) -> float:
+        keep = []
+        for cb, slot in self.dyn_in:
+            cb.data = v[slot].ctypes.data
+        for cb, slot, s in self.checked_in:
+            a = prepare_input(s, v[slot], self.where)
+            keep.append(a)
+            cb.data, cb.dataSize = a.ctypes.data, a.nbytes
+        for cb, slot, shape, dt in self.fresh_out:
+            a = v[slot] = np.empty(shape, dt)
+            cb.data = a.ctypes.data
+        pc = time.perf_counter
+        t0 = pc()
+        rc = self.execute(handle, self.ia, self.ni, self.oa, self.no, None, None)
+        dt_s = pc() - t0
+        if rc or _log._pending is not None:  # an error, or an interrupt deferred by the log callback
+            self.failed(rc)
+        for raw, slot, deq, target in self.deq_out:
+            v[slot] = deq(raw, target)
+        return dt_s
+
+    def failed(self, rc: int) -> None:
+        self.backend.check(rc, "graphExecute", None, f"for graph {self.graph_name!r}")
+
+
+class OrtStep:
+    """A CPU segment on an IOBinding made once over planned buffers (or session.run when its
+    types or shapes are not static)."""
+
+    def __init__(self, plan: "MethodPlan", seg):
+        self.seg = seg
+        self.in_slots = [plan.slot(n) for n in seg._feed_names]
+        self.out_slots = [plan.slot(n) for n in seg.outputs]
+        self.copy_in: list[tuple[np.ndarray, int]] = []
+        self.copy_out: list[tuple[np.ndarray, int]] = []
+        self.bound = self._bind(plan)
+        if not self.bound:  # session.run: what comes out is checked where it is used
+            for slot in self.out_slots:
+                plan.meta[slot] = None
+
+    def _bind(self, plan: "MethodPlan") -> bool:
+        import onnxruntime as ort
+        from onnx import helper
+        seg, sess = self.seg, self.seg.session
+        ins = {i.name: i for i in sess.get_inputs()}
+        metas = []
+        for name, slot in zip(seg._feed_names, self.in_slots):
+            dt = _ORT_TYPES.get(ins[name].type)
+            meta = plan.meta.get(slot)
+            if dt is None or meta is None or meta[0] != np.dtype(dt) or not _static(meta[1]):
+                return False
+            metas.append(meta)
+        outs = []
+        for name in seg.outputs:
+            t = seg.output_types.get(name)
+            if t is None or t[1] is None or not _static(t[1]):
+                return False
+            try:
+                dt = np.dtype(helper.tensor_dtype_to_np_dtype(t[0]))
+            except Exception:
+                return False
+            outs.append((dt, tuple(int(d) for d in t[1])))
+        io = sess.io_binding()
+        for name, slot, (dt, shape) in zip(seg._feed_names, self.in_slots, metas):
+            b = plan.planned.get(slot)
+            if b is None:  # a method input / fresh array: copied into a staging buffer
+                b = np.zeros(shape, dt)
+                self.copy_in.append((b, slot))
+            io.bind_input(name, "cpu", 0, dt, list(shape), b.ctypes.data)
+        for name, slot, (dt, shape) in zip(seg.outputs, self.out_slots, outs):
+            if slot in plan.out_slots:
+                b = np.zeros(shape, dt)
+                self.copy_out.append((b, slot))
+            else:
+                b = plan.plan_buffer(slot, shape, dt)
+            io.bind_output(name, "cpu", 0, dt, list(shape), b.ctypes.data)
+            plan.meta[slot] = (dt, shape)
+        self._io = io  # keeps the binding alive
+        self._run = sess._sess.run_with_iobinding
+        self._ib = io._iobinding
+        self._ro = ort.RunOptions()
+        return True
+
+    def run(self, v: list) -> float:
+        pc = time.perf_counter
+        if not self.bound:
+            t0 = pc()
+            res = self.seg.session.run(self.seg._out_names, {n: v[s] for n, s in
+                                                            zip(self.seg._feed_names, self.in_slots)})
+            dt_s = pc() - t0
+            for s, r in zip(self.out_slots, res):
+                v[s] = r
+            return dt_s
+        for b, slot in self.copy_in:
+            np.copyto(b, v[slot])
+        t0 = pc()
+        self._run(self._ib, self._ro)
+        dt_s = pc() - t0
+        for b, slot in self.copy_out:
+            v[slot] = b.copy()
+        return dt_s
+
+
+class MethodPlan:
+    """A Method (QNN steps and ONNX Runtime CPU segments) compiled for one Program."""
+
+    def __init__(self, program: "Program", method: Method):
+        self.program, self.method = program, method
+        self.where = f"method {method.name!r}"
+        self.slots: dict[str, int] = {}
+        self.meta: dict[int, Any] = {}
+        self.planned: dict[int, np.ndarray] = {}
+        self.in_names = [s.name for s in method.inputs]
+        self.in_specs = list(method.inputs)
+        self.in_slots = [self.slot(n) for n in self.in_names]
+        in_set = set(self.in_slots)
+        for s, slot in zip(method.inputs, self.in_slots):
+            if _static(s.shape):
+                self.meta[slot] = (np.dtype(s.dtype), tuple(s.shape))
+        constants = getattr(method, "_constants", {})
+        self.out_names = [o.name for o in method.outputs]
+        self.out_slots = {self.slot(n) for n in self.out_names}
+        self.out_list = [(n, self.slot(n), self.slot(n) in in_set) for n in self.out_names]
+        const_vals = {self.slot(n): a for n, a in constants.items()}
+        self.steps: list[Any] = []
+        self.graph_steps: list[GraphStep] = []
+        position = 0
+        for step in method.steps:
+            if isinstance(step, QnnStep):
+                spec = program.binaries[step.key].graph(step.graph)
+                g = GraphStep(self, step, position, spec,
+                              f"graph {step.graph!r} of {self.where}")
+                self.steps.append(g)
+                self.graph_steps.append(g)
+                position += 1
+            elif isinstance(step, CpuStep):
+                self.steps.append(OrtStep(self, step.segment))
+            else:
+                raise QnnrtError(f"{self.where}: unknown step {type(step).__name__}")
+        self.template: list = [None] * len(self.slots)
+        for slot, b in self.planned.items():
+            self.template[slot] = b
+        for slot, a in const_vals.items():
+            self.template[slot] = a
+        self.order = [g.key for g in self.graph_steps]
+        self.keys = sorted(set(self.order))
+        self.is_graph = [isinstance(s, GraphStep) for s in self.steps]
+        self._gen: int | None = None
+        self._contexts: list = []
+        self.timing = RunTiming()
+
+    # -- planning ---------------------------------------------------------------------------
+    def slot(self, name: str) -> int:
+        s = self.slots.get(name)
+        if s is None:
+            s = self.slots[name] = len(self.slots)
+        return s
+
+    def plan_buffer(self, slot: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        b = self.planned.get(slot)
+        if b is None or b.shape != shape or b.dtype != dtype:
+            b = self.planned[slot] = np.zeros(shape, dtype)
+        return b
+
+    # -- running ----------------------------------------------------------------------------
+    def _all_live(self) -> bool:
+        """True when every context is live and nothing pending (cheap when nothing changed)."""
+        pool = self.program.pool
+        if self._gen is not None and pool.generation == self._gen:
+            for c in self._contexts:
+                if c._closed:
+                    break
+            else:
+                return True
+        gen = pool.all_live(self.keys)
+        if gen is None:
+            self._gen = None
+            return False
+        ctxs = {k: pool._live[k] for k in self.keys}
+        for g in self.graph_steps:
+            g.handle = ctxs[g.key].graph(g.graph_name).handle
+        self._contexts = list(ctxs.values())
+        self._gen = gen
+        return True
+
+    def run(self, inputs) -> dict[str, np.ndarray]:
+        values = order_inputs(self.in_names, inputs, self.where)
+        v = self.template.copy()
+        for s, slot, x in zip(self.in_specs, self.in_slots, values):
+            v[slot] = prepare_input(s, x, self.where)
+        timing = self.timing
+        acc = cpu = 0.0
+        program = self.program
+        if self._all_live():
+            for step, is_graph in zip(self.steps, self.is_graph):
+                if is_graph:
+                    acc += step.run(v, step.handle)
+                else:
+                    cpu += step.run(v)
+            program.graph_calls += len(self.graph_steps)
+        else:
+            pool = program.pool
+            pool.set_order(self.order)
+            for step, is_graph in zip(self.steps, self.is_graph):
+                if not is_graph:
+                    cpu += step.run(v)
+                    continue
+                program.graph_calls += 1
+                ctx = pool.acquire(step.key, step.position)
+                try:
+                    acc += step.run(v, ctx.graph(step.graph_name).handle)
+                finally:
+                    pool.release(step.key, step.position)
+        timing.accelerator_s, timing.cpu_ops_s = acc, cpu
+        timing.graph_calls = len(self.graph_steps)
+        return {n: (v[slot].copy() if is_in else v[slot]) for n, slot, is_in in self.out_list}
