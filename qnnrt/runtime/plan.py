@@ -364,3 +364,116 @@ class MethodPlan:
         timing.accelerator_s, timing.cpu_ops_s = acc, cpu
         timing.graph_calls = len(self.graph_steps)
         return {n: (v[slot].copy() if is_in else v[slot]) for n, slot, is_in in self.out_list}
+
+
+class _DelegateStep:
+    """A .pte delegate's graph call: inputs bound per call (cheap check, else prepare_input),
+    outputs into fresh arrays (the interpreter owns them), fixed-point ones dequantized in one pass."""
+
+    def __init__(self, program: "Program", step: QnnStep, spec):
+        self.key, self.graph_name = step.key, step.graph
+        self.where = f"graph {step.graph!r}"
+        self.backend = program.backend
+        self.execute = self.backend.api.graphExecute
+        self.handle = C.c_void_p()
+        self._tensors = [IOTensor(s) for s in spec.inputs] + [IOTensor(s) for s in spec.outputs]
+        ni, no = len(spec.inputs), len(spec.outputs)
+        self.ia = (T.Tensor * max(1, ni))()
+        self.oa = (T.Tensor * max(1, no))()
+        for i, t in enumerate(self._tensors[:ni]):
+            self.ia[i] = t.struct
+        for i, t in enumerate(self._tensors[ni:]):
+            self.oa[i] = t.struct
+        self.ni, self.no = C.c_uint32(ni), C.c_uint32(no)
+        self.ins = [(self.ia[i].body.clientBuf, s.dtype, tuple(s.shape), s)
+                    for i, s in enumerate(spec.inputs)]
+        flags = ([step.dequantize] * no if isinstance(step.dequantize, bool)
+                 else list(step.dequantize))
+        self.outs: list[tuple[Any, tuple, np.dtype, _Dequant | None, np.ndarray | None]] = []
+        for j, s in enumerate(spec.outputs):
+            cb = self.oa[j].body.clientBuf
+            cb.dataSize = s.nbytes
+            if s.is_fixed_point and flags[j]:
+                raw = np.zeros(s.shape, s.dtype)
+                cb.data = raw.ctypes.data
+                self.outs.append((cb, tuple(s.shape), s.dtype, _Dequant(s), raw))
+            else:
+                self.outs.append((cb, tuple(s.shape), s.dtype, None, None))
+
+    def run(self, arrays, handle) -> tuple[list, float]:
+        keep = []
+        for (cb, dt, shape, s), a in zip(self.ins, arrays):
+            if a.dtype != dt or a.shape != shape or not a.flags.c_contiguous:
+                a = prepare_input(s, a, self.where)
+                keep.append(a)
+            cb.data = a.ctypes.data
+        res = []
+        for cb, shape, dt, deq, raw in self.outs:
+            if deq is None:
+                o = np.empty(shape, dt)
+                cb.data = o.ctypes.data
+                res.append(o)
+            else:
+                res.append(raw)
+        pc = time.perf_counter
+        t0 = pc()
+        rc = self.execute(handle, self.ia, self.ni, self.oa, self.no, None, None)
+        dt_s = pc() - t0
+        if rc or _log._pending is not None:
+            self.backend.check(rc, "graphExecute", None, f"for graph {self.graph_name!r}")
+        for k, (cb, shape, dt, deq, raw) in enumerate(self.outs):
+            if deq is not None:
+                res[k] = deq(raw, None)
+        return res, dt_s
+
+
+class DelegatePlan:
+    """The graph calls of a .pte method (the interpreter keeps the CPU kernels): prepared steps,
+    and the residency fast path of MethodPlan."""
+
+    def __init__(self, program: "Program", method):
+        self.program, self.method = program, method
+        self.by_step: dict[int, _DelegateStep] = {}
+        for step, _, _ in method._calls.values():
+            self.by_step[id(step)] = _DelegateStep(program, step,
+                                                   program.binaries[step.key].graph(step.graph))
+        self.order = method.graph_order
+        self.keys = sorted(set(self.order))
+        self._gen: int | None = None
+        self._contexts: list = []
+        self.timing = RunTiming()
+        self._acc = 0.0
+        self._fast = False
+
+    _all_live = MethodPlan._all_live
+
+    @property
+    def graph_steps(self) -> list:
+        return list(self.by_step.values())
+
+    def run_graph(self, step: QnnStep, position: int, arrays: list) -> list:
+        d = self.by_step[id(step)]
+        if self._fast:
+            out, dt_s = d.run(arrays, d.handle)
+        else:
+            pool = self.program.pool
+            ctx = pool.acquire(step.key, position)
+            try:
+                out, dt_s = d.run(arrays, ctx.graph(step.graph).handle)
+            finally:
+                pool.release(step.key, position)
+        self._acc += dt_s
+        return out
+
+    def run(self, inputs) -> dict[str, np.ndarray]:
+        runner = self.method._runner
+        self._acc = 0.0
+        runner.kernel_seconds = 0.0
+        self._fast = self._all_live()
+        if not self._fast:
+            self.program.pool.set_order(self.order)
+        out = self.method.run(inputs, self.run_graph)
+        self.program.graph_calls += len(self.order)
+        self.timing.accelerator_s, self.timing.cpu_ops_s = self._acc, runner.kernel_seconds
+        self.timing.graph_calls = len(self.order)
+        return out

@@ -14,7 +14,7 @@ from qnnrt.core import Backend, ContextBinary, Profile
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod, QnnStep, UnavailableMethod
-from qnnrt.runtime.plan import MethodPlan, RunTiming
+from qnnrt.runtime.plan import DelegatePlan, MethodPlan, RunTiming
 from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.residency import ContextPool, Residency
 
@@ -67,7 +67,7 @@ class Program:
         self.graph_calls = 0
         self.vet_reports: list = []  # set by qnnrt.load: what was vetted (qnnrt.core.vet.VetReport)
         self.timing = RunTiming()  # the last run: time inside graphExecute and in CPU ops
-        self._plans: dict[str, MethodPlan | None] = {}
+        self._plans: dict[str, MethodPlan | DelegatePlan | None] = {}
         self.compiled = True  # False: run every method on the step-by-step reference path
         try:
             self.methods: dict[str, Method] = method_builder(self)
@@ -143,13 +143,15 @@ class Program:
             finally:
                 self.iterations += 1
 
-    def _plan(self, m: Method) -> MethodPlan | None:
+    def _plan(self, m: Method) -> MethodPlan | DelegatePlan | None:
         """The method's compiled plan (built at its first run), or None for the reference path:
         profiling on, or a method kind the planner does not compile."""
         if not self.compiled or (self.exec_profiler is not None and self.profile_level != "off"):
             return None
         if m.name not in self._plans:
+            from qnnrt.executorch.program import PteMethodAdapter
             self._plans[m.name] = (MethodPlan(self, m) if type(m) in (OnnxMethod, GraphMethod)
+                                   else DelegatePlan(self, m) if type(m) is PteMethodAdapter
                                    else None)
         plan = self._plans[m.name]
         return plan if plan is not None and plan.method is m else None

@@ -98,3 +98,34 @@ def test_breakdown_adds_up(chain12):
             t = p.timing
             assert 0 < t.accelerator_s + t.cpu_ops_s <= wall
             assert t.graph_calls == 12
+
+
+def _pte_fixtures():
+    from pathlib import Path
+    out = []
+    for root in (Path(__file__).parents[1] / "data" / "executorch",
+                 Path("/work/shared/fixtures/executorch")):
+        for pte in sorted(root.glob("*/*.pte")):
+            if "llama" not in pte.parent.name:
+                out.append(pte)
+    return out
+
+
+@pytest.mark.parametrize("pte", _pte_fixtures(), ids=lambda p: f"{p.parent.parent.name[:6]}-{p.parent.name}")
+@pytest.mark.parametrize("policy", ["eager", "auto", "sequential"])
+def test_pte_bit_identical(pte, policy):
+    from qnnrt.runtime.plan import DelegatePlan
+    with qnnrt.load(pte, residency="eager") as p:
+        names = [n for n, m in p.methods.items() if m.inputs]
+        feeds = {n: [_feeds(p.methods[n], s) for s in (0, 1)] for n in names}
+    ref = {}
+    with qnnrt.load(pte, residency="eager") as p:
+        p.compiled = False
+        ref = {n: [p.run(n, f) for f in fs] for n, fs in feeds.items()}
+    with qnnrt.load(pte, residency=policy) as p:
+        for n, fs in feeds.items():
+            first = p.run(n, fs[0])
+            second = p.run(n, fs[1])
+            assert isinstance(p._plans[n], DelegatePlan)
+            assert _same(first, ref[n][0]) and _same(second, ref[n][1]), n
+            assert p.timing.graph_calls == len(p.methods[n].graph_order)
