@@ -195,9 +195,9 @@ class OrtStep:
         ins = {i.name: i for i in sess.get_inputs()}
         metas = []
         for name, slot in zip(seg._feed_names, self.in_slots):
-            dt = _ORT_TYPES.get(ins[name].type)
+            ort_t = _ORT_TYPES.get(ins[name].type)
             meta = plan.meta.get(slot)
-            if dt is None or meta is None or meta[0] != np.dtype(dt) or not _static(meta[1]):
+            if ort_t is None or meta is None or meta[0] != np.dtype(ort_t) or not _static(meta[1]):
                 return False
             metas.append(meta)
         outs = []
@@ -206,17 +206,17 @@ class OrtStep:
             if t is None or t[1] is None or not _static(t[1]):
                 return False
             try:
-                dt = np.dtype(helper.tensor_dtype_to_np_dtype(t[0]))
+                odt = np.dtype(helper.tensor_dtype_to_np_dtype(t[0]))
             except Exception:
                 return False
-            outs.append((dt, tuple(int(d) for d in t[1])))
+            outs.append((odt, tuple(int(d) for d in t[1])))
         io = sess.io_binding()
-        for name, slot, (dt, shape) in zip(seg._feed_names, self.in_slots, metas):
+        for name, slot, (idt, ishape) in zip(seg._feed_names, self.in_slots, metas):
             b = plan.planned.get(slot)
             if b is None:  # a method input / fresh array: copied into a staging buffer
-                b = np.zeros(shape, dt)
+                b = np.zeros(ishape, idt)
                 self.copy_in.append((b, slot))
-            io.bind_input(name, "cpu", 0, dt, list(shape), b.ctypes.data)
+            io.bind_input(name, "cpu", 0, idt, list(ishape), b.ctypes.data)
         for name, slot, (dt, shape) in zip(seg.outputs, self.out_slots, outs):
             if slot in plan.out_slots:
                 b = np.zeros(shape, dt)
@@ -251,7 +251,39 @@ class OrtStep:
         return dt_s
 
 
-class MethodPlan:
+class _Residency:
+    """The residency fast path shared by the plans: `keys`, `graph_steps`, `program`."""
+    program: "Program"
+    keys: list[str]
+    _gen: int | None
+    _contexts: list
+
+    @property
+    def graph_steps(self) -> list:
+        raise NotImplementedError
+
+    def _all_live(self) -> bool:
+        """True when every context is live and nothing pending (cheap when nothing changed)."""
+        pool = self.program.pool
+        if self._gen is not None and pool.generation == self._gen:
+            for c in self._contexts:
+                if c._closed:
+                    break
+            else:
+                return True
+        gen = pool.all_live(self.keys)
+        if gen is None:
+            self._gen = None
+            return False
+        ctxs = {k: pool._live[k] for k in self.keys}
+        for g in self.graph_steps:
+            g.handle = ctxs[g.key].graph(g.graph_name).handle
+        self._contexts = list(ctxs.values())
+        self._gen = gen
+        return True
+
+
+class MethodPlan(_Residency):
     """A Method (QNN steps and ONNX Runtime CPU segments) compiled for one Program."""
 
     def __init__(self, program: "Program", method: Method):
@@ -273,7 +305,7 @@ class MethodPlan:
         self.out_list = [(n, self.slot(n), self.slot(n) in in_set) for n in self.out_names]
         const_vals = {self.slot(n): a for n, a in constants.items()}
         self.steps: list[Any] = []
-        self.graph_steps: list[GraphStep] = []
+        self._graph_steps: list[GraphStep] = []
         position = 0
         for step in method.steps:
             if isinstance(step, QnnStep):
@@ -281,7 +313,7 @@ class MethodPlan:
                 g = GraphStep(self, step, position, spec,
                               f"graph {step.graph!r} of {self.where}")
                 self.steps.append(g)
-                self.graph_steps.append(g)
+                self._graph_steps.append(g)
                 position += 1
             elif isinstance(step, CpuStep):
                 self.steps.append(OrtStep(self, step.segment))
@@ -292,12 +324,16 @@ class MethodPlan:
             self.template[slot] = b
         for slot, a in const_vals.items():
             self.template[slot] = a
-        self.order = [g.key for g in self.graph_steps]
+        self.order = [g.key for g in self._graph_steps]
         self.keys = sorted(set(self.order))
         self.is_graph = [isinstance(s, GraphStep) for s in self.steps]
         self._gen: int | None = None
         self._contexts: list = []
         self.timing = RunTiming()
+
+    @property
+    def graph_steps(self) -> list:
+        return self._graph_steps
 
     # -- planning ---------------------------------------------------------------------------
     def slot(self, name: str) -> int:
@@ -313,26 +349,6 @@ class MethodPlan:
         return b
 
     # -- running ----------------------------------------------------------------------------
-    def _all_live(self) -> bool:
-        """True when every context is live and nothing pending (cheap when nothing changed)."""
-        pool = self.program.pool
-        if self._gen is not None and pool.generation == self._gen:
-            for c in self._contexts:
-                if c._closed:
-                    break
-            else:
-                return True
-        gen = pool.all_live(self.keys)
-        if gen is None:
-            self._gen = None
-            return False
-        ctxs = {k: pool._live[k] for k in self.keys}
-        for g in self.graph_steps:
-            g.handle = ctxs[g.key].graph(g.graph_name).handle
-        self._contexts = list(ctxs.values())
-        self._gen = gen
-        return True
-
     def run(self, inputs) -> dict[str, np.ndarray]:
         values = order_inputs(self.in_names, inputs, self.where)
         v = self.template.copy()
@@ -347,7 +363,7 @@ class MethodPlan:
                     acc += step.run(v, step.handle)
                 else:
                     cpu += step.run(v)
-            program.graph_calls += len(self.graph_steps)
+            program.graph_calls += len(self._graph_steps)
         else:
             pool = program.pool
             pool.set_order(self.order)
@@ -362,7 +378,7 @@ class MethodPlan:
                 finally:
                     pool.release(step.key, step.position)
         timing.accelerator_s, timing.cpu_ops_s = acc, cpu
-        timing.graph_calls = len(self.graph_steps)
+        timing.graph_calls = len(self._graph_steps)
         return {n: (v[slot].copy() if is_in else v[slot]) for n, slot, is_in in self.out_list}
 
 
@@ -389,7 +405,7 @@ class _DelegateStep:
                     for i, s in enumerate(spec.inputs)]
         flags = ([step.dequantize] * no if isinstance(step.dequantize, bool)
                  else list(step.dequantize))
-        self.outs: list[tuple[Any, tuple, np.dtype, _Dequant | None, np.ndarray | None]] = []
+        self.outs: list[tuple[Any, tuple, np.dtype, _Dequant | None, Any]] = []
         for j, s in enumerate(spec.outputs):
             cb = self.oa[j].body.clientBuf
             cb.dataSize = s.nbytes
@@ -427,7 +443,7 @@ class _DelegateStep:
         return res, dt_s
 
 
-class DelegatePlan:
+class DelegatePlan(_Residency):
     """The graph calls of a .pte method (the interpreter keeps the CPU kernels): prepared steps,
     and the residency fast path of MethodPlan."""
 
@@ -444,8 +460,6 @@ class DelegatePlan:
         self.timing = RunTiming()
         self._acc = 0.0
         self._fast = False
-
-    _all_live = MethodPlan._all_live
 
     @property
     def graph_steps(self) -> list:
