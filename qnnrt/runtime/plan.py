@@ -491,3 +491,214 @@ class DelegatePlan(_Residency):
         self.timing.accelerator_s, self.timing.cpu_ops_s = self._acc, runner.kernel_seconds
         self.timing.graph_calls = len(self.order)
         return out
+
+
+class PtePlan(DelegatePlan):
+    """A .pte method compiled at load: instructions over a slot list (no dict, no name lookups),
+    kernels as bound closures (aten::mm.out as np.matmul(a, W, out=) when the dtypes allow it,
+    decided at load), delegates by slot through prepared graph steps. Only straight-line methods
+    (kernel / delegate / move / free instructions) of static, default-dim-order tensors without
+    mutable state compile; `PtePlan.compile` returns None for the others (DelegatePlan runs them)."""
+
+    @classmethod
+    def compile(cls, program: "Program", method) -> "DelegatePlan":
+        try:
+            return cls(program, method)
+        except _NotCompilable:
+            return DelegatePlan(program, method)
+
+    def __init__(self, program: "Program", method):
+        super().__init__(program, method)
+        from qnnrt.executorch.interpreter import _UNDEF, DelegateCall, FreeCall, KernelCall, MoveCall
+        from qnnrt.executorch import kernels as K
+        r = method._runner
+        if r._mutable_init:
+            raise _NotCompilable
+        values, static = r._values, r._static
+        self.n = len(values)
+        self.template: list = [None] * self.n
+        for i, s in enumerate(static):
+            if s is not _UNDEF:
+                self.template[i] = s
+
+        def tensor(i: int):
+            v = values[i]
+            if v.kind != "tensor":
+                return None
+            t = v.value
+            if t.shape_dynamism != 0 or not t.is_contiguous_order or t.dtype is None:
+                raise _NotCompilable
+            return t
+
+        def arg(i: int):
+            """('s', slot) for a value produced at run time, ('c', value) for a static one."""
+            if static[i] is not _UNDEF:
+                return ("c", static[i])
+            k = values[i].kind
+            if k == "tensor":
+                return ("s", i)
+            if k == "int_list" and all(static[j] is not _UNDEF for j in values[i].value):
+                return ("c", [int(static[j]) for j in values[i].value])
+            raise _NotCompilable
+
+        self.ops: list[Any] = []   # (kind, payload): 0 kernel closure, 1 delegate, 2 move, 3 free
+        self.kernel_steps = 0
+        calls = method._calls
+        for pc, ins in enumerate(r._instrs):
+            if isinstance(ins, KernelCall):
+                kd = r._kernels[pc]
+                n_in = kd.n_inputs
+                args = [arg(a) for a in ins.args[:n_in]]
+                outs = list(ins.args[n_in:])
+                t = tensor(outs[0])
+                if t is None:
+                    raise _NotCompilable
+                self.ops.append((0, self._kernel(pc, kd, args, outs, t, K, r)))
+                self.kernel_steps += 1
+            elif isinstance(ins, DelegateCall):
+                step, in_pos, out_pos = calls[ins.delegate_index]
+                n_in = r._split[pc]
+                a_in, a_out = list(ins.args[:n_in]), list(ins.args[n_in:])
+                for a in a_in + a_out:
+                    if tensor(a) is None:
+                        raise _NotCompilable
+                src = [arg(a) for a in a_in]
+                order: list[Any] = [None] * len(step.inputs)
+                for p, s in zip(in_pos, src):
+                    order[p] = s
+                if any(o is None for o in order) or len(out_pos) != len(a_out):
+                    raise _NotCompilable
+                d = self.by_step[id(step)]
+                post = []
+                for k, p in enumerate(out_pos):
+                    t = tensor(a_out[k])
+                    _, shape, dt, deq, _ = d.outs[p]
+                    got = np.dtype(np.float32) if deq is not None else dt
+                    conv = t is not None and (got != t.dtype or shape != tuple(t.shape))
+                    post.append((a_out[k], p, t if conv else None))
+                self.ops.append((1, (d, step, order, post)))
+            elif isinstance(ins, MoveCall):
+                self.ops.append((2, (arg(ins.move_from), ins.move_to)))
+            elif isinstance(ins, FreeCall):
+                self.ops.append((3, ins.value_index))
+            else:
+                raise _NotCompilable
+            for fv in r._free_after.get(pc, ()):
+                self.ops.append((3, fv))
+        self.in_specs = list(method.inputs)
+        self.in_idx = list(r._input_idx)
+        self.outs = [(s.value_index, s.value_index in r._const_idx or s.value_index in self.in_idx)
+                     for s in r.method.outputs]
+        self.out_names = [s.name for s in method.outputs]
+        self.where = f"method {method.name!r}"
+
+    def _kernel(self, pc, kd, args, outs, t, K, r):
+        info = K.OutInfo(t.dtype, t.shape)
+        name, cast = kd.name, kd.cast
+        if (kd.name == "aten::mm.out" and args[0][0] == "s" and args[1][0] == "c"
+                and isinstance(args[1][1], np.ndarray) and args[1][1].ndim == 2
+                and t.dtype == np.float32 and args[1][1].dtype == np.float32
+                and len(t.shape) == 2 and t.shape[1] == args[1][1].shape[1]
+                and r._values[args[0][1]].value.dtype == np.float32
+                and tuple(r._values[args[0][1]].value.shape) == (t.shape[0], args[1][1].shape[0])):
+            a_i, w, shape, o = args[0][1], args[1][1], tuple(t.shape), outs
+            mm, empty = np.matmul, np.empty
+
+            def run_mm(v):
+                res = empty(shape, np.float32)
+                mm(v[a_i], w, out=res)
+                for oi in o:
+                    v[oi] = res
+            return run_mm
+        fn = kd.fn
+        shape_ok = r._shape_ok
+        where = f"method {r.name!r} instruction {pc} ({name})"
+
+        def run_kernel(v):
+            xs = [v[x] if k == "s" else x for k, x in args]
+            try:
+                res = K.cast_to_out(fn(*xs, out=info), info, name, cast)
+            except K.KernelError as e:
+                raise K.KernelError(f"{where}: {e}") from None
+            except QnnrtError:
+                raise
+            except Exception as e:  # noqa: BLE001 - as the interpreter: bad arguments
+                raise K.KernelError(f"{where}: the program gives this operator arguments it "
+                                    f"cannot take ({type(e).__name__}: {e})") from None
+            if not shape_ok(res.shape, t):
+                raise QnnrtError(f"{where}: the result has shape {list(res.shape)} but the "
+                                 f"program's out tensor is {list(t.shape)}")
+            for oi in outs:
+                v[oi] = res
+        return run_kernel
+
+    def run(self, inputs) -> dict[str, np.ndarray]:
+        from qnnrt.executorch.kernels.dtypes import _astype
+        from qnnrt.executorch.program import size1_reshape
+        from qnnrt.runtime.method import validate_inputs
+        vals = validate_inputs(self.in_specs, inputs, self.where)
+        v = self.template.copy()
+        given = []
+        for i, s in zip(self.in_idx, self.in_specs):
+            v[i] = x = vals[s.name]
+            given.append(x)
+        fast = self._all_live()
+        pool = self.program.pool
+        if not fast:
+            pool.set_order(self.order)
+        acc = cpu = 0.0
+        pc = time.perf_counter
+        position = 0
+        for kind, op in self.ops:
+            if kind == 0:
+                t0 = pc()
+                op(v)
+                cpu += pc() - t0
+            elif kind == 1:
+                d, step, order, post = op
+                xs = [v[x] if k == "s" else x for k, x in order]
+                for j, (x, (_, _, shape, _)) in enumerate(zip(xs, d.ins)):
+                    if isinstance(x, np.ndarray) and x.shape != shape:
+                        xs[j] = size1_reshape(x, shape)
+                if fast:
+                    res, dt_s = d.run(xs, d.handle)
+                else:
+                    ctx = pool.acquire(step.key, position)
+                    try:
+                        res, dt_s = d.run(xs, ctx.graph(step.graph).handle)
+                    finally:
+                        pool.release(step.key, position)
+                acc += dt_s
+                position += 1
+                for oi, p, t in post:
+                    a = res[p]
+                    if t is not None:
+                        if a.dtype != t.dtype:
+                            a = _astype(a, t.dtype)
+                        if a.shape != tuple(t.shape):
+                            if a.size != t.numel:
+                                raise QnnrtError(
+                                    f"{self.where}: output {p} of graph {step.graph!r} has shape "
+                                    f"{list(a.shape)}, the program expects {list(t.shape)}")
+                            a = a.reshape(t.shape)
+                    v[oi] = a
+            elif kind == 2:
+                (k, x), to = op
+                v[to] = v[x] if k == "s" else x
+            else:
+                v[op] = None
+        self.program.graph_calls += len(self.order)
+        tm = self.timing
+        tm.accelerator_s, tm.cpu_ops_s, tm.graph_calls = acc, cpu, len(self.order)
+        out = {}
+        for name, (i, copy) in zip(self.out_names, self.outs):
+            x = v[i]
+            if isinstance(x, np.ndarray) and (copy or not x.flags.writeable
+                                              or any(np.shares_memory(x, g) for g in given)):
+                x = np.array(x, copy=True)
+            out[name] = x
+        return out
+
+
+class _NotCompilable(Exception):
+    pass

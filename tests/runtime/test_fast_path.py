@@ -115,6 +115,7 @@ def _pte_fixtures():
 @pytest.mark.parametrize("policy", ["eager", "auto", "sequential"])
 def test_pte_bit_identical(pte, policy):
     from qnnrt.runtime.plan import DelegatePlan
+    kinds: set = set()
     with qnnrt.load(pte, residency="eager") as p:
         names = [n for n, m in p.methods.items() if m.inputs]
         feeds = {n: [_feeds(p.methods[n], s) for s in (0, 1)] for n in names}
@@ -127,5 +128,6 @@ def test_pte_bit_identical(pte, policy):
             first = p.run(n, fs[0])
             second = p.run(n, fs[1])
             assert isinstance(p._plans[n], DelegatePlan)
+            kinds.add(type(p._plans[n]).__name__)
             assert _same(first, ref[n][0]) and _same(second, ref[n][1]), n
             assert p.timing.graph_calls == len(p.methods[n].graph_order)
