@@ -415,17 +415,36 @@ class _DelegateStep:
                 self.outs.append((cb, tuple(s.shape), s.dtype, _Dequant(s), raw))
             else:
                 self.outs.append((cb, tuple(s.shape), s.dtype, None, None))
+        self.any_deq = any(o[3] is not None for o in self.outs)
+        self.fixed_out: dict[int, np.ndarray] = {}
+        self.dyn_ins = [(i, *x) for i, x in enumerate(self.ins)]
+
+    def fix(self, ins: dict[int, np.ndarray], outs: dict[int, np.ndarray]) -> None:
+        """Bind planned buffers once: inputs/outputs at these positions are not bound per call
+        (an output at a fixed position is returned as that buffer)."""
+        for i, b in ins.items():
+            self.ins[i][0].data = b.ctypes.data
+        self.dyn_ins = [(i, *x) for i, x in enumerate(self.ins) if i not in ins]
+        for j, b in outs.items():
+            cb, shape, dt, deq, raw = self.outs[j]
+            assert deq is None and b.dtype == dt and b.shape == shape
+            cb.data = b.ctypes.data
+            self.fixed_out[j] = b
 
     def run(self, arrays, handle) -> tuple[list, float]:
         keep = []
-        for (cb, dt, shape, s), a in zip(self.ins, arrays):
+        for i, cb, dt, shape, s in self.dyn_ins:
+            a = arrays[i]
             if a.dtype != dt or a.shape != shape or not a.flags.c_contiguous:
                 a = prepare_input(s, a, self.where)
                 keep.append(a)
             cb.data = a.ctypes.data
         res = []
-        for cb, shape, dt, deq, raw in self.outs:
-            if deq is None:
+        fixed = self.fixed_out
+        for j, (cb, shape, dt, deq, raw) in enumerate(self.outs):
+            if j in fixed:
+                res.append(fixed[j])
+            elif deq is None:
                 o = np.empty(shape, dt)
                 cb.data = o.ctypes.data
                 res.append(o)
@@ -437,9 +456,10 @@ class _DelegateStep:
         dt_s = pc() - t0
         if rc or _log._pending is not None:
             self.backend.check(rc, "graphExecute", None, f"for graph {self.graph_name!r}")
-        for k, (cb, shape, dt, deq, raw) in enumerate(self.outs):
-            if deq is not None:
-                res[k] = deq(raw, None)
+        if self.any_deq:
+            for k, (cb, shape, dt, deq, raw) in enumerate(self.outs):
+                if deq is not None:
+                    res[k] = deq(raw, None)
         return res, dt_s
 
 
@@ -542,6 +562,9 @@ class PtePlan(DelegatePlan):
             raise _NotCompilable
 
         self.ops: list[Any] = []   # (kind, payload): 0 kernel closure, 1 delegate, 2 move, 3 free
+        self._mm: dict[int, tuple] = {}
+        reads: dict[int, list] = {}     # value -> its readers: ("mm", pc) / ("d", step, position) / ("x",)
+        makers: dict[int, list] = {}    # value -> its producers: ("mm", pc) / ("d", step, position)
         self.kernel_steps = 0
         calls = method._calls
         for pc, ins in enumerate(r._instrs):
@@ -555,6 +578,13 @@ class PtePlan(DelegatePlan):
                     raise _NotCompilable
                 self.ops.append((0, self._kernel(pc, kd, args, outs, t, K, r)))
                 self.kernel_steps += 1
+                is_mm = pc in self._mm
+                for k, x in args:
+                    if k == "s":
+                        reads.setdefault(x, []).append(("mm", pc) if is_mm and x == args[0][1]
+                                                       else ("x",))
+                for oi in dict.fromkeys(outs):
+                    makers.setdefault(oi, []).append(("mm", pc) if is_mm else ("x",))
             elif isinstance(ins, DelegateCall):
                 step, in_pos, out_pos = calls[ins.delegate_index]
                 n_in = r._split[pc]
@@ -576,21 +606,78 @@ class PtePlan(DelegatePlan):
                     got = np.dtype(np.float32) if deq is not None else dt
                     conv = t is not None and (got != t.dtype or shape != tuple(t.shape))
                     post.append((a_out[k], p, t if conv else None))
+                    makers.setdefault(a_out[k], []).append(
+                        ("d", step, p) if not conv and deq is None else ("x",))
+                for p, (k, x) in enumerate(order):
+                    if k == "s":
+                        reads.setdefault(x, []).append(("d", step, p))
                 self.ops.append((1, (d, step, order, post)))
             elif isinstance(ins, MoveCall):
-                self.ops.append((2, (arg(ins.move_from), ins.move_to)))
+                mv = arg(ins.move_from)
+                if mv[0] == "s":
+                    reads.setdefault(mv[1], []).append(("x",))
+                makers.setdefault(ins.move_to, []).append(("x",))
+                self.ops.append((2, (mv, ins.move_to)))
             elif isinstance(ins, FreeCall):
                 self.ops.append((3, ins.value_index))
             else:
                 raise _NotCompilable
             for fv in r._free_after.get(pc, ()):
                 self.ops.append((3, fv))
+        self._plan_buffers(r, reads, makers, _UNDEF)
         self.in_specs = list(method.inputs)
         self.in_idx = list(r._input_idx)
         self.outs = [(s.value_index, s.value_index in r._const_idx or s.value_index in self.in_idx)
                      for s in r.method.outputs]
         self.out_names = [s.name for s in method.outputs]
         self.where = f"method {method.name!r}"
+
+    def _plan_buffers(self, r, reads: dict, makers: dict, undef) -> None:
+        """Values made by one delegate / float32 mm and read only by delegates / float32 mm's,
+        never leaving the method, live in planned buffers bound into the graph structs once."""
+        uses: dict[int, int] = {}
+        for step, _, _ in self.method._calls.values():
+            uses[id(step)] = 0
+        for s in self.method.steps:
+            uses[id(s)] = uses.get(id(s), 0) + 1
+        boundary = set(r._input_idx) | set(r._output_idx)
+        fix_in: dict[int, dict] = {}
+        fix_out: dict[int, dict] = {}
+
+        def made(op):   # (dtype, shape) the producer writes
+            if op[0] == "mm":
+                return np.dtype(np.float32), self._mm[op[1]][2]
+            o = self.by_step[id(op[1])].outs[op[2]]
+            return np.dtype(o[2]), o[1]
+
+        def read(op):   # (dtype, shape) the reader binds without a check
+            if op[0] == "mm":
+                return np.dtype(np.float32), self._mm[op[1]][4]
+            x = self.by_step[id(op[1])].ins[op[2]]
+            return np.dtype(x[1]), x[2]
+
+        for i, mk in makers.items():
+            rd = reads.get(i, [])
+            if i in boundary or len(mk) != 1 or not rd or r._static[i] is not undef:
+                continue
+            if any(op[0] == "x" or (op[0] == "d" and uses.get(id(op[1])) != 1) for op in mk + rd):
+                continue
+            want = {made(mk[0])} | {read(op) for op in rd}
+            if len(want) != 1:
+                continue
+            dt, shape = want.pop()
+            buf = np.zeros(shape, dt)
+            self.template[i] = buf
+            op = mk[0]
+            if op[0] == "mm":
+                self._mm[op[1]][3][0] = buf
+            else:
+                fix_out.setdefault(id(op[1]), {})[op[2]] = buf
+            for op in rd:
+                if op[0] == "d":
+                    fix_in.setdefault(id(op[1]), {})[op[2]] = buf
+        for key in set(fix_in) | set(fix_out):
+            self.by_step[key].fix(fix_in.get(key, {}), fix_out.get(key, {}))
 
     def _kernel(self, pc, kd, args, outs, t, K, r):
         info = K.OutInfo(t.dtype, t.shape)
@@ -603,12 +690,16 @@ class PtePlan(DelegatePlan):
                 and tuple(r._values[args[0][1]].value.shape) == (t.shape[0], args[1][1].shape[0])):
             a_i, w, shape, o = args[0][1], args[1][1], tuple(t.shape), outs
             mm, empty = np.matmul, np.empty
+            cell: list = [None]  # a planned out buffer, when the result never leaves the method
 
             def run_mm(v):
-                res = empty(shape, np.float32)
+                res = cell[0]
+                if res is None:
+                    res = empty(shape, np.float32)
                 mm(v[a_i], w, out=res)
                 for oi in o:
                     v[oi] = res
+            self._mm[pc] = (a_i, o, shape, cell, (t.shape[0], w.shape[0]))
             return run_mm
         fn = kd.fn
         shape_ok = r._shape_ok
