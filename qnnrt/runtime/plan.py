@@ -611,7 +611,9 @@ class PtePlan(DelegatePlan):
                 for p, (k, x) in enumerate(order):
                     if k == "s":
                         reads.setdefault(x, []).append(("d", step, p))
-                self.ops.append((1, (d, step, order, post)))
+                shapes = [tuple(values[a].value.shape) for a in a_in]
+                reshape = any(shapes[k] != d.ins[p][2] for k, p in enumerate(in_pos))
+                self.ops.append((1, [d, step, order, post, reshape]))
             elif isinstance(ins, MoveCall):
                 mv = arg(ins.move_from)
                 if mv[0] == "s":
@@ -746,11 +748,15 @@ class PtePlan(DelegatePlan):
                 op(v)
                 cpu += pc() - t0
             elif kind == 1:
-                d, step, order, post = op
-                xs = [v[x] if k == "s" else x for k, x in order]
-                for j, (x, (_, _, shape, _)) in enumerate(zip(xs, d.ins)):
-                    if isinstance(x, np.ndarray) and x.shape != shape:
-                        xs[j] = size1_reshape(x, shape)
+                d, step, order, post, reshape = op
+                if d.dyn_ins:
+                    xs = [v[x] if k == "s" else x for k, x in order]
+                    if reshape:
+                        for j, (x, (_, _, shape, _)) in enumerate(zip(xs, d.ins)):
+                            if isinstance(x, np.ndarray) and x.shape != shape:
+                                xs[j] = size1_reshape(x, shape)
+                else:
+                    xs = order
                 if fast:
                     res, dt_s = d.run(xs, d.handle)
                 else:
