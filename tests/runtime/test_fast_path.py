@@ -131,3 +131,26 @@ def test_pte_bit_identical(pte, policy):
             kinds.add(type(p._plans[n]).__name__)
             assert _same(first, ref[n][0]) and _same(second, ref[n][1]), n
             assert p.timing.graph_calls == len(p.methods[n].graph_order)
+
+
+LLM = "/work/shared/fixtures/executorch/llama_stories_fp16"
+
+
+@pytest.mark.parametrize("policy", ["eager", "auto"])
+def test_llm_pte_bit_identical(policy):
+    from pathlib import Path
+    from qnnrt.runtime.plan import PtePlan
+    fix = Path(LLM)
+    if not fix.exists():
+        pytest.skip("no llama_stories_fp16 fixture")
+    with qnnrt.load(fix / "model.pte", residency=policy) as p:
+        for name in p.methods:
+            files = sorted((fix / "inputs").glob(f"{name}_input_*.npy"),
+                           key=lambda f: int(f.stem.rsplit("_", 1)[1]))
+            xs = [np.load(f) for f in files]
+            got = p.run(name, xs)
+            assert isinstance(p._plans[name], PtePlan)
+            p.compiled = False
+            ref = p.run(name, xs)
+            p.compiled = True
+            assert _same(got, ref), name
