@@ -154,3 +154,17 @@ def test_llm_pte_bit_identical(policy):
             ref = p.run(name, xs)
             p.compiled = True
             assert _same(got, ref), name
+
+
+def test_raw_binary_graph_method_quantized_bit_identical(q8_binary):
+    """A raw context binary (GraphMethod) with fixed-point I/O: one-pass float32 dequantization."""
+    with qnnrt.load(q8_binary.path, residency="eager") as p:
+        m = p.method()
+        feeds = [_feeds(m, s) for s in (0, 1)]
+        got = [p.run(None, f) for f in feeds]
+        assert isinstance(p._plans[m.name], MethodPlan)
+        p.compiled = False
+        ref = [p.run(None, f) for f in feeds]
+    assert any(s.is_fixed_point for s in p.binaries[m.steps[0].key].graph(m.steps[0].graph).outputs)
+    for g, r in zip(got, ref):
+        assert _same(g, r)
