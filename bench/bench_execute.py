@@ -1,4 +1,5 @@
-"""Graph.execute (qnnrt) vs onnxruntime session.run (QNN EP) on the same EPContext model.
+"""Graph.execute and Program.run (the compiled plan) of qnnrt vs onnxruntime session.run (QNN EP)
+on the same EPContext model.
 
     python bench/bench_execute.py [--calls 2000] [--width 64]
 
@@ -46,16 +47,20 @@ def main() -> None:
         model, binary, graph_name = build(a.width, Path(d))
         x = np.random.default_rng(0).standard_normal((1, a.width)).astype(np.float32)
         sess = qnn_session(model)
-        with Backend(soc="SM8550") as be, Context(be, ContextBinary(binary)) as ctx:
+        import qnnrt
+        with qnnrt.load(model, residency="eager") as prog, Backend(soc="SM8550") as be, \
+                Context(be, ContextBinary(binary)) as ctx:
             g = ctx.graph(graph_name)
             feed = {"x": x}
             y_q = g.execute(feed)["y"]
             y_o = sess.run(None, feed)[0]
             assert np.array_equal(y_q, y_o), abs(y_q - y_o).max()
-            for _ in range(200):  # warm both
+            assert np.array_equal(prog.run(None, feed)["y"], y_o)
+            for _ in range(200):  # warm all
                 g.execute(feed)
                 sess.run(None, feed)
-            tq, to = [], []
+                prog.run(None, feed)
+            tq, to, tp = [], [], []
             per = a.calls // a.rounds
             for _ in range(a.rounds):
                 for _ in range(per):
@@ -66,13 +71,19 @@ def main() -> None:
                     t0 = time.perf_counter()
                     sess.run(None, feed)
                     to.append(time.perf_counter() - t0)
+                for _ in range(per):
+                    t0 = time.perf_counter()
+                    prog.run(None, feed)
+                    tp.append(time.perf_counter() - t0)
         mq, mo = statistics.median(tq) * 1e6, statistics.median(to) * 1e6
         print(f"width {a.width}, {len(tq)} calls each (outputs identical: yes)")
         print("| runner | median us/call | p90 us/call |")
         print("| --- | --- | --- |")
         print(f"| qnnrt Graph.execute | {mq:.1f} | {np.percentile(tq, 90) * 1e6:.1f} |")
         print(f"| ORT session.run (QNN EP) | {mo:.1f} | {np.percentile(to, 90) * 1e6:.1f} |")
-        print(f"ratio qnnrt/ORT: {mq / mo:.3f}")
+        mp = statistics.median(tp) * 1e6
+        print(f"| qnnrt Program.run (compiled plan) | {mp:.1f} | {np.percentile(tp, 90) * 1e6:.1f} |")
+        print(f"ratio qnnrt Graph.execute/ORT: {mq / mo:.3f}; Program.run/ORT: {mp / mo:.3f}")
 
 
 if __name__ == "__main__":

@@ -145,6 +145,21 @@ def latency_stats(ms: list[float]) -> dict:
             "all": [round(float(x), 4) for x in a]}
 
 
+def time_breakdown(parts: list[tuple[float, float, float, int]]) -> dict:
+    """Medians per iteration of the time inside QNN graph execution, in CPU ops and the rest
+    (qnnrt's own cost), from (wall, accelerator, cpu ops seconds, graph calls) per iteration."""
+    if not parts:
+        return {}
+    med = lambda xs: float(np.median(list(xs)))  # noqa: E731
+    rt = [w - a - c for w, a, c, _ in parts]
+    return {"accelerator_ms": round(med(p[1] for p in parts) * 1e3, 6),
+            "cpu_ops_ms": round(med(p[2] for p in parts) * 1e3, 6),
+            "runtime_ms": round(med(rt) * 1e3, 6),
+            "runtime_us_per_graph_call": round(med(r / max(1, p[3]) for r, p in zip(rt, parts))
+                                               * 1e6, 3),
+            "graph_calls_per_iteration": int(med(p[3] for p in parts))}
+
+
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     """Bit-for-bit repeat check; NaN in the same places counts as equal."""
     return np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" and b.dtype.kind in "fc")
@@ -182,6 +197,7 @@ def run(args) -> int:
         first_output_s: float | None = None
         first_outputs: dict[tuple[str, int], dict[str, np.ndarray]] = {}
         per_method: dict[str, list[float]] = {m.name: [] for m in methods}
+        parts: list[tuple[float, float, float, int]] = []  # per timed iteration: wall, acc, cpu, calls
         mismatches = []
         total = args.warm_up + args.iteration
         run_bar = ProgressBar("running") if tty and not quiet and total > 20 else None
@@ -209,6 +225,8 @@ def run(args) -> int:
             if timed:
                 latencies.append(dt * 1e3)
                 per_method[m.name].append(dt * 1e3)
+                t = prog.timing
+                parts.append((dt, t.accelerator_s, t.cpu_ops_s, t.graph_calls))
             if args.check_repeat:
                 ref = first_outputs.setdefault((m.name, feed_index), outputs)
                 if ref is not outputs:
@@ -242,6 +260,7 @@ def run(args) -> int:
                         for k, v in outputs.items()],
             "check_repeat": ({"checked": True, "mismatches": len(mismatches)}
                              if args.check_repeat else {"checked": False}),
+            "time_breakdown": time_breakdown(parts),
         }
         if len(methods) > 1:
             report["latency_ms_per_method"] = {k: latency_stats(v) for k, v in per_method.items() if v}
@@ -320,6 +339,11 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
     print(f"  latency over {r['iterations']} iteration(s) (+{r['warm_up']} warm-up): "
           f"min {lat['min']:.3f} ms, median {lat['median']:.3f} ms, p90 {lat['p90']:.3f} ms, "
           f"max {lat['max']:.3f} ms")
+    tb = r.get("time_breakdown")
+    if tb:
+        print(f"  time per iteration (median): inside QNN graph execution {tb['accelerator_ms']:.3f} "
+              f"ms, CPU ops {tb['cpu_ops_ms']:.3f} ms, qnnrt runtime {tb['runtime_ms']:.3f} ms "
+              f"({tb['runtime_us_per_graph_call']:.1f} us per graph call)")
     cap = res["capacity_found"]
     print(f"  residency {res['policy']}: peak live {res['peak_live']}/{res['contexts_total']}, "
           f"creates {res['creates']}, evictions {res['evictions']}, reloads {res['reloads']}"

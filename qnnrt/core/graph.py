@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes as C
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,7 @@ class Graph:
         self._execute = context.backend.api.graphExecute
         self._lock = threading.Lock()
         self._valid = True
+        self.last_execute_seconds = 0.0  # time inside graphExecute of the last execution
 
     @property
     def inputs(self) -> tuple:
@@ -76,8 +78,10 @@ class Graph:
                 self._in_array[i] = t.struct
             backend = self.context.backend
             mark = backend.log.mark()
+            t0 = time.perf_counter()
             rc = self._execute(self.handle, self._in_array, len(self._inputs), self._out_array,
                                len(self._outputs), profile.handle if profile else None, None)
+            self.last_execute_seconds = time.perf_counter() - t0
             backend.check(rc, "graphExecute", mark, f"for graph {self.name!r}")
             flags = ([dequantize] * len(self._outputs) if isinstance(dequantize, bool)
                      else list(dequantize))

@@ -85,6 +85,7 @@ class PteMethodRunner:
         self.method = method
         self.name = method.name
         self.delegate_runner = delegate_runner
+        self.kernel_seconds = 0.0  # time inside CPU kernels (for run timing), reset by the caller
         self._instrs = list(method.instructions)
         values = method.values
         self._values = values
@@ -400,8 +401,10 @@ class PteMethodRunner:
         t: TensorInfo = self._values[out_i].value
         info = K.OutInfo(t.dtype, t.shape)
         try:
+            t0 = time.perf_counter()
             r = kd.fn(*xs, out=info)
             r = K.cast_to_out(r, info, kd.name, kd.cast)
+            self.kernel_seconds += time.perf_counter() - t0
         except K.KernelError as e:
             raise K.KernelError(f"method {self.name!r} instruction {pc} ({kd.name}): {e}") from None
         except QnnrtError:

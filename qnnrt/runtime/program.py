@@ -13,7 +13,8 @@ import numpy as np
 from qnnrt.core import Backend, ContextBinary, Profile
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
-from qnnrt.runtime.method import Method, QnnStep, UnavailableMethod
+from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod, QnnStep, UnavailableMethod
+from qnnrt.runtime.plan import DelegatePlan, MethodPlan, PtePlan, RunTiming
 from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.residency import ContextPool, Residency
 
@@ -65,6 +66,9 @@ class Program:
         self.pd_budget_cache: str | None = None
         self.graph_calls = 0
         self.vet_reports: list = []  # set by qnnrt.load: what was vetted (qnnrt.core.vet.VetReport)
+        self.timing = RunTiming()  # the last run: time inside graphExecute and in CPU ops
+        self._plans: dict[str, MethodPlan | DelegatePlan | None] = {}
+        self.compiled = True  # False: run every method on the step-by-step reference path
         try:
             self.methods: dict[str, Method] = method_builder(self)
             if not self.methods and not self.constants:
@@ -125,11 +129,32 @@ class Program:
         with self._lock:
             if self._closed:
                 raise QnnrtError("program is closed")
-            self.pool.set_order(m.graph_order)
             try:
-                return m.run(inputs, self._run_graph)
+                plan = self._plan(m)
+                if plan is not None:
+                    out = plan.run(inputs)
+                    self.timing = plan.timing
+                    return out
+                self.timing = RunTiming()
+                self.pool.set_order(m.graph_order)
+                out = m.run(inputs, self._run_graph)
+                self.timing.graph_calls = len(m.graph_order)
+                return out
             finally:
                 self.iterations += 1
+
+    def _plan(self, m: Method) -> MethodPlan | DelegatePlan | None:
+        """The method's compiled plan (built at its first run), or None for the reference path:
+        profiling on, or a method kind the planner does not compile."""
+        if not self.compiled or (self.exec_profiler is not None and self.profile_level != "off"):
+            return None
+        if m.name not in self._plans:
+            from qnnrt.executorch.program import PteMethodAdapter
+            self._plans[m.name] = (MethodPlan(self, m) if type(m) in (OnnxMethod, GraphMethod)
+                                   else PtePlan.compile(self, m) if type(m) is PteMethodAdapter
+                                   else None)
+        plan = self._plans[m.name]
+        return plan if plan is not None and plan.method is m else None
 
     def _run_graph(self, step: QnnStep, position: int, arrays: list[np.ndarray]) -> list:
         self.graph_calls += 1  # read by progress reporters on other threads
@@ -146,6 +171,7 @@ class Program:
                 out = g.execute_prepared(arrays, profile=prof, dequantize=step.dequantize)
             else:  # an intermediate from a CPU op of another dtype / layout: convert and check
                 out = g.execute(arrays, profile=prof, dequantize=step.dequantize)
+            self.timing.accelerator_s += g.last_execute_seconds
             if prof is not None:
                 self.exec_profiler.record("execute", step.graph, step.key, prof.events(),
                                           iteration=self.iterations)

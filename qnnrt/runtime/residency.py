@@ -111,6 +111,10 @@ class ContextPool:
         self.estimates: dict[str, int] = {}
         self._live: dict[str, Context] = {}
         self._pending: dict[str, Future] = {}
+        # bumped on every change of _live or _pending: a compiled plan that found all its contexts
+        # live and nothing pending at generation G skips acquire/release while it is still G
+        self.generation = 0
+        self.prefetch_wakeups = 0  # prefetch jobs started (the thread woke to create something)
         self._prefetched: set[str] = set()  # created by a prefetch, not used yet
         self._in_use: dict[str, int] = {}
         self._lock = threading.RLock()
@@ -291,6 +295,7 @@ class ContextPool:
             with self._lock:
                 ctx = self._live.pop(key, None)
                 self._prefetched.discard(key)
+                self.generation += 1
             if ctx is None:
                 return
         profile = Profile(self.backend, "basic") if self._dsp_state() == "on" else None
@@ -316,6 +321,7 @@ class ContextPool:
     def _insert(self, key: str, ctx: Context) -> None:
         with self._lock:
             self._live[key] = ctx
+            self.generation += 1
             self._note_peaks()
 
     def _note_peaks(self) -> None:
@@ -493,10 +499,12 @@ class ContextPool:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=1,
                                                     thread_name_prefix="qnnrt-prefetch")
+            self.generation += 1
             self._pending[nxt] = self._executor.submit(self._prefetch_job, nxt)
             self.stats.prefetches += 1
 
     def _prefetch_job(self, key: str) -> None:
+        self.prefetch_wakeups += 1
         try:
             ctx = self._create(key)
         except BaseException as e:
@@ -504,6 +512,7 @@ class ContextPool:
                   and self.residency.kind == "auto")
             with self._lock:
                 self._pending.pop(key, None)
+                self.generation += 1
                 live_now = len(self._live)
             if pd:
                 self._found_capacity(live_now)
@@ -511,6 +520,7 @@ class ContextPool:
             raise
         with self._lock:
             self._pending.pop(key, None)
+            self.generation += 1
             discard = self._closed
             if not discard:
                 self._live[key] = ctx
@@ -527,6 +537,14 @@ class ContextPool:
                 self._insert(key, self._create(key))
             if progress:
                 progress(i + 1, len(self.binaries))
+
+    def all_live(self, keys) -> int | None:
+        """The current generation when every context in `keys` is live and nothing is pending
+        (the state a compiled plan may run in without acquire/release), else None."""
+        with self._lock:
+            if self._closed or self._pending or any(k not in self._live for k in keys):
+                return None
+            return self.generation
 
     @property
     def live_keys(self) -> list[str]:

@@ -85,3 +85,17 @@ def test_profiling_files_and_plot(chain12, tmp_path):
 def test_bad_runner_options(chain12, args, pattern):
     r = qnnrt("run", chain12.model, *args)
     assert r.returncode == 1 and pattern in r.stderr, r.stderr
+
+
+def test_run_reports_time_breakdown(chain12, tmp_path):
+    rep = tmp_path / "r.json"
+    r = qnnrt("run", chain12.model, "--iteration", 20, "--warm-up", 2, "--report", rep)
+    assert r.returncode == 0, r.stderr
+    tb = json.loads(rep.read_text())["time_breakdown"]
+    assert {"accelerator_ms", "cpu_ops_ms", "runtime_ms", "runtime_us_per_graph_call"} <= set(tb)
+    assert tb["accelerator_ms"] > 0 and tb["cpu_ops_ms"] > 0 and tb["runtime_ms"] > 0
+    med = json.loads(rep.read_text())["latency_ms"]["median"]
+    total = tb["accelerator_ms"] + tb["cpu_ops_ms"] + tb["runtime_ms"]
+    assert abs(total - med) <= 0.05 * med, (total, med)
+    assert abs(tb["runtime_us_per_graph_call"] - tb["runtime_ms"] * 1e3 / 12) < 0.5 * tb["runtime_us_per_graph_call"]
+    assert "inside QNN graph execution" in r.stdout and "us per graph call" in r.stdout

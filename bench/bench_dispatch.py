@@ -1,0 +1,155 @@
+"""Runtime cost per graph call of qnnrt on a .pte, a program folder or an EPContext .onnx.
+
+    python bench/bench_dispatch.py PATH [--method M] [--iterations 200] [--warm-up 5]
+        [--residency eager] [--reference] [--null-execute] [--inputs a.npy,b.npy] [--json out.json]
+
+Per iteration (median over >= 200), from the runtime's own counters (Program.timing: a perf_counter
+around each graphExecute C call and each CPU op, what `qnnrt run` reports as time_breakdown):
+    runtime cost per graph call = (iteration wall - inside graphExecute - CPU ops) / graph calls
+and ExecuTorch's definition (its et_run.py counts its CPU kernels as runtime):
+    (iteration wall - inside graphExecute) / graph calls
+
+--reference      the step-by-step path (Program.compiled = False); its CPU segments are timed by a
+                 wrapper around session.run (.pte kernels by the interpreter's own counter)
+--null-execute   graphExecute replaced by a C no-op (bench/noop.c, built with cc into a temp dir):
+                 qnnrt's cost with an infinitely fast accelerator, free of simulator noise
+                 (outputs are garbage)
+Ported from the issue-10 groundwork (/work/scratch/fastpath/bench_dispatch.py).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes as C
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+NOOP_C = ("#include <stdint.h>\nuint64_t qnn_noop_execute(void* g, const void* in, uint32_t nin, "
+          "void* out, uint32_t nout, void* prof, void* sig) { return 0; }\n")
+
+
+def noop_execute(like):
+    d = tempfile.mkdtemp(prefix="qnnrt-noop-")
+    src, lib = Path(d, "noop.c"), Path(d, "libnoop.so")
+    src.write_text(NOOP_C)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    f = C.CDLL(str(lib)).qnn_noop_execute
+    f.argtypes, f.restype = like.argtypes, like.restype
+    return f
+
+
+def make_inputs(method, paths: str | None) -> list[np.ndarray]:
+    if paths:
+        return [np.load(p) for p in paths.split(",")]
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(tuple(d or 1 for d in s.shape)).astype(s.dtype)
+            if np.dtype(s.dtype).kind == "f" else np.zeros(tuple(d or 1 for d in s.shape), s.dtype)
+            for s in method.inputs]
+
+
+class _TimedSession:
+    def __init__(self, sess, acc: list):
+        self._s, self._acc = sess, acc
+
+    def run(self, *a, **k):
+        t = time.perf_counter()
+        try:
+            return self._s.run(*a, **k)
+        finally:
+            self._acc[0] += time.perf_counter() - t
+
+    def __getattr__(self, k):
+        return getattr(self._s, k)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("path")
+    ap.add_argument("--method")
+    ap.add_argument("--iterations", type=int, default=200)
+    ap.add_argument("--warm-up", type=int, default=5)
+    ap.add_argument("--residency", default="eager")
+    ap.add_argument("--reference", action="store_true")
+    ap.add_argument("--null-execute", action="store_true")
+    ap.add_argument("--inputs")
+    ap.add_argument("--json")
+    a = ap.parse_args(argv)
+    import qnnrt
+    from qnnrt.runtime.method import CpuStep
+    prog = qnnrt.load(a.path, residency=a.residency)
+    cpu_acc = [0.0]
+    try:
+        m = prog.method(a.method)
+        feed = make_inputs(m, a.inputs)
+        prog.compiled = False
+        ref = prog.run(m.name, feed)
+        prog.compiled = not a.reference
+        got = prog.run(m.name, feed)  # builds the plan, creates the contexts
+        prog.run(m.name, [f + 1 if f.dtype.kind == "f" else f for f in feed])
+        same = all(np.array_equal(ref[k], got[k]) and ref[k].dtype == got[k].dtype for k in ref)
+        print(f"outputs bit-identical to the reference path (and unchanged by a later run): {same}")
+        if a.reference:
+            for s in m.steps:
+                if isinstance(s, CpuStep):
+                    s.segment.session = _TimedSession(s.segment.session, cpu_acc)
+        if a.null_execute:
+            ex = prog.backend.api.graphExecute
+            noop = noop_execute(ex)
+            if a.reference:
+                for ctx in prog.pool._live.values():
+                    for g in ctx.graphs():
+                        g._execute = noop
+            else:
+                for st in prog._plans[m.name].graph_steps:
+                    st.execute = noop
+        for _ in range(a.warm_up):
+            prog.run(m.name, feed)
+        rows = []
+        pc = time.perf_counter
+        for _ in range(a.iterations):
+            cpu_acc[0] = 0.0
+            t0 = pc()
+            prog.run(m.name, feed)
+            wall = pc() - t0
+            t = prog.timing
+            rows.append((wall, t.accelerator_s, t.cpu_ops_s + cpu_acc[0], t.graph_calls))
+        load = os.getloadavg()
+    finally:
+        prog.close()
+    med = statistics.median
+    calls = rows[0][3]
+    rt = [(r[0] - r[1] - r[2]) / max(1, r[3]) * 1e6 for r in rows]
+    res = {"path": a.path, "method": m.name, "path_kind": "reference" if a.reference else "plan",
+           "null_execute": a.null_execute, "iterations": a.iterations, "graph_calls": calls,
+           "wall_ms": med(r[0] for r in rows) * 1e3,
+           "accelerator_ms": med(r[1] for r in rows) * 1e3,
+           "cpu_ops_ms": med(r[2] for r in rows) * 1e3,
+           "runtime_ms": med(r[0] - r[1] - r[2] for r in rows) * 1e3,
+           "runtime_us_per_graph_call": med(rt),
+           "runtime_us_per_graph_call_p10_p90": [float(np.percentile(rt, q)) for q in (10, 90)],
+           "runtime_plus_cpu_us_per_graph_call": med((r[0] - r[1]) / max(1, r[3]) for r in rows) * 1e6,
+           "loadavg": [round(x, 2) for x in load]}
+    print(f"{a.path} [{m.name}] {res['path_kind']}{' null-execute' if a.null_execute else ''}: "
+          f"{calls} graph calls/iteration, {a.iterations} iterations, load {res['loadavg']}")
+    print(f"  wall {res['wall_ms']:.2f} ms | graphExecute {res['accelerator_ms']:.2f} ms | CPU ops "
+          f"{res['cpu_ops_ms']:.2f} ms | runtime {res['runtime_ms']:.2f} ms (medians)")
+    print(f"  runtime cost per graph call: {res['runtime_us_per_graph_call']:.2f} us (p10 "
+          f"{res['runtime_us_per_graph_call_p10_p90'][0]:.2f}, p90 "
+          f"{res['runtime_us_per_graph_call_p10_p90'][1]:.2f}); incl. CPU ops: "
+          f"{res['runtime_plus_cpu_us_per_graph_call']:.2f} us")
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1))
+    return res
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""The compiled plan (qnnrt/runtime/plan.py) against the step-by-step reference path
+(Program.compiled = False: Method.run -> Graph.execute_prepared / execute)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import qnnrt
+from qnnrt.runtime.plan import MethodPlan
+from tests.helpers.qnn_fixtures import WIDTH
+
+POLICIES = ["eager", "lazy", "auto", "sequential", "bounded:3"]
+
+
+def _feeds(m, seed=0):
+    rng = np.random.default_rng(seed)
+    return {s.name: rng.standard_normal([d or 1 for d in s.shape]).astype(s.dtype)
+            for s in m.inputs}
+
+
+def _reference(path, feeds_list, method=None):
+    with qnnrt.load(path, residency="eager") as p:
+        p.compiled = False
+        return [p.run(method, f) for f in feeds_list]
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and np.array_equal(a[k], b[k])
+        for k in a)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_chain_bit_identical_every_policy(chain12, policy):
+    x = [{"x": np.random.default_rng(i).standard_normal((1, WIDTH)).astype(np.float32)}
+         for i in range(3)]
+    ref = _reference(chain12.model, x)
+    with qnnrt.load(chain12.model, residency=policy) as p:
+        outs = [p.run(None, f) for f in x]
+        again = p.run(None, x[0])
+        assert isinstance(p._plans["forward" if "forward" in p.methods else p.method().name],
+                          MethodPlan)
+    for o, r in zip(outs, ref):
+        assert _same(o, r)
+    assert _same(again, ref[0])
+    assert _same(outs[0], ref[0])  # unchanged by later runs
+
+
+def test_tiny_bit_identical_every_policy(built_tiny_program):
+    path = built_tiny_program.out
+    with qnnrt.load(path, residency="eager") as p:
+        m = p.method()
+        feeds = [_feeds(m, 0), _feeds(m, 1)]
+    ref = _reference(path, feeds)
+    for policy in ("eager", "auto", "sequential", "bounded:8"):
+        with qnnrt.load(path, residency=policy) as p:
+            first = p.run(None, feeds[0])
+            second = p.run(None, feeds[1])
+            assert _same(first, ref[0]) and _same(second, ref[1]), policy
+            assert p.timing.graph_calls == len(p.method().graph_order)
+            assert p.timing.accelerator_s > 0 and p.timing.cpu_ops_s > 0
+
+
+def test_results_not_aliased_and_input_outputs_copied(chain12):
+    x = np.ones((1, WIDTH), np.float32)
+    with qnnrt.load(chain12.model, residency="eager") as p:
+        a = p.run(None, {"x": x})
+        keep = {k: v.copy() for k, v in a.items()}
+        b = p.run(None, {"x": x * 2})
+        assert _same(a, keep)
+        assert all(not np.shares_memory(a[k], b[k]) for k in a)
+        assert all(not np.shares_memory(v, x) for v in b.values())
+
+
+def test_prefetch_thread_does_not_wake_when_all_live(chain12):
+    x = {"x": np.ones((1, WIDTH), np.float32)}
+    with qnnrt.load(chain12.model, residency="auto") as p:
+        for _ in range(2):
+            p.run(None, x)
+        wakeups, gen, prefetches = p.pool.prefetch_wakeups, p.pool.generation, p.pool.stats.prefetches
+        for _ in range(20):
+            p.run(None, x)
+        assert p.pool.prefetch_wakeups == wakeups
+        assert p.pool.stats.prefetches == prefetches
+        assert p.pool.generation == gen
+
+
+def test_breakdown_adds_up(chain12):
+    x = {"x": np.ones((1, WIDTH), np.float32)}
+    with qnnrt.load(chain12.model, residency="eager") as p:
+        p.run(None, x)
+        for _ in range(5):
+            t0 = time.perf_counter()
+            p.run(None, x)
+            wall = time.perf_counter() - t0
+            t = p.timing
+            assert 0 < t.accelerator_s + t.cpu_ops_s <= wall
+            assert t.graph_calls == 12
+
+
+def _pte_fixtures():
+    from pathlib import Path
+    out = []
+    for root in (Path(__file__).parents[1] / "data" / "executorch",
+                 Path("/work/shared/fixtures/executorch")):
+        for pte in sorted(root.glob("*/*.pte")):
+            if "llama" not in pte.parent.name:
+                out.append(pte)
+    return out
+
+
+@pytest.mark.parametrize("pte", _pte_fixtures(), ids=lambda p: f"{p.parent.parent.name[:6]}-{p.parent.name}")
+@pytest.mark.parametrize("policy", ["eager", "auto", "sequential"])
+def test_pte_bit_identical(pte, policy):
+    from qnnrt.runtime.plan import DelegatePlan
+    kinds: set = set()
+    with qnnrt.load(pte, residency="eager") as p:
+        names = [n for n, m in p.methods.items() if m.inputs]
+        feeds = {n: [_feeds(p.methods[n], s) for s in (0, 1)] for n in names}
+    ref = {}
+    with qnnrt.load(pte, residency="eager") as p:
+        p.compiled = False
+        ref = {n: [p.run(n, f) for f in fs] for n, fs in feeds.items()}
+    with qnnrt.load(pte, residency=policy) as p:
+        for n, fs in feeds.items():
+            first = p.run(n, fs[0])
+            second = p.run(n, fs[1])
+            assert isinstance(p._plans[n], DelegatePlan)
+            kinds.add(type(p._plans[n]).__name__)
+            assert _same(first, ref[n][0]) and _same(second, ref[n][1]), n
+            assert p.timing.graph_calls == len(p.methods[n].graph_order)
+
+
+LLM = "/work/shared/fixtures/executorch/llama_stories_fp16"
+
+
+@pytest.mark.parametrize("policy", ["eager", "auto"])
+def test_llm_pte_bit_identical(policy):
+    from pathlib import Path
+    from qnnrt.runtime.plan import PtePlan
+    fix = Path(LLM)
+    if not fix.exists():
+        pytest.skip("no llama_stories_fp16 fixture")
+    with qnnrt.load(fix / "model.pte", residency=policy) as p:
+        for name in p.methods:
+            files = sorted((fix / "inputs").glob(f"{name}_input_*.npy"),
+                           key=lambda f: int(f.stem.rsplit("_", 1)[1]))
+            xs = [np.load(f) for f in files]
+            got = p.run(name, xs)
+            assert isinstance(p._plans[name], PtePlan)
+            p.compiled = False
+            ref = p.run(name, xs)
+            p.compiled = True
+            assert _same(got, ref), name
+
+
+def test_raw_binary_graph_method_quantized_bit_identical(q8_binary):
+    """A raw context binary (GraphMethod) with fixed-point I/O: one-pass float32 dequantization."""
+    with qnnrt.load(q8_binary.path, residency="eager") as p:
+        m = p.method()
+        feeds = [_feeds(m, s) for s in (0, 1)]
+        got = [p.run(None, f) for f in feeds]
+        assert isinstance(p._plans[m.name], MethodPlan)
+        p.compiled = False
+        ref = [p.run(None, f) for f in feeds]
+    assert any(s.is_fixed_point for s in p.binaries[m.steps[0].key].graph(m.steps[0].graph).outputs)
+    for g, r in zip(got, ref):
+        assert _same(g, r)
