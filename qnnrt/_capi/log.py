@@ -26,6 +26,11 @@ def defer(exc: BaseException) -> None:
             _pending = exc
 
 
+def interrupt_pending() -> bool:
+    """Did the log callback defer an interrupt (cheap: one global read)?"""
+    return _pending is not None
+
+
 def raise_pending() -> None:
     """Raise the interrupt the log callback deferred, if any (then it is cleared)."""
     global _pending

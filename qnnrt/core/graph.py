@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qnnrt._capi import types as T
+from qnnrt._capi.log import interrupt_pending
 from qnnrt.core.binary import GraphSpec
 from qnnrt.core.tensor import IOTensor, order_inputs, prepare_input
 from qnnrt.errors import QnnrtError
@@ -94,3 +95,59 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, {len(self._inputs)} in, {len(self._outputs)} out)"
+
+
+class BoundCall:
+    """One graph's execute call over I/O structs made once, for a runtime's prepared plan: the
+    caller points each input and output at an array it already validated or planned, then calls.
+    Nothing is checked here (`Graph.execute` is the checked path); a failed call raises QnnError
+    with QNN's log, and an interrupt the log callback deferred is raised after the call returns."""
+
+    __slots__ = ("backend", "name", "_tensors", "_ia", "_oa", "_ni", "_no", "_in", "_out", "_execute")
+
+    def __init__(self, backend, spec: GraphSpec):
+        self.backend, self.name = backend, spec.name
+        self._tensors = [IOTensor(s) for s in spec.inputs] + [IOTensor(s) for s in spec.outputs]
+        ni, no = len(spec.inputs), len(spec.outputs)
+        self._ia = (T.Tensor * max(1, ni))()
+        self._oa = (T.Tensor * max(1, no))()
+        for i, t in enumerate(self._tensors[:ni]):
+            self._ia[i] = t.struct
+        for i, t in enumerate(self._tensors[ni:]):
+            self._oa[i] = t.struct
+        self._ni, self._no = C.c_uint32(ni), C.c_uint32(no)
+        self._in = [self._ia[i].body.clientBuf for i in range(ni)]
+        self._out = [self._oa[j].body.clientBuf for j in range(no)]
+        self._execute = backend.api.graphExecute
+
+    def set_input(self, i: int, arr: np.ndarray) -> None:
+        """Input `i` reads `arr` (C-contiguous, the tensor's dtype and shape; kept alive by the caller)."""
+        cb = self._in[i]
+        cb.data, cb.dataSize = arr.ctypes.data, arr.nbytes
+
+    def point_input(self, i: int, arr: np.ndarray) -> None:
+        """Like set_input, for an array of the size already set (the per-call rebind)."""
+        self._in[i].data = arr.ctypes.data
+
+    def set_input_size(self, i: int, nbytes: int) -> None:
+        self._in[i].dataSize = nbytes
+
+    def set_output(self, j: int, arr: np.ndarray) -> None:
+        cb = self._out[j]
+        cb.data, cb.dataSize = arr.ctypes.data, arr.nbytes
+
+    def point_output(self, j: int, arr: np.ndarray) -> None:
+        self._out[j].data = arr.ctypes.data
+
+    def set_output_size(self, j: int, nbytes: int) -> None:
+        self._out[j].dataSize = nbytes
+
+    def __call__(self, handle) -> float:
+        """Execute on `handle` (the live graph's, `Graph.handle`); seconds spent inside QNN."""
+        pc = time.perf_counter
+        t0 = pc()
+        rc = self._execute(handle, self._ia, self._ni, self._oa, self._no, None, None)
+        dt = pc() - t0
+        if rc or interrupt_pending():
+            self.backend.check(rc, "graphExecute", None, f"for graph {self.name!r}")
+        return dt

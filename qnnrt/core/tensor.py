@@ -165,6 +165,11 @@ class InputSpec(Protocol):
     def quantize(self, x: np.ndarray) -> np.ndarray: ...
 
 
+def address_of(arr: np.ndarray) -> int:
+    """The address of an array's data (for bindings that take a raw pointer, e.g. ORT IOBinding)."""
+    return arr.ctypes.data
+
+
 def order_inputs(names: Sequence[str], inputs: Any, where: str) -> list:
     """Inputs by name (a mapping), in order (a sequence) or one array -> values in `names` order."""
     if isinstance(inputs, np.ndarray):

@@ -89,6 +89,11 @@ class PteMethodAdapter(Method):
         self._run_graph: Callable[[QnnStep, int, list], list] | None = None
         self._position = 0
 
+    def compile_plan(self, program):
+        """The runtime's fast path for this method (executorch/plan.py), built at its first run."""
+        from qnnrt.executorch.plan import PtePlan
+        return PtePlan.compile(program, self)
+
     def _delegate(self, index: int, xs: list) -> list:
         step, in_pos, out_pos = self._calls[index]
         ordered = [None] * len(step.inputs)

@@ -14,7 +14,7 @@ from qnnrt.core import Backend, ContextBinary, Profile
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod, QnnStep, UnavailableMethod
-from qnnrt.runtime.plan import DelegatePlan, MethodPlan, PtePlan, RunTiming
+from qnnrt.runtime.plan import DelegatePlan, MethodPlan, RunTiming
 from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.residency import ContextPool, Residency
 
@@ -149,9 +149,9 @@ class Program:
         if not self.compiled or (self.exec_profiler is not None and self.profile_level != "off"):
             return None
         if m.name not in self._plans:
-            from qnnrt.executorch.program import PteMethodAdapter
-            self._plans[m.name] = (MethodPlan(self, m) if type(m) in (OnnxMethod, GraphMethod)
-                                   else PtePlan.compile(self, m) if type(m) is PteMethodAdapter
+            compile_plan = getattr(m, "compile_plan", None)  # a method kind with its own planner
+            self._plans[m.name] = (compile_plan(self) if compile_plan is not None
+                                   else MethodPlan(self, m) if type(m) in (OnnxMethod, GraphMethod)
                                    else None)
         plan = self._plans[m.name]
         return plan if plan is not None and plan.method is m else None

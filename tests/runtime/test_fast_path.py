@@ -139,7 +139,7 @@ LLM = "/work/shared/fixtures/executorch/llama_stories_fp16"
 @pytest.mark.parametrize("policy", ["eager", "auto"])
 def test_llm_pte_bit_identical(policy):
     from pathlib import Path
-    from qnnrt.runtime.plan import PtePlan
+    from qnnrt.executorch.plan import PtePlan
     fix = Path(LLM)
     if not fix.exists():
         pytest.skip("no llama_stories_fp16 fixture")
