@@ -182,18 +182,22 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, 
             else:
                 continue
             node_key[(name, n.index)] = key
-    by_graph: dict[str, str] = {}
-    for key, b in binaries.items():
-        for g in b.graphs:
-            by_graph.setdefault(g.name, key)
-    for name, em in parsed.items():  # non-main nodes: the context that holds their graph
-        for n in em.epcontext_nodes:
-            if (name, n.index) not in node_key:
-                if n.graph_name not in by_graph:
-                    raise FormatError(f"{models[name]}: EPContext node {n.name!r} names no context "
-                                      f"binary and no other node's binary has graph "
-                                      f"{n.graph_name!r}")
-                node_key[(name, n.index)] = by_graph[n.graph_name]
+
+    def resolve_non_main_nodes() -> None:
+        """Nodes without a binary of their own use the context holding their graph. This reads
+        the binaries' info, so it runs in `build`, after they were vetted or hash-checked."""
+        by_graph: dict[str, str] = {}
+        for key, b in binaries.items():
+            for g in b.graphs:
+                by_graph.setdefault(g.name, key)
+        for name, em in parsed.items():
+            for n in em.epcontext_nodes:
+                if (name, n.index) not in node_key:
+                    if n.graph_name not in by_graph:
+                        raise FormatError(f"{models[name]}: EPContext node {n.name!r} names no context "
+                                          f"binary and no other node's binary has graph "
+                                          f"{n.graph_name!r}")
+                    node_key[(name, n.index)] = by_graph[n.graph_name]
 
     trusted = set()
     if manifest is not None:
@@ -204,6 +208,7 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, 
                 trusted.add(key)
 
     def build(program: Program) -> dict[str, Method]:
+        resolve_non_main_nodes()
         return {name: OnnxMethod(name, em, binaries, lambda n, name=name: node_key[(name, n.index)])
                 for name, em in parsed.items()}
     return Source(build, manifest.target.get("soc_model") if manifest is not None else None,
@@ -229,10 +234,10 @@ def _open_source(p: Path, lib, graph: str | None, binaries: dict[str, ContextBin
         return Source(pte_build, built_for, constants)
     key = p.name
     binaries[key] = ContextBinary(p, name=key, lib=lib)
-    specs = [binaries[key].graph(graph)] if graph is not None else binaries[key].graphs
 
-    def build(program: Program) -> dict[str, Method]:
-        return {s.name: GraphMethod(key, s) for s in specs}
+    def build(program: Program) -> dict[str, Method]:  # reads the binary info: after vetting
+        b = binaries[key]
+        return {s.name: GraphMethod(key, s) for s in ([b.graph(graph)] if graph is not None else b.graphs)}
     return Source(build)
 
 

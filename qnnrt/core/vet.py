@@ -169,6 +169,8 @@ def _raise_bad(results: list[VetResult]) -> None:
                 f"{r.name}: QNN did not finish reading this context binary in a vetting child process "
                 f"({r.detail}); it was not handed to QNN in this process. Rebuild the binary, or set "
                 f"QNNRT_VET_TIMEOUT (seconds) if the machine is just slow, or pass vet=False.")
+        if r.verdict == "rejected":  # found bad there: reading it here could crash (it did, fuzzing)
+            raise FormatError(f"{r.name}: refused by the vetting child process: {r.detail}")
         if r.verdict == "unvetted":
             raise FormatError(f"{r.name}: could not be vetted ({r.detail}). Pass vet=False "
                               f"(--no-vet) to skip vetting.")

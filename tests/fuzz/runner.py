@@ -67,8 +67,10 @@ def _child_main() -> int:
             prog = qnnrt.load(path)
             try:
                 m = prog.method()
-                if all(int(np.prod(s.shape)) <= MAX_RUN_ELEMENTS for s in m.inputs):
-                    prog.run(m.name, {s.name: np.zeros(s.shape, s.dtype) for s in m.inputs})
+                # a free dimension (None: the model names it, e.g. "batch") runs with 1
+                shapes = {s.name: tuple(d if isinstance(d, int) else 1 for d in s.shape) for s in m.inputs}
+                if all(int(np.prod(sh)) <= MAX_RUN_ELEMENTS for sh in shapes.values()):
+                    prog.run(m.name, {s.name: np.zeros(shapes[s.name], s.dtype) for s in m.inputs})
                 else:
                     detail = "inputs too large to run"
             finally:

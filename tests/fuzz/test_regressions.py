@@ -273,3 +273,25 @@ def test_invalid_utf8_node_name_from_protobuf(seeds, tmp_path):
     i = data.find(name)
     p.write_bytes(data[:i + 5] + b"\xdf" + data[i + 6:])
     _refused(p, "UTF-8")
+
+
+FUZZ_DATA = ROOT / "tests" / "data" / "fuzz"
+
+
+@pytest.mark.parametrize("case", [
+    "bin_00041.bin",                 # QNN's binary-info parse segfaults: it was read in-process before vetting
+    "bin_00469.bin",                 # crashes QNN (creation / execute) only some of the times it is read
+    "epc0_01103/model_ctx.onnx",     # the vetting child rejects it cleanly, reading it here segfaults
+])
+def test_binaries_that_crash_qnn_never_take_the_api_process_down(tmp_path, case):
+    """Found by the 10,000-input fuzz run (seed 11): nothing reads a foreign binary in this process
+    before the vetting child has, and a binary the child refused is refused here too."""
+    code = ("import qnnrt, sys, numpy as np\ntry:\n    p = qnnrt.load(sys.argv[1])\n    m = p.method()\n"
+            "    p.run(m.name, {s.name: np.zeros(s.shape, s.dtype) for s in m.inputs})\n    p.close()\n"
+            "    print('ran')\nexcept qnnrt.QnnrtError as e:\n    print(type(e).__name__, e)\n")
+    env = dict(os.environ, QNNRT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    for _ in range(2):  # the second time from the cached verdict
+        r = subprocess.run([sys.executable, "-c", code, str(FUZZ_DATA / case)], capture_output=True,
+                           text=True, env=env, timeout=300)
+        assert r.returncode == 0, f"the API process died ({r.returncode}): {r.stderr[-600:]}"
+        assert r.stdout.startswith("FormatError"), r.stdout
