@@ -110,8 +110,11 @@ def run(args) -> int:
     print(f"\nqnnrt demo ({preset}): {program}")
     print(f"  contexts      {res['contexts_total']} context binaries, one QNN graph call each "
           f"per iteration; {method.describe()['cpu_segments']} CPU segments (ONNX Runtime)")
-    print(f"  PD estimates  {format_bytes(res['pd_estimate_total_bytes'])} summed over all contexts "
-          f"(QNN's verbose log; the simulator's PD budget is ~3.64 GB)")
+    from qnnrt.runtime.pd_budget import SIMULATOR_CAPACITY
+    total = res.get("pd_predicted_total_bytes") or res["pd_estimate_total_bytes"]
+    print(f"  PD need       {format_bytes(total)} summed over all contexts (predicted from the binaries, "
+          f"{len(res['pd_mismatches'])} differ from QNN's own figure; the simulator's PD budget is "
+          f"{format_bytes(SIMULATOR_CAPACITY)})")
     cap = res["capacity_found"]
     print(f"  residency     {res['policy']}: peak live {res['peak_live']}, creates {res['creates']}, "
           f"evictions {res['evictions']}, reloads {res['reloads']}, prefetches "

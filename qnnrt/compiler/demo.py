@@ -50,7 +50,7 @@ PRESETS: dict[str, DemoConfig] = {
     # 16 layers like Llama-3.2-1B; 66 HTP partitions with --cpu-ops MatMul.
     "tiny": DemoConfig("tiny", layers=16, hidden=64, heads=2, head_dim=32, ffn=128, vocab=128,
                        seq=16, seed=1),
-    # Many small contexts: their PD estimates add up past the simulator's ~3.64 GB budget.
+    # Many small contexts: their PD estimates add up past the simulator's 3.40 GiB PD.
     "pd": DemoConfig("pd", layers=100, hidden=64, heads=2, head_dim=32, ffn=128, vocab=128,
                      seq=16, seed=2),
 }
