@@ -100,13 +100,18 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
                 heap.close()  # a failed load still leaves its heap file (both checkpoints)
             except QnnrtError:
                 pass
-        for b in binaries.values():
-            b.close()
-        for c in owned:
-            c.close()
+        _close_opened(binaries, owned)
         if backend is not None:
             backend.close()
         raise
+
+
+def _close_opened(binaries: dict[str, ContextBinary], owned: list) -> None:
+    """Undo a failed open: the binaries first, then what they point into (e.g. the mapped .pte)."""
+    for b in binaries.values():
+        b.close()
+    for c in owned:
+        c.close()
 
 
 def _existing_path(path: str | os.PathLike) -> Path:
@@ -258,9 +263,6 @@ def open_for_planning(path: str | os.PathLike, backend_lib: str | os.PathLike | 
     try:
         src = _open_source(p, lib, None, binaries, owned)
     except BaseException:
-        for b in binaries.values():
-            b.close()
-        for c in owned:
-            c.close()
+        _close_opened(binaries, owned)
         raise
     return binaries, src.build(None), src.built_for or _soc_of(binaries), owned, lib

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,11 +33,6 @@ def cache_file() -> Path:
     return Path(env) if env else default_cache_dir() / CACHE_FILE
 
 
-def on_simulator(lib=None) -> bool:
-    """The HTP backend is the x86 simulator (by the loaded library when given, else the host)."""
-    if lib is not None:
-        return bool(lib.is_simulator)
-    return platform.machine().lower() in ("x86_64", "amd64")
 
 
 def backend_identity(lib, soc_model: int | None) -> str:
@@ -46,7 +40,7 @@ def backend_identity(lib, soc_model: int | None) -> str:
     s = socs.BY_MODEL.get(soc_model) if soc_model is not None else None
     name = s.name if s else (f"soc{soc_model}" if soc_model is not None else "default-soc")
     arch = f"v{s.htp_arch}" if s and s.htp_arch else "v?"
-    host = "sim" if on_simulator(lib) else "device"
+    host = "sim" if lib.is_simulator else "device"  # by the loaded library, not the host arch
     return f"{name}/{arch}/{backend_build_id(lib) or 'unknown-build'}/{host}"
 
 
