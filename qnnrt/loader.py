@@ -15,6 +15,7 @@ from qnnrt.units import parse_size
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod
 from qnnrt.runtime.program import Program
+from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS
 from qnnrt.runtime.residency import Residency
 
 
@@ -34,6 +35,9 @@ class LoadOptions:
         short-lived child process before this process hands them to QNN (verdict cached by content
         hash); binaries of qnnrt programs are checked against the manifest's sha256 instead.
         "create" vets binary info and context creation only, without running each graph once.
+    max_pds: `auto` spreads a program whose contexts do not fit one PD over at most this many PD
+        worker processes, every context resident (runtime/pd_fleet.py); beyond it, or with 1, one
+        PD evicts. `multi-pd:N` forces N.
     """
     log_level: str = "warn"
     graph: str | None = None
@@ -43,6 +47,7 @@ class LoadOptions:
     progress: Callable[[int, int], None] | None = None
     pd_budget: int | str | None = None
     vet: bool | str = True
+    max_pds: int = DEFAULT_MAX_PDS
 
 
 @dataclass
@@ -91,7 +96,8 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
         program = Program(p, binaries, src.build, backend, policy, heap=heap,
                           exec_profiler=opts.exec_profiler, profile_level=opts.profile_level,
                           progress=opts.progress, owned=owned, constants=src.constants,
-                          pd_budget=None if opts.pd_budget is None else parse_size(opts.pd_budget, "PD budget"))
+                          pd_budget=None if opts.pd_budget is None else parse_size(opts.pd_budget, "PD budget"),
+                          max_pds=opts.max_pds, log_level=opts.log_level)
         program.vet_reports = vet_reports
         return program
     except BaseException:

@@ -91,7 +91,7 @@ class GraphStep:
         self.key, self.graph_name, self.position = step.key, step.graph, position
         self.where = where
         self.handle: Any = None   # the live graph's handle, set by the residency fast path
-        self.call = call = BoundCall(plan.program.backend, spec)
+        self.call = call = plan.program.bound_call(step.key, spec)
         no = len(spec.outputs)
         # per-call work lists
         self.dyn_in: list[tuple[int, int]] = []          # (input, slot): bind per call
@@ -365,7 +365,7 @@ class _DelegateStep:
         self.key, self.graph_name = step.key, step.graph
         self.where = f"graph {step.graph!r}"
         self.handle: Any = None
-        self.call = call = BoundCall(program.backend, spec)
+        self.call = call = program.bound_call(step.key, spec)
         no = len(spec.outputs)
         self.ins = [(i, s.dtype, tuple(s.shape), s) for i, s in enumerate(spec.inputs)]
         for i, s in enumerate(spec.inputs):

@@ -28,7 +28,7 @@ from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.profiling.pd_log import pd_available_from_log
 from qnnrt.units import SIZE_RE, to_bytes
 
-POLICIES = ("auto", "eager", "lazy", "sequential", "bounded")
+POLICIES = ("auto", "eager", "lazy", "sequential", "bounded", "multi-pd")
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class Residency:
     kind: str
     max_live: int | None = None
     max_bytes: int | None = None
+    pds: int | None = None      # multi-pd:N (None: as many PDs as the placement needs)
 
     @classmethod
     def parse(cls, text: str | Residency) -> Residency:
@@ -53,10 +54,17 @@ class Residency:
             if "." in num or int(num) < 1:
                 raise QnnrtError(f"residency {text!r}: K must be a whole number >= 1")
             return cls("bounded", max_live=int(num))
+        m = re.fullmatch(r"multi-pd(?::(\d+))?", t)
+        if m:
+            if m.group(1) is not None and int(m.group(1)) < 1:
+                raise QnnrtError(f"residency {text!r}: N must be a whole number >= 1")
+            return cls("multi-pd", pds=int(m.group(1)) if m.group(1) else None)
         raise QnnrtError(f"unknown residency {text!r}; use auto, eager, lazy, sequential, "
-                         f"bounded:K (a count) or bounded:<size> (e.g. bounded:2GB)")
+                         f"bounded:K (a count), bounded:<size> (e.g. bounded:2GB) or multi-pd[:N]")
 
     def __str__(self) -> str:
+        if self.kind == "multi-pd":
+            return f"multi-pd:{self.pds}" if self.pds else "multi-pd"
         if self.kind != "bounded":
             return self.kind
         return f"bounded:{self.max_live}" if self.max_live else f"bounded:{self.max_bytes}B"

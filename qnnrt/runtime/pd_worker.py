@@ -1,0 +1,168 @@
+"""A PD worker: a process that owns one Backend (hence one PD) and the contexts placed on it.
+
+It creates its contexts once, at start (a context that cannot be created fails the load, before the
+first iteration), then executes graphs on request: each bound call's inputs and outputs are arrays
+in the shared arena, so a request carries only the call's id and a reply only the seconds spent in
+graphExecute. It ends when its channel closes (the main process closed it, or died), when asked, or
+with its parent (PR_SET_PDEATHSIG on Linux). SIGINT is ignored: a Ctrl-C reaches the whole process
+group, and the main process decides when its workers stop.
+
+Started by `runtime.pd_fleet` as `python -c "...pd_worker.main()" fds R W` (POSIX pipes) or
+`... conn ADDRESS` (a multiprocessing connection; the key in QNNRT_PD_WORKER_KEY).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+
+from qnnrt.runtime import pd_channel as ch
+
+KEY_ENV = "QNNRT_PD_WORKER_KEY"
+PARENT_ENV = "QNNRT_PD_WORKER_PARENT"
+
+
+def die_with_parent(parent: int) -> None:
+    """Linux: the kernel kills this process when its parent exits, however it exits."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if parent and os.getppid() != parent:
+        os._exit(1)
+
+
+class _Call:
+    """One graph's bound call over arena arrays, executed on request."""
+
+    def __init__(self, pool, view: ch.ArenaView, key: str, graph: str, ins: list, outs: list):
+        from qnnrt.core.graph import BoundCall
+        ctx = pool.acquire(key, 0)
+        pool.release(key, 0)
+        g = ctx.graph(graph)
+        self.handle = g.handle
+        self.call = BoundCall(pool.backend, g.spec)
+        self.keep = []
+        for i, (block, s) in enumerate(zip(ins, g.spec.inputs)):
+            a = view.array(block, tuple(s.shape), s.dtype)
+            self.call.set_input(i, a)
+            self.keep.append(a)
+        for j, (block, s) in enumerate(zip(outs, g.spec.outputs)):
+            a = view.array(block, tuple(s.shape), s.dtype)
+            self.call.set_output(j, a)
+            self.keep.append(a)
+
+    def __call__(self) -> float:
+        return self.call(self.handle)
+
+
+class Worker:
+    """The worker's state: backend, binaries, its context pool, bound calls."""
+
+    def __init__(self, end) -> None:
+        self.end = end
+        self.view = ch.ArenaView()
+        self.calls: list[_Call | None] = []
+        self.backend = None
+        self.binaries: dict = {}
+        self.pool = None
+
+    def start(self, cfg: dict) -> dict:
+        from qnnrt.core import Backend, ContextBinary
+        from qnnrt.profiling.pd_log import pd_estimate_from_log
+        from qnnrt.runtime.residency import ContextPool
+        self.backend = Backend(backend_lib=cfg["backend_lib"], soc=cfg["soc"],
+                               log_level=cfg["log_level"])
+        for key, src in cfg["binaries"].items():
+            self.binaries[key] = (ContextBinary(src, name=cfg["names"][key]) if isinstance(src, str)
+                                  else ContextBinary(buffer=src, name=cfg["names"][key]))
+        self.pool = ContextPool(self.backend, self.binaries, "eager", pd_estimate=pd_estimate_from_log,
+                                predictions=cfg["predictions"])
+        t0 = time.perf_counter()
+        self.pool.load_all()
+        return {"pid": os.getpid(), "load_seconds": time.perf_counter() - t0}
+
+    def control(self, op: tuple):
+        what = op[0]
+        if what == "start":
+            return self.start(op[1])
+        if what == "bind":
+            _, call_id, key, graph, ins, outs = op
+            while len(self.calls) <= call_id:
+                self.calls.append(None)
+            self.calls[call_id] = _Call(self.pool, self.view, key, graph, ins, outs)
+            return None
+        if what == "summary":
+            return self.pool.summary() if self.pool is not None else {}
+        if what == "crash":  # tests: die the way a crash inside QNN would
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise ValueError(f"unknown control {what!r}")
+
+    def loop(self) -> None:
+        end, calls = self.end, self.calls
+        while True:
+            msg = end.recv()
+            if not msg:
+                return
+            kind = msg[:1]
+            try:
+                if kind == ch.CALL:
+                    end.send(ch.ok_message(calls[ch.parse_call(msg)]()))  # type: ignore[misc]
+                    continue
+                op = ch.parse_pickle(msg)
+                if op[0] == "close":
+                    end.send(ch.control_message(ch.REPLY, None))
+                    return
+                end.send(ch.control_message(ch.REPLY, self.control(op)))
+            except Exception as e:  # noqa: BLE001 - every failure goes back as a message
+                code = getattr(e, "code", None)
+                end.send(ch.control_message(ch.ERROR, (type(e).__name__, str(e), code,
+                                                       traceback.format_exc(limit=4))))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        for b in self.binaries.values():
+            b.close()
+        self.view.close()
+        if self.backend is not None:
+            self.backend.close()
+
+
+def _open_end(argv: list[str]):
+    if argv[0] == "fds":
+        return ch.PipeEnd(int(argv[1]), int(argv[2]))
+    from multiprocessing.connection import Client
+    return ch.ConnEnd(Client(argv[1], authkey=bytes.fromhex(os.environ.pop(KEY_ENV, ""))))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The worker process's entry; never returns."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (OSError, ValueError):
+        pass
+    try:
+        parent = int(os.environ.pop(PARENT_ENV, "0") or 0)
+    except ValueError:
+        parent = 0
+    die_with_parent(parent)
+    end = _open_end(args)
+    worker = Worker(end)
+    code = 0
+    try:
+        worker.loop()
+    except BaseException:  # noqa: BLE001 - the main process sees the channel close
+        code = 1
+    finally:
+        try:
+            worker.close()
+        finally:
+            end.close()
+            os._exit(code)

@@ -1,0 +1,132 @@
+"""Multi-PD residency against the real simulator: contexts spread over PD worker processes, every
+one resident, outputs bit-identical to one PD in this process; faults end cleanly."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import qnnrt
+from qnnrt.runtime.pd_fleet import MultiPdPool, PdWorkerError
+from tests.helpers.qnn_fixtures import WIDTH
+
+BUDGET = "64MiB"  # six chain12 contexts (10.5 MB each) per PD: the program needs two
+
+
+def _x(seed: int) -> dict:
+    return {"x": np.random.default_rng(seed).standard_normal((1, WIDTH)).astype(np.float32)}
+
+
+def _opts(**kw) -> qnnrt.LoadOptions:
+    return qnnrt.LoadOptions(pd_budget=BUDGET, **kw)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (not reaped yet) counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _gone_soon(pids: list[int]) -> bool:
+    for _ in range(50):
+        if not any(_alive(p) for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_multi_pd_bit_identical_to_one_pd_and_never_creates_again(chain12):
+    xs = [_x(i) for i in range(3)]
+    with qnnrt.load(chain12.model, residency="lazy") as p:
+        ref = [p.run(None, x) for x in xs]
+    with qnnrt.load(chain12.model, residency="multi-pd:2", options=_opts()) as p:
+        assert isinstance(p.pool, MultiPdPool)
+        outs = [p.run(None, x) for x in xs]
+        p.compiled = False   # the reference path goes through the workers too
+        outs.append(p.run(None, xs[0]))
+        s = p.pool.summary()
+        pids = [w["pid"] for w in s["pd_workers"]]
+    for a, b in zip(outs, ref + [ref[0]]):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k])
+    assert s["pds"] == 2 and s["creates"] == 12 and s["evictions"] == 0
+    assert [w["contexts"] for w in s["pd_workers"]] == [6, 6]
+    assert all(w["pd_reported_bytes"] == w["pd_predicted_bytes"] for w in s["pd_workers"])
+    assert sum(w["graph_calls"] for w in s["pd_workers"]) == 4 * 12
+    assert _gone_soon(pids)  # close stopped every worker
+
+
+def test_auto_spreads_a_program_that_does_not_fit_one_pd(chain12):
+    with qnnrt.load(chain12.model, residency="auto", options=_opts()) as p:
+        assert isinstance(p.pool, MultiPdPool)
+        p.run(None, _x(0))
+        s = p.pool.summary()
+    assert s["pds"] >= 2 and s["creates"] == 12
+    assert all(w["pd_predicted_bytes"] <= 64 << 20 for w in s["pd_workers"])
+    with qnnrt.load(chain12.model, residency="auto", options=_opts(max_pds=1)) as p:
+        assert not isinstance(p.pool, MultiPdPool)  # one PD that evicts, as before
+
+
+def test_killed_worker_is_a_clean_error_and_leaves_no_process(chain12):
+    with qnnrt.load(chain12.model, residency="multi-pd:3", options=_opts()) as p:
+        p.run(None, _x(0))
+        pids = [w.pid for w in p.pool.workers]
+        last = p.pool.workers[-1]
+        os.kill(last.pid, signal.SIGKILL)
+        with pytest.raises(PdWorkerError) as ei:
+            p.run(None, _x(1))
+        msg = str(ei.value)
+        assert f"PD {last.index}" in msg and last.keys[0] in msg and "SIGKILL" not in msg
+        assert "killed by signal 9" in msg
+        assert _gone_soon(pids)  # the other workers were stopped at once
+        with pytest.raises(PdWorkerError):  # and the program says so, every time
+            p.run(None, _x(1))
+
+
+def test_two_methods_sharing_a_context_across_pds(two_method_program, chain12):
+    x = _x(3)
+    with qnnrt.load(two_method_program, residency="lazy") as p:
+        ref = {m: p.run(m, x) for m in ("first", "second")}
+    budget = 1 << 30
+    with qnnrt.load(two_method_program, residency="multi-pd:1",
+                    options=qnnrt.LoadOptions(pd_budget=budget)) as p:
+        got = {m: p.run(m, x) for m in ("second", "first", "second")}
+        s = p.pool.summary()
+    assert s["creates"] == 1 and s["pds"] == 1
+    for m in ref:
+        assert np.array_equal(got[m]["y"], ref[m]["y"])
+
+
+def test_worker_that_cannot_create_fails_the_load(chain_pd):
+    """A budget far above the real PD puts all 400 contexts on one worker, which cannot create them
+    all: the load fails with the worker's QNN error, and no worker is left."""
+    before = set(_children())
+    with pytest.raises(PdWorkerError) as ei:
+        qnnrt.load(chain_pd.model, residency="multi-pd:1",
+                   options=qnnrt.LoadOptions(pd_budget="1TB")).close()
+    assert "PD 0" in str(ei.value) and "creating its 400 context(s)" in str(ei.value)
+    assert _gone_soon([p for p in _children() if p not in before])
+
+
+def _children() -> list[int]:
+    me = str(os.getpid())
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if f.read().split(")")[-1].split()[1] == me:
+                        out.append(int(d))
+            except OSError:
+                pass
+    return out
