@@ -44,7 +44,11 @@ def add_parser(sub) -> None:
 def add_runtime_options(p) -> None:
     """Options every command that loads and runs a program shares (run, llm)."""
     p.add_argument("--residency", default="auto",
-                   help="auto (default), eager, lazy, sequential, bounded:K or bounded:<size>")
+                   help="auto (default), eager, lazy, sequential, bounded:K, bounded:<size> or "
+                        "multi-pd[:N] (contexts spread over N PD worker processes, all resident)")
+    p.add_argument("--max-pds", type=int, default=None,
+                   help="auto spreads a program that does not fit one PD over at most this many PD "
+                        "worker processes (default 4; 1: one PD that evicts)")
     p.add_argument("--report", help="write a JSON report to this file")
     p.add_argument("--pd-budget", help="PD budget auto plans with (e.g. 3.4GiB), instead of the one "
                    "learned for this backend")
@@ -62,6 +66,15 @@ def add_runtime_options(p) -> None:
                         "every 10 s)")
     p.add_argument("--log-level", default="warn",
                    choices=["error", "warn", "info", "verbose", "debug"])
+
+
+def _max_pds(args) -> dict:
+    n = getattr(args, "max_pds", None)
+    if n is None:
+        return {}
+    if n < 1:
+        raise QnnrtError(f"--max-pds {n}: give a whole number >= 1")
+    return {"max_pds": n}
 
 
 def open_program(args, graph: str | None = None):
@@ -84,7 +97,8 @@ def open_program(args, graph: str | None = None):
                                         heap_profiling_path=args.heap_profiling_path,
                                         profile_level=args.profile_level, exec_profiler=profiler,
                                         progress=load_progress, pd_budget=args.pd_budget,
-                                        vet=not getattr(args, "no_vet", False)))
+                                        vet=not getattr(args, "no_vet", False),
+                                        **_max_pds(args)))
     if bar:
         bar.done()
     return prog, profiler
@@ -349,6 +363,11 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
           f"creates {res['creates']}, evictions {res['evictions']}, reloads {res['reloads']}"
           + (f", PD capacity found {cap} context(s) ({res['pd_failures_handled']} PD failure(s) "
              f"handled)" if cap else ""))
+    for pd in res.get("pd_workers") or []:
+        print(f"    PD {pd['pd']} (worker pid {pd['pid']}): {pd['contexts']} context(s) {pd['first']} .. "
+              f"{pd['last']}, PD predicted {format_bytes(pd['pd_predicted_bytes'])}, QNN-reported "
+              f"{format_bytes(pd['pd_reported_bytes'])}, creates {pd['creates']}, channel "
+              f"{pd['channel_us_per_call']} us per graph call")
     for name, st in r.get("latency_ms_per_method", {}).items():
         print(f"    {name}: median {st['median']:.3f} ms over {len(st['all'])} iteration(s)")
     if res.get("pd_estimate_total_bytes") or res.get("pd_predicted_total_bytes"):
@@ -360,6 +379,7 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
                  f"predicted" if res.get("pd_mismatches") else ""))
     if res.get("pd_budget_bytes") is not None:
         src = {"found": "found by a PD failure this run, remembered for the next runs",
+               "simulator": "the x86 simulator's PD, measured",
                "learned": "learned on this backend earlier", "override": "given by --pd-budget"}
         print(f"  PD budget {res['pd_budget_bytes']} B ({format_bytes(res['pd_budget_bytes'])}, "
               f"{src.get(res.get('pd_budget_source') or '', res.get('pd_budget_source') or 'bounded')})")

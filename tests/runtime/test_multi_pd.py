@@ -130,3 +130,13 @@ def _children() -> list[int]:
             except OSError:
                 pass
     return out
+
+
+def test_inspect_pd_shows_the_placement(chain_pd):
+    from qnnrt.cli.inspect_pd import describe_pd
+    d = describe_pd(chain_pd.model)
+    pl = d["placement"]
+    assert pl["pds"] == 2 and sum(g["contexts"] for g in pl["groups"]) == 400
+    assert all(g["predicted_bytes"] <= d["budget_bytes"] for g in pl["groups"])
+    one = describe_pd(chain_pd.model, max_pds=1)["placement"]
+    assert "at most 1 allowed" in one["error"]
