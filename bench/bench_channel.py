@@ -177,7 +177,7 @@ def bench_shm(ctx, calls: int, mode: str, spin_s: float) -> list[float]:
     try:
         return _run(ctx, _child_shm, (shm.name, wait_s, mode), calls, once, stop, (req_r, rep_w))
     finally:
-        del buf
+        buf.release()
         shm.close()
         shm.unlink()
 

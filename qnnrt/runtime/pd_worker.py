@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 import traceback
+from typing import Any
 
 from qnnrt.runtime import pd_channel as ch
 
@@ -68,9 +69,9 @@ class Worker:
         self.end = end
         self.view = ch.ArenaView()
         self.calls: list[_Call | None] = []
-        self.backend = None
+        self.backend: Any = None
         self.binaries: dict = {}
-        self.pool = None
+        self.pool: Any = None
 
     def start(self, cfg: dict) -> dict:
         from qnnrt.core import Backend, ContextBinary

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qnnrt.core.graph import BoundCall
 from qnnrt.core.tensor import address_of, order_inputs, prepare_input
 from qnnrt.errors import QnnrtError
 from qnnrt.runtime.method import CpuStep, Method, QnnStep

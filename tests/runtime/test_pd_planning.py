@@ -104,5 +104,5 @@ def test_capacity_counts_other_programs_contexts_in_the_process(chain_pd, chain1
     with qnnrt.load(chain12.model, residency="eager") as other:
         other.run(None, {"x": X})
         assert len(other.pool.summary()["pd_estimate_bytes"]) == 12      # 12 contexts stay live
-        first = run(chain_pd.model, iterations=1)
+        first = run(chain_pd.model, iterations=1, max_pds=1)
     assert first["create_failures"] == 1 and first["capacity_bytes_found"] == SIMULATOR_CAPACITY

@@ -1,0 +1,73 @@
+"""Per-iteration time of one PD that evicts (`auto --max-pds 1`) vs multi-PD (every context
+resident) vs the limit (time inside graphExecute + CPU ops of the same iteration), issue 21.
+
+    nice -n 10 python bench/bench_multi_pd.py ~/.cache/qnnrt/demo/pd --iterations 5
+    nice -n 10 python bench/bench_multi_pd.py /tmp/pd2 --method decode --iterations 10
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+import qnnrt
+
+
+def _feeds(m) -> dict:
+    rng = np.random.default_rng(0)
+    return {s.name: rng.standard_normal([d or 1 for d in s.shape]).astype(s.dtype) for s in m.inputs}
+
+
+def measure(path: str, max_pds: int, method: str | None, iterations: int, warm_up: int) -> dict:
+    opts = qnnrt.LoadOptions(max_pds=max_pds)
+    t0 = time.perf_counter()
+    with qnnrt.load(path, residency="auto", options=opts) as p:
+        load_s = time.perf_counter() - t0
+        m = p.method(method)
+        feeds = _feeds(m)
+        for _ in range(warm_up):
+            out = p.run(m.name, feeds)
+        creates0 = p.pool.summary()["creates"]
+        its, limit = [], []
+        for _ in range(iterations):
+            t = time.perf_counter()
+            out = p.run(m.name, feeds)
+            its.append(time.perf_counter() - t)
+            limit.append(p.timing.accelerator_s + p.timing.cpu_ops_s)
+        s = p.pool.summary()
+    return {"max_pds": max_pds, "pds": s.get("pds", 1), "load_s": load_s,
+            "iteration_ms": statistics.median(its) * 1e3, "limit_ms": statistics.median(limit) * 1e3,
+            "creates_per_iteration": (s["creates"] - creates0) / iterations,
+            "channel_us": [w["channel_us_per_call"] for w in s.get("pd_workers", [])],
+            "out": out}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("program")
+    ap.add_argument("--method")
+    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--warm-up", type=int, default=1)
+    ap.add_argument("--max-pds", type=int, default=4)
+    args = ap.parse_args()
+    print(f"load average before: {os.getloadavg()}")
+    one = measure(args.program, 1, args.method, args.iterations, args.warm_up)
+    multi = measure(args.program, args.max_pds, args.method, args.iterations, args.warm_up)
+    same = all(np.array_equal(one["out"][k], multi["out"][k]) for k in one["out"])
+    print("| residency | PDs | load s | per-iteration ms (median) | limit ms | vs limit | creations per iteration | channel us per call |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, r in (("auto, one PD (--max-pds 1)", one), (f"auto, multi-PD (--max-pds {args.max_pds})", multi)):
+        print(f"| {name} | {r['pds']} | {r['load_s']:.1f} | {r['iteration_ms']:.1f} | {r['limit_ms']:.1f} | "
+              f"{r['iteration_ms'] / r['limit_ms']:.3f}x | {r['creates_per_iteration']:g} | "
+              f"{', '.join(str(c) for c in r['channel_us']) or '-'} |")
+    print(f"multi-PD vs one PD per iteration: {one['iteration_ms'] / multi['iteration_ms']:.2f}x faster; "
+          f"outputs bit-identical: {same}")
+    print(f"load average after: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
