@@ -55,6 +55,7 @@ class PdWorker:
         self.summary: dict = {}
         self.gone = False
         self.pending = False     # a request sent whose reply was not read (an interrupt between)
+        self.heap_report: dict | None = None   # the worker's heap profile, sent when it closed
 
     @property
     def name(self) -> str:
@@ -124,7 +125,9 @@ class PdWorker:
         if not self.gone and proc.poll() is None:
             try:
                 self.end.send(ch.control_message(ch.CONTROL, ("close",)))
-                self.end.recv()
+                msg = self.end.recv()
+                if msg[:1] == ch.REPLY:
+                    self.heap_report = ch.parse_pickle(msg)
             except OSError:
                 pass
         try:
@@ -279,13 +282,30 @@ class RemoteContext:
         return g
 
 
+def htp_devices(backend: Backend) -> tuple[int, str]:
+    """(HTP devices x cores the backend reports, what was done about them). Every PD worker opens
+    the backend's default device: choosing another device or core per worker needs a device
+    config qnnrt cannot test on the simulator (one device, one core), so it is reported, not done."""
+    from qnnrt.core.device_info import platform_info
+    try:
+        devs = platform_info(backend.lib)
+    except QnnrtError as e:
+        return 0, f"the backend does not report its devices ({e}); every PD on the default device"
+    cores = sum(max(1, d.cores) for d in devs)
+    if cores <= 1:
+        return cores, "the backend reports one HTP device with one core: every PD on it"
+    return cores, (f"the backend reports {len(devs)} HTP device(s), {cores} core(s) in all; every PD "
+                   f"is on the default device (placing workers per device/core is not done yet)")
+
+
 class MultiPdPool:
     """Every context resident, spread over worker processes by a `Placement`."""
 
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary], placement: Placement,
-                 residency, log_level: str = "warn", progress=None):
+                 residency, log_level: str = "warn", progress=None, heap=None):
         self.backend, self.binaries, self.placement = backend, binaries, placement
         self.residency = residency
+        self.heap = heap
         self.arena = ch.Arena()
         self.generation = 0
         self.workers = [PdWorker(i, keys) for i, keys in enumerate(placement.groups)]
@@ -295,6 +315,7 @@ class MultiPdPool:
         self._closed = False
         self.failure: str | None = None
         self.predictions = dict(placement.sizes)
+        self.htp_cores, self.device_note = htp_devices(backend)
         try:
             for w in self.workers:   # all spawned first: they import and load QNN side by side
                 w.spawn()
@@ -303,7 +324,8 @@ class MultiPdPool:
                        "log_level": log_level, "names": {k: binaries[k].name for k in w.keys},
                        "binaries": {k: (str(binaries[k].path) if binaries[k].path is not None
                                         else bytes(binaries[k].buffer)) for k in w.keys},
-                       "predictions": {k: placement.sizes.get(k) for k in w.keys}}
+                       "predictions": {k: placement.sizes.get(k) for k in w.keys},
+                       "heap": heap is not None}
                 info = w.control(("start", cfg), f"creating its {len(w.keys)} context(s) "
                                  f"({w.keys[0]} .. {w.keys[-1]})" if w.keys else "starting")
                 w.load_seconds = info["load_seconds"]
@@ -391,7 +413,8 @@ class MultiPdPool:
                 "pd_peak_predicted_bytes": max(self.placement.pd_bytes, default=0),
                 "pd_mismatches": [], "pd_budget_bytes": self.placement.budget_bytes,
                 "pd_budget_source": self.placement.budget_source,
-                "capacity_bytes_found": None, "failure": self.failure}
+                "capacity_bytes_found": None, "failure": self.failure,
+                "htp_cores_reported": self.htp_cores, "pd_devices": self.device_note}
 
     # -- lifetime ------------------------------------------------------------------------------
     def _stop_workers(self) -> None:
@@ -414,3 +437,7 @@ class MultiPdPool:
             self._stop_workers()
         finally:
             self.arena.close()
+        if self.heap is not None:
+            for w in self.workers:
+                if w.heap_report is not None:
+                    self.heap.add_process(f"pd{w.index}", w.heap_report)

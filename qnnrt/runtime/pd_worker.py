@@ -72,6 +72,7 @@ class Worker:
         self.backend: Any = None
         self.binaries: dict = {}
         self.pool: Any = None
+        self.heap: Any = None
 
     def start(self, cfg: dict) -> dict:
         from qnnrt.core import Backend, ContextBinary
@@ -82,8 +83,11 @@ class Worker:
         for key, src in cfg["binaries"].items():
             self.binaries[key] = (ContextBinary(src, name=cfg["names"][key]) if isinstance(src, str)
                                   else ContextBinary(buffer=src, name=cfg["names"][key]))
+        if cfg.get("heap"):
+            from qnnrt.profiling.heap import HeapProfiler
+            self.heap = HeapProfiler()
         self.pool = ContextPool(self.backend, self.binaries, "eager", pd_estimate=pd_estimate_from_log,
-                                predictions=cfg["predictions"])
+                                predictions=cfg["predictions"], hooks=self.heap)
         t0 = time.perf_counter()
         self.pool.load_all()
         return {"pid": os.getpid(), "load_seconds": time.perf_counter() - t0}
@@ -117,7 +121,7 @@ class Worker:
                     continue
                 op = ch.parse_pickle(msg)
                 if op[0] == "close":
-                    end.send(ch.control_message(ch.REPLY, None))
+                    end.send(ch.control_message(ch.REPLY, self.close()))
                     return
                 end.send(ch.control_message(ch.REPLY, self.control(op)))
             except Exception as e:  # noqa: BLE001 - every failure goes back as a message
@@ -125,14 +129,25 @@ class Worker:
                 end.send(ch.control_message(ch.ERROR, (type(e).__name__, str(e), code,
                                                        traceback.format_exc(limit=4))))
 
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
+    def close(self) -> dict | None:
+        """Free every context, then the backend (idempotent); the heap report when profiling."""
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.close()
         for b in self.binaries.values():
             b.close()
+        self.binaries = {}
         self.view.close()
-        if self.backend is not None:
-            self.backend.close()
+        backend, self.backend = self.backend, None
+        if backend is not None:
+            backend.close()
+        heap = self.heap
+        if heap is None:
+            return None
+        if backend is not None:
+            heap.mark("backend_freed")
+        heap.close()
+        return heap.to_json()
 
 
 def _open_end(argv: list[str]):

@@ -116,7 +116,7 @@ class Program:
             self.pool: ContextPool | MultiPdPool
             if self.placement is not None:
                 self.pool = MultiPdPool(backend, binaries, self.placement, Residency.parse(residency),
-                                        log_level=log_level, progress=progress)
+                                        log_level=log_level, progress=progress, heap=heap)
             else:
                 self.pool = ContextPool(backend, binaries, residency, hooks=heap,
                                         pd_estimate=pd_estimate_from_log, profiler=profiler,

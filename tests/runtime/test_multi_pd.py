@@ -61,6 +61,7 @@ def test_multi_pd_bit_identical_to_one_pd_and_never_creates_again(chain12):
             assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k])
     assert s["pds"] == 2 and s["creates"] == 12 and s["evictions"] == 0
     assert [w["contexts"] for w in s["pd_workers"]] == [6, 6]
+    assert s["htp_cores_reported"] == 1 and "one HTP device" in s["pd_devices"]
     assert all(w["pd_reported_bytes"] == w["pd_predicted_bytes"] for w in s["pd_workers"])
     assert sum(w["graph_calls"] for w in s["pd_workers"]) == 4 * 12
     assert _gone_soon(pids)  # close stopped every worker
@@ -140,3 +141,20 @@ def test_inspect_pd_shows_the_placement(chain_pd):
     assert all(g["predicted_bytes"] <= d["budget_bytes"] for g in pl["groups"])
     one = describe_pd(chain_pd.model, max_pds=1)["placement"]
     assert "at most 1 allowed" in one["error"]
+
+
+def test_heap_profile_covers_every_pd(chain12, tmp_path):
+    import json
+    heap = tmp_path / "heap.txt"
+    with qnnrt.load(chain12.model, residency="multi-pd:2",
+                    options=_opts(heap_profiling_path=str(heap))) as p:
+        p.run(None, _x(0))
+    d = json.loads(heap.with_name("heap.txt.json").read_text())
+    assert sorted(d["processes"]) == ["pd0", "pd1"]
+    for r in d["processes"].values():  # each PD's own timeline: 6 creates, 6 frees, none live
+        assert r["stats"]["creates"] == 6 and r["stats"]["frees"] == 6 and r["stats"]["live"] == 0
+    lines = heap.read_text().splitlines()
+    before = int(lines[0].rsplit(",", 1)[1])
+    parts = [d["processes"][k]["before_context_created"] for k in ("pd0", "pd1")]
+    assert before > sum(parts) > 0   # this process's checkpoint plus each worker's
+    assert "summed over this process and 2 PD worker" in d["file_source"]
