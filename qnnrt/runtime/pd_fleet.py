@@ -31,6 +31,14 @@ class PdWorkerError(QnnrtError):
     """A PD worker failed: it could not create its contexts, a graph call failed, or it died."""
 
 
+def _signal_name(sig: int) -> str:
+    import signal
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
 def _worker_command(tail: list[str]) -> list[str]:
     import qnnrt
     root = os.path.dirname(os.path.dirname(os.path.abspath(qnnrt.__file__)))
@@ -91,7 +99,7 @@ class PdWorker:
                 rc = self.proc.wait(0.5)
             except subprocess.TimeoutExpired:
                 rc = None
-        how = (f"killed by signal {-rc}" if rc is not None and rc < 0 else
+        how = (f"killed by {_signal_name(-rc)}" if rc is not None and rc < 0 else
                f"exit status {rc}" if rc is not None else "its channel closed")
         return PdWorkerError(f"{self.name} ended ({how}) while {what}. The main process is fine; "
                              f"the program's workers were stopped. A crash inside QNN or a kill "

@@ -87,8 +87,7 @@ def test_killed_worker_is_a_clean_error_and_leaves_no_process(chain12):
         with pytest.raises(PdWorkerError) as ei:
             p.run(None, _x(1))
         msg = str(ei.value)
-        assert f"PD {last.index}" in msg and last.keys[0] in msg and "SIGKILL" not in msg
-        assert "killed by signal 9" in msg
+        assert f"PD {last.index}" in msg and last.keys[0] in msg and "killed by SIGKILL" in msg
         assert _gone_soon(pids)  # the other workers were stopped at once
         with pytest.raises(PdWorkerError):  # and the program says so, every time
             p.run(None, _x(1))
