@@ -57,6 +57,11 @@ class PipeEnd:
             while view:
                 view = view[os.write(self.wfd, view):]
 
+    def ready(self, timeout: float) -> bool:
+        """True when a message (or end-of-file) can be read within `timeout` seconds."""
+        import select
+        return bool(select.select([self.rfd], [], [], timeout)[0])
+
     def recv(self) -> bytes:
         """The next message; b'' when the other side is gone."""
         chunk = os.read(self.rfd, _MAX_READ)
@@ -91,6 +96,12 @@ class ConnEnd:
 
     def send(self, data: bytes) -> None:
         self.conn.send_bytes(data)
+
+    def ready(self, timeout: float) -> bool:
+        try:
+            return bool(self.conn.poll(timeout))
+        except (EOFError, OSError):
+            return True
 
     def recv(self) -> bytes:
         try:

@@ -25,6 +25,7 @@ from qnnrt.runtime.pd_plan import Placement
 from qnnrt.runtime.pd_worker import KEY_ENV, PARENT_ENV
 
 STOP_GRACE_S = 2.0   # a worker asked to close and still alive after this is killed
+CLOSE_WAIT_S = 60.0  # for the close reply: freeing hundreds of contexts takes a while under load
 
 
 class PdWorkerError(QnnrtError):
@@ -132,10 +133,15 @@ class PdWorker:
             return
         if not self.gone and proc.poll() is None:
             try:
+                if self.pending:  # a call interrupted after its request: its reply comes first
+                    if self.end.ready(STOP_GRACE_S):
+                        self.end.recv()
+                    self.pending = False
                 self.end.send(ch.control_message(ch.CONTROL, ("close",)))
-                msg = self.end.recv()
-                if msg[:1] == ch.REPLY:
-                    self.heap_report = ch.parse_pickle(msg)
+                if self.end.ready(CLOSE_WAIT_S):  # a worker stuck in QNN is killed below
+                    msg = self.end.recv()
+                    if msg[:1] == ch.REPLY:
+                        self.heap_report = ch.parse_pickle(msg)
             except OSError:
                 pass
         try:
