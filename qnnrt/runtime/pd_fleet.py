@@ -339,6 +339,8 @@ class MultiPdPool:
                        "binaries": {k: (str(binaries[k].path) if binaries[k].path is not None
                                         else bytes(binaries[k].buffer)) for k in w.keys},
                        "predictions": {k: placement.sizes.get(k) for k in w.keys},
+                       "evict_budget": (placement.budget_bytes
+                                        if placement.pd_bytes[i] > placement.budget_bytes else None),
                        "heap": heap is not None}
                 info = w.control(("start", cfg), f"creating its {len(w.keys)} context(s) "
                                  f"({w.keys[0]} .. {w.keys[-1]})" if w.keys else "starting")
@@ -402,7 +404,9 @@ class MultiPdPool:
                         "last": w.keys[-1] if w.keys else None,
                         "pd_predicted_bytes": self.placement.pd_bytes[w.index],
                         "pd_reported_bytes": s.get("pd_estimate_total_bytes"),
-                        "creates": s.get("creates"), "load_seconds": w.load_seconds,
+                        "creates": s.get("creates"), "evictions": s.get("evictions"),
+                        "evicting": w.index in self.placement.evicting,
+                        "load_seconds": w.load_seconds,
                         "graph_calls": w.calls,
                         "channel_us_per_call": (round(w.channel_s / w.calls * 1e6, 2)
                                                 if w.calls else None),
@@ -416,7 +420,8 @@ class MultiPdPool:
         reported = [p["pd_reported_bytes"] for p in pds]
         return {"policy": str(self.residency), "contexts_total": len(self.binaries),
                 "pds": len(self.workers), "pd_workers": pds,
-                "peak_live": len(self._live), "creates": creates, "frees": 0, "evictions": 0,
+                "peak_live": len(self._live), "creates": creates, "frees": 0,
+                "evictions": sum(p["evictions"] or 0 for p in pds),
                 "reloads": 0, "capacity_found": None, "create_failures": 0,
                 "pd_failures_handled": 0, "prefetches": 0, "prefetch_hits": 0,
                 "create_seconds": None, "prefetch_wait_seconds": 0.0,

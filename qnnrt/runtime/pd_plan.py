@@ -108,8 +108,16 @@ class Placement:
     def total_bytes(self) -> int:
         return sum(self.sizes.values())
 
+    @property
+    def evicting(self) -> list[int]:
+        """The PDs whose contexts exceed the budget: they create and evict as one PD does."""
+        return [i for i, b in enumerate(self.pd_bytes) if b > self.budget_bytes]
+
+    def _replace_budget(self, budget: int) -> "Placement":
+        return Placement(self.groups, self.sizes, budget, self.budget_source)
+
     def to_dict(self) -> dict:
-        return {"pds": len(self.groups), "budget_bytes": self.budget_bytes,
+        return {"pds": len(self.groups), "evicting": self.evicting, "budget_bytes": self.budget_bytes,
                 "budget_source": self.budget_source, "total_bytes": self.total_bytes,
                 "groups": [{"pd": i, "contexts": len(g), "first": g[0], "last": g[-1],
                             "predicted_bytes": b}
@@ -141,12 +149,13 @@ def _chunks(sizes: list[int], limit: int) -> list[int]:
 
 
 def place(order: Sequence[str], sizes: dict[str, int | None], budget: int, max_pds: int,
-          pds: int | None = None, budget_source: str | None = None) -> Placement:
+          pds: int | None = None, budget_source: str | None = None, evict: bool = False) -> Placement:
     """Split `order` (first-use order, each context once) into the fewest consecutive groups that
     each fit `budget` (or exactly `pds` groups), as balanced as consecutive groups allow: the
     largest group is as small as possible (a search over the byte limit), so the result depends
     only on the order and the sizes. Raises QnnrtError when the sizes are unknown, a context alone
-    exceeds the budget, or more than `max_pds` PDs would be needed."""
+    exceeds the budget, or more than `max_pds` PDs would be needed (with `evict`, the contexts are
+    then split over `max_pds` PDs as evenly, and the PDs over budget evict: `Placement.evicting`)."""
     from qnnrt.errors import QnnrtError
     if not order:
         raise QnnrtError("multi-PD residency: the program has no contexts to place")
@@ -167,6 +176,8 @@ def place(order: Sequence[str], sizes: dict[str, int | None], budget: int, max_p
     if n < fewest:
         raise QnnrtError(f"the program needs {fewest} PDs of {budget} B (its contexts need "
                          f"{sum(sz)} B); {n} were asked for. Use multi-pd:{fewest} or more.")
+    if n > max_pds and evict:  # each of max_pds PDs holds what it can and evicts the rest
+        return place(order, sizes, sum(sz), max_pds, min(max_pds, len(sz)), budget_source)._replace_budget(budget)
     if n > max_pds:
         raise QnnrtError(f"the program needs {n} PDs of {budget} B (its contexts need {sum(sz)} B); "
                          f"at most {max_pds} allowed (--max-pds)")

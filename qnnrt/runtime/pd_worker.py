@@ -39,15 +39,23 @@ def die_with_parent(parent: int) -> None:
 
 
 class _Call:
-    """One graph's bound call over arena arrays, executed on request."""
+    """One graph's bound call over arena arrays, executed on request. With every context of the
+    worker resident (eager), the graph handle is fixed; otherwise (more contexts than its PD holds)
+    each call goes through the pool, at the context's position in the worker's order."""
 
-    def __init__(self, pool, view: ch.ArenaView, key: str, graph: str, ins: list, outs: list):
+    def __init__(self, pool, view: ch.ArenaView, key: str, graph: str, ins: list, outs: list,
+                 position: int):
         from qnnrt.core.graph import BoundCall
-        ctx = pool.acquire(key, 0)
-        pool.release(key, 0)
-        g = ctx.graph(graph)
-        self.handle = g.handle
-        self.call = BoundCall(pool.backend, g.spec)
+        self.pool, self.key, self.graph, self.position = pool, key, graph, position
+        self.resident = pool.residency.kind == "eager"
+        ctx = pool.acquire(key, position)
+        try:
+            g = ctx.graph(graph)
+            self.handle = g.handle
+            spec = g.spec
+        finally:
+            pool.release(key, position)
+        self.call = BoundCall(pool.backend, spec)
         self.keep = []
         for i, (block, s) in enumerate(zip(ins, g.spec.inputs)):
             a = view.array(block, tuple(s.shape), s.dtype)
@@ -59,7 +67,14 @@ class _Call:
             self.keep.append(a)
 
     def __call__(self) -> float:
-        return self.call(self.handle)
+        if self.resident:
+            return self.call(self.handle)
+        pool = self.pool
+        ctx = pool.acquire(self.key, self.position)
+        try:
+            return self.call(ctx.graph(self.graph).handle)
+        finally:
+            pool.release(self.key, self.position)
 
 
 class Worker:
@@ -86,10 +101,15 @@ class Worker:
         if cfg.get("heap"):
             from qnnrt.profiling.heap import HeapProfiler
             self.heap = HeapProfiler()
-        self.pool = ContextPool(self.backend, self.binaries, "eager", pd_estimate=pd_estimate_from_log,
-                                predictions=cfg["predictions"], hooks=self.heap)
+        budget = cfg.get("evict_budget")  # more contexts than this PD holds: auto, as in one PD
+        self.pool = ContextPool(self.backend, self.binaries, "auto" if budget else "eager",
+                                pd_estimate=pd_estimate_from_log, predictions=cfg["predictions"],
+                                hooks=self.heap, budget_bytes=budget, budget_source="placement")
+        self.order = list(cfg["binaries"])
+        self.pool.set_order(self.order)
         t0 = time.perf_counter()
-        self.pool.load_all()
+        if not budget:
+            self.pool.load_all()
         return {"pid": os.getpid(), "load_seconds": time.perf_counter() - t0}
 
     def control(self, op: tuple):
@@ -100,7 +120,8 @@ class Worker:
             _, call_id, key, graph, ins, outs = op
             while len(self.calls) <= call_id:
                 self.calls.append(None)
-            self.calls[call_id] = _Call(self.pool, self.view, key, graph, ins, outs)
+            self.calls[call_id] = _Call(self.pool, self.view, key, graph, ins, outs,
+                                        self.order.index(key))
             return None
         if what == "summary":
             return self.pool.summary() if self.pool is not None else {}

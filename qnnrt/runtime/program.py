@@ -52,9 +52,9 @@ def choose_placement(methods: dict[str, Method], binaries: dict[str, ContextBina
     if (budget is None or max_pds < 2 or None in needs.values()
             or sum(v for v in needs.values() if v) <= budget.bytes):
         return None
-    try:
-        return place(order, needs, budget.bytes, max_pds, None, budget.source)
-    except QnnrtError:  # more PDs than allowed: one PD that evicts, as before
+    try:  # more PDs than allowed: max_pds PDs, each evicting what it cannot hold
+        return place(order, needs, budget.bytes, max_pds, None, budget.source, evict=True)
+    except QnnrtError:  # e.g. a context alone over the budget: one PD, which says so
         return None
 
 

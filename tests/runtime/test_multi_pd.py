@@ -157,3 +157,20 @@ def test_heap_profile_covers_every_pd(chain12, tmp_path):
     parts = [d["processes"][k]["before_context_created"] for k in ("pd0", "pd1")]
     assert before > sum(parts) > 0   # this process's checkpoint plus each worker's
     assert "summed over this process and 2 PD worker" in d["file_source"]
+
+
+def test_beyond_max_pds_each_pd_evicts(chain12):
+    """12 contexts of 10.5 MB under a 32 MiB budget need 5 PDs; with at most 2, each PD holds 6
+    and evicts as one PD does: outputs unchanged, no failed creation."""
+    x = _x(5)
+    with qnnrt.load(chain12.model, residency="lazy") as p:
+        ref = p.run(None, x)
+    with qnnrt.load(chain12.model, residency="auto",
+                    options=qnnrt.LoadOptions(pd_budget="32MiB", max_pds=2)) as p:
+        assert isinstance(p.pool, MultiPdPool) and p.placement.evicting == [0, 1]
+        outs = [p.run(None, x) for _ in range(2)]
+        s = p.pool.summary()
+    for o in outs:
+        assert all(np.array_equal(o[k], ref[k]) for k in ref)
+    assert s["pds"] == 2 and s["evictions"] > 0 and s["creates"] > 12
+    assert all(w["evicting"] for w in s["pd_workers"])

@@ -57,3 +57,10 @@ def test_residency_spelling():
     assert Residency.parse("multi-pd:3").pds == 3 and str(Residency.parse("multi-pd:3")) == "multi-pd:3"
     with pytest.raises(QnnrtError):
         Residency.parse("multi-pd:0")
+
+
+def test_beyond_max_pds_splits_evenly_and_marks_evicting():
+    keys, sizes = _sizes(30)    # 330 bytes, budget 100: 4 PDs needed, 2 allowed
+    p = place(keys, sizes, budget=100, max_pds=2, evict=True)
+    assert len(p.groups) == 2 and p.evicting == [0, 1] and p.budget_bytes == 100
+    assert [k for g in p.groups for k in g] == keys
