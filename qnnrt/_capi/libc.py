@@ -128,3 +128,16 @@ def mallinfo_reader(libc: Any = None) -> tuple[Callable[[], Any] | None, bool, s
         fn.restype = MallInfo
         return fn, True, "heap_in_use from mallinfo() (glibc < 2.33: 32-bit counters wrap at 4 GiB)"
     return None, False, "no mallinfo2/mallinfo in this C library (not glibc): heap_in_use unavailable"
+
+
+def set_parent_death_signal(sig: int) -> bool:
+    """Linux prctl(PR_SET_PDEATHSIG, sig): the kernel sends `sig` to this process when its parent
+    exits. False where it does not exist (other OSes) or fails."""
+    import sys
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = C.CDLL(None, use_errno=True)
+        return libc.prctl(1, int(sig), 0, 0, 0) == 0   # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return False

@@ -19,23 +19,11 @@ import time
 import traceback
 from typing import Any
 
+from qnnrt.core.process import die_with_parent
 from qnnrt.runtime import pd_channel as ch
 
 KEY_ENV = "QNNRT_PD_WORKER_KEY"
 PARENT_ENV = "QNNRT_PD_WORKER_PARENT"
-
-
-def die_with_parent(parent: int) -> None:
-    """Linux: the kernel kills this process when its parent exits, however it exits."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    if parent and os.getppid() != parent:
-        os._exit(1)
 
 
 class _Call:

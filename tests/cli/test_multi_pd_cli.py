@@ -58,9 +58,14 @@ def test_run_summary_shows_each_pd(chain12, tmp_path):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_stop_signal_stops_every_pd_worker(chain12, sig):
+@pytest.mark.parametrize("sig, in_process", [(signal.SIGTERM, False), (signal.SIGINT, False),
+                                             (signal.SIGKILL, True)])
+def test_stop_signal_stops_every_pd_worker(chain12, sig, in_process):
+    """SIGTERM / SIGINT to the CLI: a clean stop; SIGKILL to the process holding the program (no
+    CLI worker in between): its PD workers die with it."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if in_process:
+        env["QNNRT_NO_FORK"] = "1"
     proc = subprocess.Popen([sys.executable, "-m", "qnnrt.cli", "run", str(chain12.model), *MULTI,
                              "--iteration", "1000000", "--quiet"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -78,7 +83,7 @@ def test_stop_signal_stops_every_pd_worker(chain12, sig):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 128 + sig, err
+    assert proc.returncode == (-sig if in_process else 128 + sig), err
     assert "Traceback" not in err
     for _ in range(50):
         if not any(_alive(p) for p in workers):
