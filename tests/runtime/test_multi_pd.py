@@ -174,3 +174,16 @@ def test_beyond_max_pds_each_pd_evicts(chain12):
         assert all(np.array_equal(o[k], ref[k]) for k in ref)
     assert s["pds"] == 2 and s["evictions"] > 0 and s["creates"] > 12
     assert all(w["evicting"] for w in s["pd_workers"])
+
+
+def test_portable_channel_gives_the_same_outputs(chain12, monkeypatch):
+    """The fallback transport (a multiprocessing connection, what Windows uses) on this machine."""
+    from qnnrt.runtime import pd_channel
+    x = _x(7)
+    with qnnrt.load(chain12.model, residency="lazy") as p:
+        ref = p.run(None, x)
+    monkeypatch.setattr(pd_channel, "use_pipes", lambda: False)
+    with qnnrt.load(chain12.model, residency="multi-pd:2", options=_opts()) as p:
+        assert isinstance(p.pool.workers[0].end, pd_channel.ConnEnd)
+        out = p.run(None, x)
+    assert all(np.array_equal(out[k], ref[k]) for k in ref)
