@@ -187,3 +187,17 @@ def test_portable_channel_gives_the_same_outputs(chain12, monkeypatch):
         assert isinstance(p.pool.workers[0].end, pd_channel.ConnEnd)
         out = p.run(None, x)
     assert all(np.array_equal(out[k], ref[k]) for k in ref)
+
+
+def test_pte_delegates_spread_over_pds(tmp_path, small_binary):
+    """.pte delegates are binaries in memory (slices of the file): the workers get their bytes."""
+    from tests.helpers.pte_writer import chain_pte
+    pte = chain_pte(tmp_path / "six.pte", small_binary.path.read_bytes(), 6, WIDTH)
+    x = np.linspace(-1, 1, WIDTH, dtype=np.float32)[None]
+    with qnnrt.load(pte, residency="lazy") as p:
+        ref = p.run(None, [x])
+    with qnnrt.load(pte, residency="multi-pd:2", options=qnnrt.LoadOptions(pd_budget="1GiB")) as p:
+        out = p.run(None, [x])
+        s = p.pool.summary()
+    assert s["pds"] == 2 and s["creates"] == 6
+    assert all(np.array_equal(out[k], ref[k]) for k in ref)
