@@ -166,6 +166,7 @@ class Segment:
         os.ftruncate(fd, size)
         self._fd = fd
         self.map = mmap.mmap(fd, size)
+        self.base = int(np.frombuffer(self.map, np.uint8, count=1).ctypes.data)
         self.used = 0
 
     def close(self) -> None:
@@ -200,6 +201,16 @@ class Arena:
         seg.used = off + -(-nbytes // ALIGN) * ALIGN
         arr = np.ndarray(shape, dt, buffer=seg.map, offset=off)
         return arr, Block(seg.id, seg.path, off, arr.nbytes)
+
+    def block_of(self, arr: np.ndarray) -> Block | None:
+        """Where `arr` lives in the arena (C-contiguous, wholly inside one segment), else None."""
+        if not arr.flags.c_contiguous:
+            return None
+        addr, n = int(arr.ctypes.data), int(arr.nbytes)
+        for s in self.segments:
+            if s.base <= addr and addr + n <= s.base + s.size:
+                return Block(s.id, s.path, addr - s.base, n)
+        return None
 
     def close(self) -> None:
         for s in self.segments:

@@ -175,6 +175,8 @@ class RemoteCall:
             outs.append(b)
         self._src: list[np.ndarray | None] = [None] * len(self._ins)   # bound input arrays
         self._dst: list[np.ndarray | None] = [None] * len(self._outs)  # bound output arrays
+        self._home = {"in": ins, "out": outs}                     # the staging blocks
+        self._at = {"in": list(ins), "out": list(outs)}           # where the worker points now
         worker.control(("bind", call_id, key, spec.name, ins, outs),
                        f"binding graph {spec.name!r} of context {key!r}")
 
@@ -188,18 +190,39 @@ class RemoteCall:
         """The arena arrays the worker writes: bind these (or read them) to avoid the copy-out."""
         return list(self._outs)
 
-    def set_input(self, i: int, arr: np.ndarray) -> None:
-        self._src[i] = None if arr is self._ins[i] else arr
+    @property
+    def staged(self) -> int:
+        """How many bound arrays live outside the arena (each copied per call)."""
+        return sum(a is not None for a in self._src) + sum(a is not None for a in self._dst)
 
-    point_input = set_input
+    def _point(self, kind: str, i: int, arr: np.ndarray) -> bool:
+        """Point the worker's tensor at `arr` when it lives in the arena (True: no copy needed),
+        else back at the staging array (False). A change costs one control round trip, so plans
+        bind arena buffers once (`Program.buffer`), never per call."""
+        block = self.pool.arena.block_of(arr)
+        want = block if block is not None else self._home[kind][i]
+        if self._at[kind][i] != want:
+            self.worker.control(("point", self.call_id, kind, i, want),
+                                f"binding graph {self.name!r} of context {self.key!r}")
+            self._at[kind][i] = want
+        return block is not None
+
+    def set_input(self, i: int, arr: np.ndarray) -> None:
+        self._src[i] = None if self._point("in", i, arr) else arr
+
+    def point_input(self, i: int, arr: np.ndarray) -> None:
+        if arr is not self._src[i]:
+            self.set_input(i, arr)
 
     def set_input_size(self, i: int, nbytes: int) -> None:
         pass  # the staging array has the tensor's size
 
     def set_output(self, j: int, arr: np.ndarray) -> None:
-        self._dst[j] = None if arr is self._outs[j] else arr
+        self._dst[j] = None if self._point("out", j, arr) else arr
 
-    point_output = set_output
+    def point_output(self, j: int, arr: np.ndarray) -> None:
+        if arr is not self._dst[j]:
+            self.set_output(j, arr)
 
     def set_output_size(self, j: int, nbytes: int) -> None:
         pass
@@ -352,6 +375,11 @@ class MultiPdPool:
             raise
 
     # -- what the plans and the Program ask ----------------------------------------------------
+    def buffer(self, shape: tuple, dtype) -> np.ndarray:
+        """A zeroed array in the shared arena: bound to a RemoteCall, the worker reads or writes
+        it in place (no copy in the main process)."""
+        return self.arena.alloc(tuple(shape), dtype)[0]
+
     def bound_call(self, key: str, spec) -> RemoteCall:
         w = self._where[key]
         c = RemoteCall(self, w, self._calls, key, spec)

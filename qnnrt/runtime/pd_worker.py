@@ -44,6 +44,7 @@ class _Call:
         finally:
             pool.release(key, position)
         self.call = BoundCall(pool.backend, spec)
+        self.call_specs = (spec.inputs, spec.outputs)
         self.keep = []
         for i, (block, s) in enumerate(zip(ins, g.spec.inputs)):
             a = view.array(block, tuple(s.shape), s.dtype)
@@ -53,6 +54,13 @@ class _Call:
             a = view.array(block, tuple(s.shape), s.dtype)
             self.call.set_output(j, a)
             self.keep.append(a)
+
+    def point(self, view: ch.ArenaView, kind: str, index: int, block: ch.Block) -> None:
+        """Input / output `index` reads / writes the arena array at `block` from now on."""
+        spec = (self.call_specs[0] if kind == "in" else self.call_specs[1])[index]
+        a = view.array(block, tuple(spec.shape), spec.dtype)
+        (self.call.set_input if kind == "in" else self.call.set_output)(index, a)
+        self.keep.append(a)
 
     def __call__(self) -> float:
         if self.resident:
@@ -110,6 +118,10 @@ class Worker:
                 self.calls.append(None)
             self.calls[call_id] = _Call(self.pool, self.view, key, graph, ins, outs,
                                         self.order.index(key))
+            return None
+        if what == "point":
+            _, call_id, kind, index, block = op
+            self.calls[call_id].point(self.view, kind, index, block)  # type: ignore[union-attr]
             return None
         if what == "summary":
             return self.pool.summary() if self.pool is not None else {}

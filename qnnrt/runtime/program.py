@@ -139,6 +139,13 @@ class Program:
             return self.pool.bound_call(key, spec)
         return BoundCall(self.backend, spec)
 
+    def buffer(self, shape: tuple, dtype) -> np.ndarray:
+        """A zeroed array for a plan's intermediate: in the shared arena under multi-PD (graph calls
+        in the workers read and write it in place), else an ordinary one."""
+        if isinstance(self.pool, MultiPdPool):
+            return self.pool.buffer(shape, dtype)
+        return np.zeros(shape, dtype)
+
     def _learned(self, capacity: int) -> None:
         """A run found this backend's PD capacity: remember it for the next runs."""
         self.pd_budget_cache = remember_budget(self.pd_identity, capacity)

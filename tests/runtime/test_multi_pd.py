@@ -201,3 +201,36 @@ def test_pte_delegates_spread_over_pds(tmp_path, small_binary):
         s = p.pool.summary()
     assert s["pds"] == 2 and s["creates"] == 6
     assert all(np.array_equal(out[k], ref[k]) for k in ref)
+
+
+def test_arena_buffers_pass_between_pds_without_a_copy(chain12):
+    """Graph calls bound to arena buffers (`Program.buffer`): each worker writes its output where
+    the next graph, on another PD, reads it; nothing is staged in this process. Compared with the
+    same graphs chained in this process (the program's CPU ops left out on both sides)."""
+    from qnnrt.runtime.method import QnnStep
+    x = _x(11)["x"]
+    with qnnrt.load(chain12.model, residency="lazy") as p:
+        steps = [s for s in p.method(None).steps if isinstance(s, QnnStep)]
+        ref = x
+        for s in steps:
+            g = p.pool.acquire(s.key).graph(s.graph)
+            ref = g.execute([ref])[g.spec.outputs[0].name]
+            p.pool.release(s.key)
+    with qnnrt.load(chain12.model, residency="multi-pd:2", options=_opts()) as p:
+        cur = p.buffer((1, WIDTH), np.float32)
+        cur[...] = x
+        calls = []
+        for s in steps:
+            spec = p.binaries[s.key].graph(s.graph)
+            c = p.bound_call(s.key, spec)
+            nxt = p.buffer(tuple(spec.outputs[0].shape), spec.outputs[0].dtype)
+            c.set_input(0, cur)
+            c.set_output(0, nxt)
+            calls.append(c)
+            cur = nxt
+        for c in calls:
+            c()
+            assert c.staged == 0   # arena-bound: no staging copy
+        assert {c.worker.index for c in calls} == {0, 1}
+        out = cur.copy()
+    assert out.dtype == ref.dtype and np.array_equal(out.reshape(ref.shape), ref)
