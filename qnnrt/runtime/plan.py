@@ -319,7 +319,7 @@ class MethodPlan(_Residency):
     def plan_buffer(self, slot: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
         b = self.planned.get(slot)
         if b is None or b.shape != shape or b.dtype != dtype:
-            b = self.planned[slot] = np.zeros(shape, dtype)
+            b = self.planned[slot] = self.program.buffer(shape, dtype)
         return b
 
     # -- running ----------------------------------------------------------------------------
