@@ -6,6 +6,11 @@ resident) vs the limit (time inside graphExecute + CPU ops of the same iteration
     # the channel on a chain of small graphs: in-process (lazy, one PD) vs forced over 2 PDs
     nice -n 10 python bench/bench_multi_pd.py ~/.cache/qnnrt/demo/tiny --residency multi-pd:2 \
         --pd-budget 1GiB --baseline lazy --iterations 20
+    # the same without the simulator's time: the anchor shim's no-op graphExecute
+    QNN_SHIM_NO_FIX=1 QNN_SHIM_KEEP_PLATFORM=1 QNN_SHIM_NOOP_EXEC=1 QNN_SHIM_COUNT=1 nice -n 10 \
+        python bench/bench_multi_pd.py ~/.cache/qnnrt/demo/tiny --residency multi-pd:2 \
+        --pd-budget 1GiB --baseline lazy --iterations 200 --warm-up 5 \
+        --backend-lib /work/anchor/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so
 """
 from __future__ import annotations
 
@@ -25,10 +30,10 @@ def _feeds(m) -> dict:
 
 
 def measure(path: str, residency: str, max_pds: int, method: str | None, iterations: int,
-            warm_up: int, pd_budget: str | None) -> dict:
+            warm_up: int, pd_budget: str | None, backend_lib: str | None = None) -> dict:
     opts = qnnrt.LoadOptions(max_pds=max_pds, pd_budget=pd_budget)
     t0 = time.perf_counter()
-    with qnnrt.load(path, residency=residency, options=opts) as p:
+    with qnnrt.load(path, residency=residency, options=opts, backend_lib=backend_lib) as p:
         load_s = time.perf_counter() - t0
         m = p.method(method)
         feeds = _feeds(m)
@@ -61,12 +66,14 @@ def main() -> int:
     ap.add_argument("--residency", default="auto", help="the multi-PD side (default auto)")
     ap.add_argument("--baseline", default="auto", help="the one-PD side, run with max_pds 1")
     ap.add_argument("--pd-budget")
+    ap.add_argument("--backend-lib", help="e.g. the anchor shim with QNN_SHIM_NOOP_EXEC=1: a "
+                    "graphExecute that returns at once, so only the runtime's own cost remains")
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()}")
     one = measure(args.program, args.baseline, 1, args.method, args.iterations, args.warm_up,
-                  args.pd_budget)
+                  args.pd_budget, args.backend_lib)
     multi = measure(args.program, args.residency, args.max_pds, args.method, args.iterations,
-                    args.warm_up, args.pd_budget)
+                    args.warm_up, args.pd_budget, args.backend_lib)
     same = all(np.array_equal(one["out"][k], multi["out"][k]) for k in one["out"])
     print("| residency | PDs | load s | per-iteration ms (median) | limit ms | vs limit | creations "
           "per iteration | runtime us per graph call | channel us per call (per PD) |")
