@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qnnrt.core.tensor import address_of
 from qnnrt.errors import QnnrtError
 
 CALL, OK, CONTROL, REPLY, ERROR = b"X", b"K", b"C", b"R", b"E"
@@ -166,7 +167,7 @@ class Segment:
         os.ftruncate(fd, size)
         self._fd = fd
         self.map = mmap.mmap(fd, size)
-        self.base = int(np.frombuffer(self.map, np.uint8, count=1).ctypes.data)
+        self.base = address_of(np.frombuffer(self.map, np.uint8, count=1))
         self.used = 0
 
     def close(self) -> None:
@@ -206,7 +207,7 @@ class Arena:
         """Where `arr` lives in the arena (C-contiguous, wholly inside one segment), else None."""
         if not arr.flags.c_contiguous:
             return None
-        addr, n = int(arr.ctypes.data), int(arr.nbytes)
+        addr, n = address_of(arr), int(arr.nbytes)
         for s in self.segments:
             if s.base <= addr and addr + n <= s.base + s.size:
                 return Block(s.id, s.path, addr - s.base, n)
