@@ -6,7 +6,11 @@ only waits. That gives:
 
 - crash isolation: a worker dying of SIGSEGV/SIGBUS/SIGABRT inside a QNN library is exit 1 with a
   message, never a signal; a worker killed from outside (SIGKILL, perhaps the OOM killer) is
-  reported as that, not blamed on the input;
+  reported as that, not blamed on the input. The worker is also what vets binaries qnnrt did not
+  write (runtime/vet.py, "worker" mode): it notes each risky QNN step (binary info, context
+  creation, a context's first graph run) in a small file this parent creates (QNNRT_VET_STEP_FILE),
+  so a crash names the binary and step, and a step silent past its stall timeout stops the worker
+  with a message naming it;
 - one way to stop: SIGINT / SIGTERM / SIGHUP to the parent are forwarded to the worker, which stops
   at once (interrupts landing inside a QNN log callback are deferred to just after the QNN call);
   a worker still alive after `GRACE_S` is killed; the exit status is 130 / 143 / 129;
@@ -22,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from types import FrameType
 from typing import Any, Callable
@@ -202,10 +207,15 @@ def _peak_worker_memory() -> str:
     return f"; its peak memory was {kib / (1 << 20):.2f} GiB" if kib else ""
 
 
-def _report_signal(sig: int, argv: list[str]) -> int:
-    """A worker that died of a signal qnnrt did not send: say what it was; the exit status."""
+def _report_signal(sig: int, argv: list[str], steps: list) -> int:
+    """A worker that died of a signal qnnrt did not send: say what it was (and, for a crash, in
+    which noted step of which binary); the exit status."""
     name = signal_name(sig)
     what = " ".join(argv)
+    if name in _CRASH_SIGNALS and steps:
+        from qnnrt.runtime.vet import worker_crash_message
+        print(f"qnnrt: error: {worker_crash_message(name, steps)}", file=sys.stderr)
+        return 1
     if name in _CRASH_SIGNALS:
         print(f"qnnrt: error: the QNN library crashed ({name}) while running `qnnrt {what}`. The "
               f"input is most likely corrupt or was built for another QNN version; rebuild it, or "
@@ -260,7 +270,11 @@ def run_in_worker(argv: list[str]) -> int:
             previous[s] = signal.signal(s, forward)
         except (OSError, ValueError):
             pass
-    env = dict(os.environ, **{WORKER_ENV: str(os.getpid())})
+    from qnnrt.runtime.vet import STEP_FILE_ENV
+    fd, step_file = tempfile.mkstemp(prefix="qnnrt-steps-")
+    os.close(fd)
+    env = dict(os.environ, **{WORKER_ENV: str(os.getpid()), STEP_FILE_ENV: step_file})
+    stalled: str | None = None
     try:
         proc = subprocess.Popen(_worker_command(argv), env=env)
         _job = _windows_kill_on_close_job(proc)  # noqa: F841 - kept alive with the worker
@@ -277,6 +291,10 @@ def run_in_worker(argv: list[str]) -> int:
                 code = proc.wait(timeout=0.05 if deadline is not None else 0.5)
                 break
             except subprocess.TimeoutExpired:
+                if stalled is None and not received:
+                    stalled = _stalled_step(step_file)
+                    if stalled is not None:
+                        proc.kill()
                 if deadline is not None and time.monotonic() > deadline and not killed:
                     proc.kill()
                     killed = True
@@ -290,8 +308,32 @@ def run_in_worker(argv: list[str]) -> int:
             from qnnrt.fileio import remove_temps_of  # killed mid-write: no partial file stays
             remove_temps_of(proc.pid, _output_folders(argv))
         restore_handlers(previous)
+        steps = _read_steps(step_file)
+        _remove(step_file)
     if received:
         return 128 + received[0]
+    if stalled is not None:
+        print(f"qnnrt: error: {stalled}", file=sys.stderr)
+        return 1
     if code < 0:
-        return _report_signal(-code, argv)
+        return _report_signal(-code, argv, steps)
     return code
+
+
+def _stalled_step(step_file: str) -> str | None:
+    """The message for a risky step the worker noted that is past its stall timeout, if any."""
+    from qnnrt.runtime.vet import read_steps, stalled_step, worker_stall_message
+    step = stalled_step(read_steps(step_file))
+    return worker_stall_message(step) if step is not None else None
+
+
+def _read_steps(step_file: str) -> list:
+    from qnnrt.runtime.vet import read_steps
+    return read_steps(step_file)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
