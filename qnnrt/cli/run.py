@@ -68,6 +68,7 @@ def add_runtime_options(p) -> None:
 def open_program(args, graph: str | None = None):
     """(program, execution profiler or None) loaded with the shared runtime options."""
     from qnnrt.loader import LoadOptions, load
+    from qnnrt.runtime.vet import VetMode
     quiet = getattr(args, "quiet", False)
     tty = sys.stderr.isatty()
     bar = ProgressBar("creating contexts") if tty and not quiet else None
@@ -90,7 +91,7 @@ def open_program(args, graph: str | None = None):
             return f"vetting {loading['vetted']}/{loading['to_vet']} binaries in a child process"
         return f"contexts created {loading['done']}/{loading['total'] or '?'}"
     # in the CLI's worker (cli/process.py) vetting costs no child: the worker is the isolation
-    vet = False if getattr(args, "no_vet", False) else "worker"
+    vet: VetMode | bool = False if getattr(args, "no_vet", False) else "worker"
     with _heartbeat(quiet or tty, f"qnnrt {args.command}: loading", status):
         prog = load(args.path, residency=args.residency, soc=args.soc, backend_lib=args.backend_lib,
                     options=LoadOptions(log_level=args.log_level, graph=graph,

@@ -49,6 +49,7 @@ STEP_FILE_ENV = "QNNRT_VET_STEP_FILE"        # "worker": the file the parent rea
 DEFAULT_STALL_S = 120.0
 STALL_SCALE_BYTES = 256 << 20    # the stall timeout grows by its base per this many bytes
 DEFAULT_EXECUTE_BYTES = 256 << 10
+STARTUP_S = 60.0
 VERDICT_VERSION = 2
 _ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding this qnnrt package
 
@@ -244,7 +245,7 @@ def raise_bad(results: list[VetResult]) -> None:
     for r in results:
         if r.verdict == "crash":
             raise FormatError(
-                f"{r.name}: the QNN library crashed ({r.detail}, in a vetting child process); "
+                f"{r.name}: the QNN library crashed {r.detail}, in a vetting child process; "
                 f"qnnrt did not hand this binary to QNN in this process. The binary is corrupt or "
                 f"not built for this QNN version: rebuild it. (sha256 {r.sha256[:16]}...; the "
                 f"verdict is cached under {vet_cache_dir()})")
@@ -285,7 +286,7 @@ class _ChildRun:
         if where is not None and self.ended == "hang":
             return "hang", f"QNN made no progress for {self.stalled_s:.0f} s while {where}", 0, False
         if where is not None and self.ended.startswith("SIG"):
-            return "crash", f"{self.ended} while {where}{self.stderr}", 0, True
+            return "crash", f"({self.ended}) while {where}{self.stderr}", 0, True
         return "unvetted", f"the vetting child ended ({self.ended}) before it{self.stderr}", 0, False
 
 
@@ -317,7 +318,8 @@ def _run_child(job: str, n_items: int, progress: Progress | None) -> _ChildRun:
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True,
                          name="qnnrt-vet-pump").start()
-        since, allowed = time.monotonic(), stall_base()   # start-up: the base stall timeout
+        # start-up (an interpreter, numpy, the QNN libraries) is no binary's doing: at least a minute
+        since, allowed = time.monotonic(), max(stall_base(), STARTUP_S)
         while True:
             try:
                 line = lines.get(timeout=max(0.0, since + allowed - time.monotonic()))
