@@ -100,13 +100,13 @@ def main() -> int:
                 print(f"{via:4} {mode:8} round {rnd}: load {r['load_s']:8.2f} s, first iteration "
                       f"{r['first_iteration_s']:8.2f} s, process total {r['total_s']:8.2f} s, "
                       f"load avg {r['loadavg']:.1f}, vetting {r['vetting']}", flush=True)
+    def med(via: str, mode: str) -> float | None:
+        xs = [r["load_s"] + r["first_iteration_s"] for r in rows if r["via"] == via and r["mode"] == mode]
+        return statistics.median(xs) if xs else None
     for via in args.via.split(","):
-        def med(mode: str) -> float | None:
-            xs = [r["load_s"] + r["first_iteration_s"] for r in rows if r["via"] == via and r["mode"] == mode]
-            return statistics.median(xs) if xs else None
-        off = med("off")
+        off = med(via, "off")
         for mode in args.modes.split(","):
-            m = med(mode)
+            m = med(via, mode)
             if m is not None and off:
                 print(f"{via}: {mode}: load + first iteration {m:.2f} s, {100 * (m / off - 1):+.1f} % vs off")
     print(f"load average after: {os.getloadavg()}")

@@ -232,7 +232,9 @@ def vet_binaries(binaries: dict[str, ContextBinary], *, mode: VetMode = "auto",
         run = _run_child(job, len(items), progress)
     report.child_seconds, report.children = run.seconds, 1
     for k, sha in enumerate(shas):
-        verdict, detail, ran, cache = run.verdict_of(k, first[sha].where)
+        name = first[sha].where
+        verdict, detail, ran, cache = run.verdict_of(k, name)
+        detail = detail.replace(str(items[k]["path"]), name)  # a temp copy's path says nothing
         for r in todo[sha]:
             r.verdict, r.detail, r.graphs_executed = verdict, detail, ran
         if cache:

@@ -22,6 +22,8 @@ def cache(tmp_path, monkeypatch):
 @pytest.mark.parametrize("case, step", [
     ("corrupt_delegate.pte", "reading the binary info of corrupt_delegate.pte:segment:1"),
     ("fuzz/bin_00041.bin", "reading the binary info of"),   # (bin_00469 crashes only at times)
+    ("fuzz/pte_00002_create_crash.pte", "creating the context of pte_00002_create_crash.pte:segment:1"),
+    ("fuzz/pte_00014_execute_crash.pte", "graph 'forward' of pte_00014_execute_crash.pte:segment:1 for the first"),
 ])
 def test_a_crash_in_the_worker_names_the_binary_and_step(cache, case, step):
     r = qnnrt("run", DATA / case)

@@ -63,6 +63,8 @@ def test_a_step_without_progress_is_a_hang_naming_the_step(small_binary, cache, 
 @pytest.mark.parametrize("case, step", [
     ("corrupt_delegate.pte", "reading the binary info of corrupt_delegate.pte:segment:1"),
     ("fuzz/bin_00041.bin", "reading the binary info of"),
+    ("fuzz/pte_00002_create_crash.pte", "creating the context of pte_00002_create_crash.pte:segment:1"),
+    ("fuzz/pte_00014_execute_crash.pte", "graph 'forward' of pte_00014_execute_crash.pte:segment:1 once on zeros"),
 ])
 def test_a_crashing_binary_is_refused_naming_the_step(tmp_path, case, step):
     code = ("import qnnrt, sys\ntry:\n    qnnrt.load(sys.argv[1]).close()\nexcept qnnrt.QnnrtError as e:\n"
