@@ -180,7 +180,7 @@ def _store(sha: str, lib_id: str, r: VetResult) -> None:
         p.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(p, json.dumps({"sha256": sha, "verdict": r.verdict, "detail": r.detail[:2000],
                                     "graphs_executed": r.graphs_executed, "library": lib_id,
-                                    "time": time.time()}), "vetting verdict")
+                                    "time": time.time()}), "vetting verdict", durable=False)
     except (OSError, QnnrtError):
         pass  # a cache that cannot be written only costs a re-vet next time
 
