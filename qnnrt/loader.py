@@ -3,25 +3,35 @@ ExecuTorch .pte) and hand the runtime a Program. It sits above runtime/ and exec
 chooses between them; files are read and checked before QNN is initialised."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
-from qnnrt.core import Backend, ContextBinary, open_library
+from qnnrt.core import Backend, ContextBinary, LogLevel, LogLevelName, open_library
 from qnnrt.core.profile import PROFILE_LEVELS
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.units import parse_size
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod
 from qnnrt.runtime.program import Program
+from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.runtime.residency import Residency
+from qnnrt.soc import parse_soc
 
 
-@dataclass
+ProfileLevelName = Literal["off", "basic", "detailed"]
+
+
+@dataclass(frozen=True)
 class LoadOptions:
-    """How `qnnrt.load` opens a program (everything but the residency, the SoC and the library).
+    """How `qnnrt.load` opens a program; validated when made (a bad value is a QnnrtError here,
+    not a surprise at load). Immutable: derive variants with `dataclasses.replace`.
 
+    residency: auto, eager, lazy, sequential, bounded:K or bounded:<size> (or a `Residency`).
+    soc: the SoC (model number or name) instead of the one the artifact was built for.
+    backend_lib: libQnnHtp (a file or its folder) instead of discovery.
     log_level: QNN's log level (error, warn, info, verbose, debug).
     graph: for a .bin with several graphs, run only this one.
     heap_profiling_path: write the heap profile (two lines + JSON timeline) here at close.
@@ -35,14 +45,33 @@ class LoadOptions:
         hash); binaries of qnnrt programs are checked against the manifest's sha256 instead.
         "create" vets binary info and context creation only, without running each graph once.
     """
-    log_level: str = "warn"
+    residency: Residency | str = "auto"
+    soc: str | int | None = None
+    backend_lib: str | os.PathLike[str] | None = None
+    log_level: LogLevelName | LogLevel = "warn"
     graph: str | None = None
     heap_profiling_path: str | None = None
-    profile_level: str = "off"
-    exec_profiler: Any = None
+    profile_level: ProfileLevelName = "off"
+    exec_profiler: ExecutionRecorder | None = None
     progress: Callable[[int, int], None] | None = None
     pd_budget: int | str | None = None
-    vet: bool | str = True
+    vet: bool | Literal["create"] = True
+
+    def __post_init__(self) -> None:
+        LogLevel.parse(self.log_level)
+        if self.profile_level not in PROFILE_LEVELS:
+            raise QnnrtError(f"unknown profile level {self.profile_level!r}; use {', '.join(PROFILE_LEVELS)}")
+        if self.vet not in (True, False, "create"):
+            raise QnnrtError(f"vet must be True, False or 'create', not {self.vet!r}")
+        object.__setattr__(self, "residency", Residency.parse(self.residency))
+        object.__setattr__(self, "soc", parse_soc(self.soc))
+        if self.pd_budget is not None:
+            object.__setattr__(self, "pd_budget", parse_size(self.pd_budget, "PD budget"))
+
+    @property
+    def policy(self) -> Residency:
+        """The residency, parsed."""
+        return Residency.parse(self.residency)
 
 
 @dataclass
@@ -55,19 +84,20 @@ class Source:
     trusted: set = field(default_factory=set)
 
 
-def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: str | int | None = None,
-         backend_lib: str | os.PathLike | None = None, options: LoadOptions | None = None) -> Program:
+def load(path: str | os.PathLike[str], *, residency: str | Residency | None = None,
+         soc: str | int | None = None, backend_lib: str | os.PathLike[str] | None = None,
+         options: LoadOptions | None = None) -> Program:
     """Open a program folder, an EPContext .onnx, a context binary .bin or an ExecuTorch .pte.
 
-    `soc` defaults to the SoC the artifact was built for; `backend_lib` names libQnnHtp (a file or
-    its folder) instead of discovery; `residency` is auto, eager, lazy, sequential, bounded:K or
-    bounded:<size>."""
-    opts = options or LoadOptions()
+    `residency`, `soc` and `backend_lib` are shortcuts for the `LoadOptions` fields of those names
+    (given, they win over `options`'): `soc` defaults to the SoC the artifact was built for,
+    `backend_lib` names libQnnHtp (a file or its folder) instead of discovery, `residency` is auto
+    (the default), eager, lazy, sequential, bounded:K or bounded:<size>."""
+    opts = _with_shortcuts(options or LoadOptions(), residency=residency, soc=soc, backend_lib=backend_lib)
     p = _existing_path(path)
-    if opts.profile_level not in PROFILE_LEVELS:
-        raise QnnrtError(f"unknown profile level {opts.profile_level!r}; use {', '.join(PROFILE_LEVELS)}")
-    policy = Residency.parse(residency)
-    lib_path = os.fspath(backend_lib) if backend_lib is not None else None
+    policy = opts.policy
+    soc = opts.soc
+    lib_path = os.fspath(opts.backend_lib) if opts.backend_lib is not None else None
     lib = open_library(lib_path)
     # the heap profiler exists first: whatever fails later, its file is written (zero contexts)
     heap = HeapProfiler(path=opts.heap_profiling_path) if opts.heap_profiling_path else None
@@ -91,7 +121,7 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
         program = Program(p, binaries, src.build, backend, policy, heap=heap,
                           exec_profiler=opts.exec_profiler, profile_level=opts.profile_level,
                           progress=opts.progress, owned=owned, constants=src.constants,
-                          pd_budget=None if opts.pd_budget is None else parse_size(opts.pd_budget, "PD budget"))
+                          pd_budget=None if opts.pd_budget is None else int(opts.pd_budget))
         program.vet_reports = vet_reports
         return program
     except BaseException:
@@ -104,6 +134,18 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
         if backend is not None:
             backend.close()
         raise
+
+
+def _with_shortcuts(opts: LoadOptions, residency: str | Residency | None, soc: str | int | None,
+                    backend_lib: str | os.PathLike[str] | None) -> LoadOptions:
+    """`opts` with the keyword shortcuts of `load` that were given (not None) in place."""
+    if residency is not None:
+        opts = dataclasses.replace(opts, residency=residency)
+    if soc is not None:
+        opts = dataclasses.replace(opts, soc=soc)
+    if backend_lib is not None:
+        opts = dataclasses.replace(opts, backend_lib=backend_lib)
+    return opts
 
 
 def _close_opened(binaries: dict[str, ContextBinary], owned: list) -> None:

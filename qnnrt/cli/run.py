@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from qnnrt._capi.types import LOG_LEVEL_NAMES
 from qnnrt.cli.io_files import (output_bytes, parse_inputs_arg, random_inputs, read_input_list,
                                 set_max_input_bytes, write_outputs)
 from qnnrt.core.profile import PROFILE_LEVELS
@@ -61,7 +62,7 @@ def add_runtime_options(p) -> None:
                    help="no progress on stderr (by default: a bar on a terminal, else a line "
                         "every 10 s)")
     p.add_argument("--log-level", default="warn",
-                   choices=["error", "warn", "info", "verbose", "debug"])
+                   choices=LOG_LEVEL_NAMES)
 
 
 def open_program(args, graph: str | None = None):

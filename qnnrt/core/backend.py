@@ -21,8 +21,15 @@ if TYPE_CHECKING:
     from qnnrt.core.context import Context
 
 qnn_logger = logging.getLogger("qnnrt.qnn")
-_PY_LEVEL = {1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO, 4: logging.DEBUG,
-             5: logging.DEBUG}
+
+
+def _python_level(level: int) -> int:
+    """The `logging` level of a QNN log line (an unknown QNN level: DEBUG)."""
+    try:
+        return T.LogLevel(level).python_level
+    except ValueError:
+        return logging.DEBUG
+
 
 class LogBook:
     """Receives QNN log lines: forwards them to `logging` and keeps the recent ones, numbered, so a
@@ -37,7 +44,7 @@ class LogBook:
     def __call__(self, level: int, text: str) -> None:
         with self._lock:
             self._lines.append((next(self._seq), level, text))
-        qnn_logger.log(_PY_LEVEL.get(level, logging.DEBUG), "%s", text)
+        qnn_logger.log(_python_level(level), "%s", text)
         for fn in list(self.listeners):
             fn(level, text)
 
@@ -88,7 +95,7 @@ class Backend:
     """
 
     def __init__(self, backend_lib: str | None = None, soc: str | int | None = None,
-                 htp_arch: int | None = None, log_level: str = "warn", device: bool = True):
+                 htp_arch: int | None = None, log_level: T.LogLevel | str = "warn", device: bool = True):
         self.lib: QnnLibrary = open_library(backend_lib)
         self.api = self.lib.api
         self.log = LogBook()
@@ -103,7 +110,7 @@ class Backend:
         self.device = C.c_void_p()
         self.soc_model = parse_soc(soc)
         self.htp_arch = htp_arch
-        self._log_level = T.LOG_LEVELS.get(log_level, 2)
+        self._log_level: int = T.LogLevel.parse(log_level)
         try:
             self.check(self.api.logCreate(self._log_cb, self._log_level, C.byref(self.log_handle)),
                        "logCreate")

@@ -16,6 +16,7 @@ The executor asks the pool to make a context live before running one of its grap
 from __future__ import annotations
 
 import bisect
+import enum
 import re
 import threading
 import time
@@ -26,44 +27,57 @@ from dataclasses import dataclass, field
 from qnnrt.core import Backend, Context, ContextBinary, Profile, live_contexts_in_process
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.profiling.pd_log import pd_available_from_log
+from qnnrt.runtime.hooks import CreationProfiler, DspProbe, PoolHooks
 from qnnrt.units import SIZE_RE, to_bytes
 
-POLICIES = ("auto", "eager", "lazy", "sequential", "bounded")
+class ResidencyKind(enum.StrEnum):
+    """The residency policies (module docstring). A StrEnum: `kind == "eager"` still holds."""
+    AUTO = "auto"
+    EAGER = "eager"
+    LAZY = "lazy"
+    SEQUENTIAL = "sequential"
+    BOUNDED = "bounded"
+
+
+POLICIES = tuple(k.value for k in ResidencyKind)
 
 
 @dataclass(frozen=True)
 class Residency:
     """A parsed residency policy: `kind`, and for bounded either a count or a byte budget."""
-    kind: str
+    kind: ResidencyKind
     max_live: int | None = None
     max_bytes: int | None = None
+
+    def __post_init__(self) -> None:  # Residency("lazy") from a string is still a ResidencyKind
+        object.__setattr__(self, "kind", ResidencyKind(self.kind))
 
     @classmethod
     def parse(cls, text: str | Residency) -> Residency:
         if isinstance(text, Residency):
             return text
         t = str(text).strip().lower()
-        if t in ("auto", "eager", "lazy", "sequential"):
-            return cls(t)
+        if t in POLICIES and t != ResidencyKind.BOUNDED:
+            return cls(ResidencyKind(t))
         m = re.fullmatch(r"bounded:" + SIZE_RE, t)
         if m:
             num, unit = m.group("num"), m.group("unit")
             if unit:
-                return cls("bounded", max_bytes=to_bytes(num, unit))
+                return cls(ResidencyKind.BOUNDED, max_bytes=to_bytes(num, unit))
             if "." in num or int(num) < 1:
                 raise QnnrtError(f"residency {text!r}: K must be a whole number >= 1")
-            return cls("bounded", max_live=int(num))
+            return cls(ResidencyKind.BOUNDED, max_live=int(num))
         raise QnnrtError(f"unknown residency {text!r}; use auto, eager, lazy, sequential, "
                          f"bounded:K (a count) or bounded:<size> (e.g. bounded:2GB)")
 
     def __str__(self) -> str:
-        if self.kind != "bounded":
-            return self.kind
+        if self.kind != ResidencyKind.BOUNDED:
+            return self.kind.value
         return f"bounded:{self.max_live}" if self.max_live else f"bounded:{self.max_bytes}B"
 
     @property
     def prefetches(self) -> bool:
-        return self.kind in ("auto", "bounded")
+        return self.kind in (ResidencyKind.AUTO, ResidencyKind.BOUNDED)
 
 
 @dataclass
@@ -96,9 +110,9 @@ class ContextPool:
     """
 
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary],
-                 residency: Residency | str = "auto", hooks=None,
+                 residency: Residency | str = "auto", hooks: PoolHooks | None = None,
                  pd_estimate: Callable[[list[str]], int | None] | None = None,
-                 profiler=None, predictions: dict[str, int | None] | None = None,
+                 profiler: CreationProfiler | None = None, predictions: dict[str, int | None] | None = None,
                  budget_bytes: int | None = None, budget_source: str | None = None,
                  on_capacity: Callable[[int], None] | None = None):
         self.backend = backend
@@ -106,7 +120,7 @@ class ContextPool:
         self.residency = Residency.parse(residency)
         self.hooks = hooks
         self._pd_estimate = pd_estimate
-        self._profiler = profiler  # optional: .context_profile() -> Profile, .created(key, events)
+        self._profiler = profiler
         self.stats = ResidencyStats()
         self.estimates: dict[str, int] = {}
         self._live: dict[str, Context] = {}
@@ -126,7 +140,7 @@ class ContextPool:
         self.capacity: int | None = self.residency.max_live
         # PD planning by bytes: predicted need per context (None: unknown), and the budget
         self.predictions: dict[str, int | None] = dict(predictions or {})
-        self.budget_bytes = budget_bytes if self.residency.kind == "auto" else None
+        self.budget_bytes = budget_bytes if self.residency.kind == ResidencyKind.AUTO else None
         self.budget_source = budget_source if self.budget_bytes is not None else None
         self._on_capacity = on_capacity
         self.mismatches: dict[str, tuple[int, int]] = {}  # key -> (predicted, QNN-reported)
@@ -160,20 +174,24 @@ class ContextPool:
         return None
 
     # -- creation ----------------------------------------------------------------------------
+    def _dsp(self) -> DspProbe | None:
+        return self.hooks.dsp if self.hooks is not None else None
+
     def _dsp_state(self) -> str:
         """'off', 'probe' (undecided: try option 4 once) or 'on' (device supports it)."""
-        dsp = getattr(self.hooks, "dsp", None)
+        dsp = self._dsp()
         if dsp is None:
             return "off"
         if not dsp.decided:
             return "probe"
         return "on" if dsp.supported else "off"
 
-    def _new_context(self, key: str, profile) -> Context:
+    def _new_context(self, key: str, profile: Profile | None) -> Context:
         """Create the context; with a heap profiler, DSP memory profiling is probed on the first
         creation (refused with 1000 on the simulator: noted once, then never asked again)."""
         state = self._dsp_state()
-        if state == "off":
+        dsp = self._dsp()
+        if state == "off" or dsp is None:
             return Context(self.backend, self.binaries[key], name=key, profile=profile)
         try:
             ctx = Context(self.backend, self.binaries[key], name=key, profile=profile,
@@ -181,13 +199,13 @@ class ContextPool:
         except QnnError as e:
             if state != "probe" or not e.is_not_supported:
                 raise
-            self.hooks.dsp.mark_unsupported(
+            dsp.mark_unsupported(
                 "DSP memory profiling is not supported by this backend (QNN error 1000 on "
                 "context creation with HTP context config option 4; the x86 simulator refuses it, "
                 "devices support it); host heap values are reported instead")
             return Context(self.backend, self.binaries[key], name=key, profile=profile)
         if state == "probe":
-            self.hooks.dsp.mark_supported()
+            dsp.mark_supported()
         return ctx
 
     def _create(self, key: str) -> Context:
@@ -418,7 +436,7 @@ class ContextPool:
                 self._in_use.pop(key, None)
             else:
                 self._in_use[key] = n
-        if self.residency.kind == "sequential" and n <= 0:
+        if self.residency.kind == ResidencyKind.SEQUENTIAL and n <= 0:
             self._free(key, evicted=False)
         elif self.residency.prefetches and position is not None and not self._closed:
             # `key` is idle now: if it is the best victim, the next context can replace it
@@ -441,7 +459,7 @@ class ContextPool:
 
     def _create_with_room(self, key: str, position: int) -> Context:
         keep = {key}
-        if self.residency.kind == "sequential":
+        if self.residency.kind == ResidencyKind.SEQUENTIAL:
             # one at a time: anything else live (not executing) goes first
             with self._lock:
                 others = [k for k in self._live if k != key and not self._in_use.get(k)]
@@ -453,7 +471,8 @@ class ContextPool:
             try:
                 ctx = self._create(key)
             except QnnError as e:
-                if not (self.residency.kind in ("auto", "bounded") and e.is_out_of_memory):
+                if not (self.residency.kind in (ResidencyKind.AUTO, ResidencyKind.BOUNDED)
+                        and e.is_out_of_memory):
                     raise
                 with self._lock:
                     live_now = len(self._live)
@@ -509,7 +528,7 @@ class ContextPool:
             ctx = self._create(key)
         except BaseException as e:
             pd = (isinstance(e, QnnError) and e.is_out_of_memory
-                  and self.residency.kind == "auto")
+                  and self.residency.kind == ResidencyKind.AUTO)
             with self._lock:
                 self._pending.pop(key, None)
                 self.generation += 1
