@@ -3,7 +3,9 @@ ExecuTorch .pte) and hand the runtime a Program. It sits above runtime/ and exec
 chooses between them; files are read and checked before QNN is initialised."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,8 @@ from qnnrt.soc import parse_soc
 
 
 ProfileLevelName = Literal["off", "basic", "detailed"]
+
+logger = logging.getLogger("qnnrt.loader")
 
 
 @dataclass(frozen=True)
@@ -99,12 +103,14 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
     soc = opts.soc
     lib_path = os.fspath(opts.backend_lib) if opts.backend_lib is not None else None
     lib = open_library(lib_path)
-    # the heap profiler exists first: whatever fails later, its file is written (zero contexts)
-    heap = HeapProfiler(path=opts.heap_profiling_path) if opts.heap_profiling_path else None
     binaries: dict[str, ContextBinary] = {}   # filled as opened: closed here if anything fails
     owned: list = []
-    backend = None
-    try:
+    with contextlib.ExitStack() as undo:  # a failure closes what was opened, newest first
+        # the heap profiler exists first: whatever fails later, its file is written (zero contexts)
+        heap = HeapProfiler(path=opts.heap_profiling_path) if opts.heap_profiling_path else None
+        if heap is not None:
+            undo.callback(_close_heap, heap)
+        undo.callback(_close_opened, binaries, owned)
         src = _open_source(p, lib, opts.graph, binaries, owned)
         vet_reports = []
         untrusted = {k: b for k, b in binaries.items() if k not in src.trusted}
@@ -118,22 +124,23 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
         if soc is None:
             soc = src.built_for or _soc_of(binaries)
         backend = Backend(backend_lib=lib_path, soc=soc, log_level=opts.log_level)
+        undo.callback(backend.close)
         program = Program(p, binaries, src.build, backend, policy, heap=heap,
                           exec_profiler=opts.exec_profiler, profile_level=opts.profile_level,
                           progress=opts.progress, owned=owned, constants=src.constants,
                           pd_budget=None if opts.pd_budget is None else int(opts.pd_budget))
         program.vet_reports = vet_reports
-        return program
-    except BaseException:
-        if heap is not None:
-            try:
-                heap.close()  # a failed load still leaves its heap file (both checkpoints)
-            except QnnrtError:
-                pass
-        _close_opened(binaries, owned)
-        if backend is not None:
-            backend.close()
-        raise
+        undo.pop_all()  # the program owns them now
+    return program
+
+
+def _close_heap(heap: HeapProfiler) -> None:
+    """A failed load still leaves its heap file (both checkpoints); failing to write it must not
+    hide the error that stopped the load."""
+    try:
+        heap.close()
+    except QnnrtError as e:
+        logger.warning("the heap profile of the failed load was not written: %s", e)
 
 
 def _with_shortcuts(opts: LoadOptions, residency: str | Residency | None, soc: str | int | None,
@@ -302,9 +309,8 @@ def open_for_planning(path: str | os.PathLike, backend_lib: str | os.PathLike | 
     lib = open_library(os.fspath(backend_lib) if backend_lib is not None else None)
     owned: list = []
     binaries: dict[str, ContextBinary] = {}
-    try:
+    with contextlib.ExitStack() as undo:
+        undo.callback(_close_opened, binaries, owned)
         src = _open_source(p, lib, None, binaries, owned)
-    except BaseException:
-        _close_opened(binaries, owned)
-        raise
+        undo.pop_all()
     return binaries, src.build(None), src.built_for or _soc_of(binaries), owned, lib

@@ -21,6 +21,7 @@ ONNX Runtime / QNN versions): ``$QNNRT_CACHE_DIR``, else ``$XDG_CACHE_HOME/qnnrt
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -393,7 +394,8 @@ def compile_unit(models: list[onnx.ModelProto], labels: list[str], options: Comp
     cache.misses += 1
     t0 = time.perf_counter()
     d = Path(tempfile.mkdtemp(prefix=f"u{key[:12]}_", dir=workdir))
-    try:
+    with contextlib.ExitStack() as undo:
+        undo.callback(shutil.rmtree, d, ignore_errors=True)  # kept only when the cache stored it there
         aliases: list[dict[str, str]]
         if len(models) == 1:
             data, aliases = blobs[0], [{}]
@@ -463,12 +465,9 @@ def compile_unit(models: list[onnx.ModelProto], labels: list[str], options: Comp
         unit = CompiledUnit(key, bin_path, bin_path.stat().st_size, members, cache_hit=False,
                             seconds=time.perf_counter() - t0)
         stored = cache.put(unit, {"labels": labels, "options": asdict(options), "versions": toolchain_versions()})
-        if stored.bin_path != bin_path:
-            shutil.rmtree(d, ignore_errors=True)
+        if stored.bin_path == bin_path:
+            undo.pop_all()
         return stored
-    except BaseException:
-        shutil.rmtree(d, ignore_errors=True)
-        raise
 
 
 def probe_unsupported(model: onnx.ModelProto, options: CompileOptions, cache: CompileCache,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import ctypes as C
 import itertools
 import logging
@@ -14,6 +15,7 @@ from qnnrt._capi import codes
 from qnnrt._capi import types as T
 from qnnrt._capi.library import QnnLibrary, open_library
 from qnnrt._capi.log import make_log_callback, raise_pending
+from qnnrt.core.freeing import check_free
 from qnnrt.errors import QnnError, QnnrtError, remedy_for
 from qnnrt.soc import parse_soc
 
@@ -111,16 +113,15 @@ class Backend:
         self.soc_model = parse_soc(soc)
         self.htp_arch = htp_arch
         self._log_level: int = T.LogLevel.parse(log_level)
-        try:
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.close)
             self.check(self.api.logCreate(self._log_cb, self._log_level, C.byref(self.log_handle)),
                        "logCreate")
             self.check(self.api.backendCreate(self.log_handle, None, C.byref(self.handle)),
                        "backendCreate")
             if device:
                 self._create_device()
-        except BaseException:
-            self.close()
-            raise
+            undo.pop_all()
         _live_backends.add(self)
 
     # -- errors ----------------------------------------------------------------------------
@@ -210,13 +211,13 @@ class Backend:
                 except Exception:  # keep freeing the rest
                     pass
             if self.device:
-                self.api.deviceFree(self.device)
+                check_free(self.api.deviceFree(self.device), "deviceFree", "the device")
                 self.device = C.c_void_p()
             if self.handle:
-                self.api.backendFree(self.handle)
+                check_free(self.api.backendFree(self.handle), "backendFree", "the backend")
                 self.handle = C.c_void_p()
             if self.log_handle:
-                self.api.logFree(self.log_handle)
+                check_free(self.api.logFree(self.log_handle), "logFree", "the log")
                 self.log_handle = C.c_void_p()
             _live_backends.discard(self)
 

@@ -15,6 +15,7 @@ import numpy as np
 from qnnrt._capi import codes
 from qnnrt._capi import types as T
 from qnnrt._capi.library import QnnLibrary, open_library
+from qnnrt.core.freeing import check_free
 from qnnrt.core.tensor import TensorSpec, spec_from_struct
 from qnnrt.errors import FormatError, QnnrtError
 
@@ -136,7 +137,7 @@ def read_binary_info(lib: QnnLibrary, buffer: np.ndarray, where: str) -> BinaryI
             soc_model=int(b.socModel) if bi.version == 3 else None,
             context_blob_size=int(b.contextBlobSize), graphs=tuple(graphs))
     finally:
-        lib.sys.systemContextFree(sysctx)
+        check_free(lib.sys.systemContextFree(sysctx), "systemContextFree", f"the system context reading {where}")
 
 
 def _map_file(path: Path) -> mmap.mmap:

@@ -6,6 +6,7 @@ import ctypes as C
 
 from qnnrt._capi import types as T
 from qnnrt.core.backend import Backend
+from qnnrt.core.freeing import check_free
 from qnnrt.errors import QnnrtError
 
 
@@ -68,7 +69,7 @@ class Profile:
 
     def close(self) -> None:
         if self.handle:
-            self.backend.api.profileFree(self.handle)
+            check_free(self.backend.api.profileFree(self.handle), "profileFree", f"a {self.level} profile")
         self.handle = C.c_void_p()
 
     def __enter__(self) -> Profile:

@@ -16,6 +16,7 @@ The executor asks the pool to make a context live before running one of its grap
 from __future__ import annotations
 
 import bisect
+import contextlib
 import enum
 import re
 import threading
@@ -237,14 +238,13 @@ class ContextPool:
                     if verbose:
                         self.backend.set_log_level(self.backend.log_level)
             dt = time.perf_counter() - t0
-            try:
+            with contextlib.ExitStack() as undo:
+                undo.callback(ctx.close)  # never drop a created context without freeing it
                 est = self._pd_estimate(ctx.creation_log) if self._pd_estimate else None
                 events = profile.events() if profile is not None else None
                 if events is not None and self._profiler:
                     self._profiler.created(key, events)
-            except BaseException:
-                ctx.close()  # never drop a created context without freeing it
-                raise
+                undo.pop_all()
         except BaseException:
             with self._lock:
                 self.stats.create_failures += 1
