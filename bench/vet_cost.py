@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import qnnrt  # noqa: E402
+import qnnrt
 
 
 def load_s(path: str, vet) -> tuple[float, list]:

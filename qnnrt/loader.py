@@ -9,9 +9,9 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from qnnrt.core import Backend, ContextBinary, LogLevel, LogLevelName, open_library
+from qnnrt.core import Backend, ContextBinary, LogLevel, LogLevelName, QnnLibrary, open_library
 from qnnrt.core.profile import PROFILE_LEVELS
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.units import parse_size
@@ -24,6 +24,9 @@ from qnnrt.soc import parse_soc
 
 
 ProfileLevelName = Literal["off", "basic", "detailed"]
+
+if TYPE_CHECKING:
+    from qnnrt.formats.program import ProgramManifest
 
 logger = logging.getLogger("qnnrt.loader")
 
@@ -214,16 +217,11 @@ def _check_against_manifest(manifest, models: dict[str, Path], parsed: dict) -> 
                                   f"{manifest.manifest_path} lists for {ctx.path}. Rebuild the program.")
 
 
-def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, ContextBinary],
-                  manifest=None) -> Source:
-    """Binaries referenced by EPContext models (opened into `binaries`), and a builder for their
-    methods. With a program's `manifest`, every node must name a binary and graph the manifest
-    lists, and binaries with a recorded sha256 are checked against it before QNN reads them."""
-    from qnnrt.formats.epcontext import read_epcontext_model
-    parsed = {name: read_epcontext_model(p, root=root) for name, p in models.items()}
-    if manifest is not None:
-        _check_against_manifest(manifest, models, parsed)
-    node_key: dict[tuple[str, int], str] = {}   # (method, node index) -> pool key
+def _open_node_binaries(models: dict[str, Path], parsed: dict[str, Any], root: Path, lib: QnnLibrary,
+                        binaries: dict[str, ContextBinary]) -> dict[tuple[str, int], str]:
+    """Open the binary each EPContext node names or embeds into `binaries` (once per file); the
+    pool key of each such node by (method, node index)."""
+    node_key: dict[tuple[str, int], str] = {}
     for name, em in parsed.items():
         for n in em.epcontext_nodes:
             if n.binary_path is not None:
@@ -236,6 +234,30 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, 
             else:
                 continue
             node_key[(name, n.index)] = key
+    return node_key
+
+
+def _trusted_by_manifest(manifest: ProgramManifest, binaries: dict[str, ContextBinary]) -> set[str]:
+    """The binaries whose sha256 the manifest records, checked (a mismatch is a FormatError)."""
+    sha = {c.path: c.sha256 for c in manifest.contexts if c.sha256}
+    trusted = set()
+    for key, b in binaries.items():
+        if key in sha:
+            _check_sha256(b, sha[key], manifest.manifest_path)
+            trusted.add(key)
+    return trusted
+
+
+def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, ContextBinary],
+                  manifest=None) -> Source:
+    """Binaries referenced by EPContext models (opened into `binaries`), and a builder for their
+    methods. With a program's `manifest`, every node must name a binary and graph the manifest
+    lists, and binaries with a recorded sha256 are checked against it before QNN reads them."""
+    from qnnrt.formats.epcontext import read_epcontext_model
+    parsed = {name: read_epcontext_model(p, root=root) for name, p in models.items()}
+    if manifest is not None:
+        _check_against_manifest(manifest, models, parsed)
+    node_key = _open_node_binaries(models, parsed, root, lib, binaries)
 
     def resolve_non_main_nodes() -> None:
         """Nodes without a binary of their own use the context holding their graph. This reads
@@ -253,13 +275,7 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, 
                                           f"{n.graph_name!r}")
                     node_key[(name, n.index)] = by_graph[n.graph_name]
 
-    trusted = set()
-    if manifest is not None:
-        sha = {c.path: c.sha256 for c in manifest.contexts if c.sha256}
-        for key, b in binaries.items():
-            if key in sha:
-                _check_sha256(b, sha[key], manifest.manifest_path)
-                trusted.add(key)
+    trusted = _trusted_by_manifest(manifest, binaries) if manifest is not None else set()
 
     def build(program: Program) -> dict[str, Method]:
         resolve_non_main_nodes()

@@ -4,12 +4,12 @@ from tests.helpers.program_fixtures import (chain12, chain_pd, distinct_binaries
 from tests.helpers.qnn_fixtures import q8_binary, small_binary, two_graph_binary  # noqa: F401
 
 try:
-    from tests.helpers.build_fixtures import *  # noqa: F401,F403  (demo programs, from the builder)
+    from tests.helpers.build_fixtures import *  # noqa: F403  (demo programs, from the builder)
 except ImportError:
     pass
 
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(autouse=True)

@@ -115,7 +115,7 @@ class QnnLibrary:
         try:
             if self.api.has("errorGetMessage") and self.api.errorGetMessage(handle, byref(s)) == 0:
                 return (s.value or b"").decode(errors="replace")
-        except Exception:  # the message is a courtesy; never fail because of it
+        except Exception:  # noqa: BLE001 - the message is a courtesy; never fail because of it
             pass
         return ""
 

@@ -51,7 +51,7 @@ def _callback_body(sink: Callable[[int, str], None], fmt, level, va_list) -> Non
         sink(int(level), format_varargs(fmt, va_list).strip())
     except Exception:  # noqa: BLE001 - an exception must never propagate into QNN
         pass
-    except BaseException as e:  # KeyboardInterrupt, SystemExit: raised after the QNN call returns
+    except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt, SystemExit: raised after the QNN call returns
         defer(e)
 
 

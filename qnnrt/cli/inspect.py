@@ -44,7 +44,7 @@ def describe(path: Path, backend_lib: str | None = None) -> dict:
         return _describe_program(path, backend_lib)
     if path.suffix == ".pte":
         from qnnrt.executorch.reader import read_pte
-        from qnnrt.executorch.interpreter import describe_pte, qnn_graph_lister
+        from qnnrt.executorch.describe import describe_pte, qnn_graph_lister
         with read_pte(path) as prog:
             d = describe_pte(prog, qnn_graph_lister())
         d["kind"] = "pte"

@@ -151,7 +151,7 @@ def time_breakdown(parts: list[tuple[float, float, float, int]]) -> dict:
     (qnnrt's own cost), from (wall, accelerator, cpu ops seconds, graph calls) per iteration."""
     if not parts:
         return {}
-    med = lambda xs: float(np.median(list(xs)))  # noqa: E731
+    med = lambda xs: float(np.median(list(xs)))
     rt = [w - a - c for w, a, c, _ in parts]
     return {"accelerator_ms": round(med(p[1] for p in parts) * 1e3, 6),
             "cpu_ops_ms": round(med(p[2] for p in parts) * 1e3, 6),

@@ -78,7 +78,7 @@ def backend_build_id(lib) -> str:
     try:
         if lib.api.has("backendGetBuildId") and lib.api.backendGetBuildId(C.byref(s)) == 0:
             return (s.value or b"").decode(errors="replace")
-    except Exception:  # an identity detail: never fail because of it
+    except Exception:  # noqa: BLE001 - an identity detail: never fail because of it
         pass
     return ""
 
@@ -208,7 +208,7 @@ class Backend:
             for child in reversed(self._live_children()):  # contexts and profiles, newest first
                 try:
                     child.close()
-                except Exception:  # keep freeing the rest
+                except Exception:  # noqa: BLE001 - keep freeing the rest
                     pass
             if self.device:
                 check_free(self.api.deviceFree(self.device), "deviceFree", "the device")

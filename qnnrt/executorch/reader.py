@@ -72,7 +72,7 @@ try:  # optional: bfloat16 / float8 through ml_dtypes when it is installed
     import ml_dtypes as _mld
     _SCALAR_TO_NP.update({15: _mld.bfloat16, 23: _mld.float8_e5m2, 24: _mld.float8_e4m3fn,
                           25: _mld.float8_e5m2fnuz, 26: _mld.float8_e4m3fnuz})
-except Exception:  # pragma: no cover - ml_dtypes missing
+except ImportError:  # pragma: no cover - ml_dtypes missing
     pass
 
 
@@ -915,23 +915,23 @@ def parse_qnn_compile_spec(delegate_or_bytes) -> dict:
     if len(data) < 8:
         return out
     try:
-        root = S._Table(data, struct.unpack_from("<I", data, 0)[0], len(data), "qnn_compile_spec")
-        soc = root.table(0, S._Table, "soc_info")
+        root = S.Table(data, struct.unpack_from("<I", data, 0)[0], len(data), "qnn_compile_spec")
+        soc = root.table(0, S.Table, "soc_info")
         if soc is not None:
             model = soc.i32(0, 0)
             out["soc_model"] = name_of(model) if model else "UNKNOWN_SM"
-            htp = soc.table(1, S._Table, "htp_info")
+            htp = soc.table(1, S.Table, "htp_info")
             if htp is not None:
                 out["htp_arch"] = htp.i32(0, 0)
                 out["vtcm_mb"] = htp.u32(1, 0)
-        bo = root.table(1, S._Table, "backend_options")
+        bo = root.table(1, S.Table, "backend_options")
         if bo is not None:
             out["backend"] = _QNN_BACKEND_TYPES.get(bo.i32(0, 0), str(bo.i32(0, 0)))
-            ho = bo.table(1, S._Table, "htp_options")
+            ho = bo.table(1, S.Table, "htp_options")
             if ho is not None:
                 prec = ho.i32(2, 0)
                 out["precision"] = {0: "quantized", 1: "fp16"}.get(prec, str(prec))
-    except Exception:
+    except Exception:  # noqa: BLE001 - best effort by contract: what cannot be decoded is left out
         pass
     return out
 

@@ -71,7 +71,7 @@ def _slot(i: int) -> int:
     return 4 + 2 * i
 
 
-class _Table:
+class Table:
     """A bounds-checked view of one flatbuffer table (wraps ``flatbuffers.table.Table``)."""
 
     __slots__ = ("_t", "_end", "where")
@@ -214,12 +214,12 @@ class _Table:
 
 # --- tables, in the order of program.fbs -----------------------------------------------------
 
-class ContainerMetadata(_Table):
+class ContainerMetadata(Table):
     encoded_inp_str = property(lambda s: s.string(0))
     encoded_out_str = property(lambda s: s.string(1))
 
 
-class AllocationDetails(_Table):
+class AllocationDetails(Table):
     memory_id = property(lambda s: s.u32(0))
 
     @property
@@ -227,13 +227,13 @@ class AllocationDetails(_Table):
         return self.u32(1) | (self.u32(2) << 32)
 
 
-class ExtraTensorInfo(_Table):
+class ExtraTensorInfo(Table):
     mutable_data_segments_idx = property(lambda s: s.u64(0))
     fully_qualified_name = property(lambda s: s.string(1))
     location = property(lambda s: s.i8(2))        # 0 CONSTANT_SEGMENT, 1 EXTERNAL
 
 
-class TensorT(_Table):
+class TensorT(Table):
     scalar_type = property(lambda s: s.i8(0))
     storage_offset = property(lambda s: s.i32(1))
     sizes = property(lambda s: s.scalars(2, "<i4"))
@@ -246,43 +246,43 @@ class TensorT(_Table):
     extra_tensor_info = property(lambda s: s.table(9, ExtraTensorInfo, s.where + ".extra_tensor_info"))
 
 
-class NullT(_Table):
+class NullT(Table):
     pass
 
 
-class IntT(_Table):
+class IntT(Table):
     value = property(lambda s: s.i64(0))
 
 
-class BoolT(_Table):
+class BoolT(Table):
     value = property(lambda s: s.boolean(0))
 
 
-class DoubleT(_Table):
+class DoubleT(Table):
     value = property(lambda s: s.f64(0))
 
 
-class StringT(_Table):
+class StringT(Table):
     value = property(lambda s: s.string(0, ""))
 
 
-class IntListT(_Table):
+class IntListT(Table):
     items = property(lambda s: s.scalars(0, "<i8"))
 
 
-class DoubleListT(_Table):
+class DoubleListT(Table):
     items = property(lambda s: s.scalars(0, "<f8"))
 
 
-class BoolListT(_Table):
+class BoolListT(Table):
     items = property(lambda s: s.scalars(0, "u1").astype(bool))
 
 
-class TensorListT(_Table):
+class TensorListT(Table):
     items = property(lambda s: s.scalars(0, "<i4"))
 
 
-class OptionalTensorListT(_Table):
+class OptionalTensorListT(Table):
     items = property(lambda s: s.scalars(0, "<i4"))
 
 
@@ -295,38 +295,38 @@ _KERNEL_TYPE_CLASSES = {
 }
 
 
-class EValue(_Table):
+class EValue(Table):
     def val(self):
         """(KernelTypes number, value table or None)."""
         return self.union(0, _KERNEL_TYPE_CLASSES, self.where + ".val")
 
 
-class Operator(_Table):
+class Operator(Table):
     name = property(lambda s: s.string(0, ""))
     overload = property(lambda s: s.string(1, ""))
 
 
-class KernelCallT(_Table):
+class KernelCallT(Table):
     op_index = property(lambda s: s.i32(0))
     args = property(lambda s: s.scalars(1, "<i4"))
 
 
-class DelegateCallT(_Table):
+class DelegateCallT(Table):
     delegate_index = property(lambda s: s.i32(0))
     args = property(lambda s: s.scalars(1, "<i4"))
 
 
-class MoveCallT(_Table):
+class MoveCallT(Table):
     move_from = property(lambda s: s.i32(0))
     move_to = property(lambda s: s.i32(1))
 
 
-class JumpFalseCallT(_Table):
+class JumpFalseCallT(Table):
     cond_value_index = property(lambda s: s.i32(0))
     destination_instruction = property(lambda s: s.i32(1))
 
 
-class FreeCallT(_Table):
+class FreeCallT(Table):
     value_index = property(lambda s: s.i32(0))
 
 
@@ -337,34 +337,34 @@ _INSTRUCTION_CLASSES = {
 }
 
 
-class Instruction(_Table):
+class Instruction(Table):
     def args(self):
         return self.union(0, _INSTRUCTION_CLASSES, self.where + ".instr_args")
 
 
-class Chain(_Table):
+class Chain(Table):
     inputs = property(lambda s: s.scalars(0, "<i4"))
     outputs = property(lambda s: s.scalars(1, "<i4"))
     instructions = property(lambda s: s.tables(2, Instruction, s.where + ".instructions"))
 
 
-class BackendDelegateDataReference(_Table):
+class BackendDelegateDataReference(Table):
     location = property(lambda s: s.i8(0))
     index = property(lambda s: s.u32(1))
 
 
-class CompileSpec(_Table):
+class CompileSpec(Table):
     key = property(lambda s: s.string(0, ""))
     value = property(lambda s: s.vector(1, 1))      # (offset, length) or None
 
 
-class BackendDelegate(_Table):
+class BackendDelegate(Table):
     id = property(lambda s: s.string(0, ""))
     processed = property(lambda s: s.table(1, BackendDelegateDataReference, s.where + ".processed"))
     compile_specs = property(lambda s: s.tables(2, CompileSpec, s.where + ".compile_specs"))
 
 
-class ExecutionPlan(_Table):
+class ExecutionPlan(Table):
     name = property(lambda s: s.string(0, ""))
     container_meta_type = property(lambda s: s.table(1, ContainerMetadata, s.where + ".container_meta_type"))
     values = property(lambda s: s.tables(2, EValue, s.where + ".values"))
@@ -376,30 +376,30 @@ class ExecutionPlan(_Table):
     non_const_buffer_sizes = property(lambda s: s.scalars(8, "<i8"))
 
 
-class Buffer(_Table):
+class Buffer(Table):
     storage = property(lambda s: s.vector(0, 1))     # (offset, length) or None
 
 
-class BackendDelegateInlineData(_Table):
+class BackendDelegateInlineData(Table):
     data = property(lambda s: s.vector(0, 1))        # (offset, length) or None
 
 
-class DataSegment(_Table):
+class DataSegment(Table):
     offset = property(lambda s: s.u64(0))
     size = property(lambda s: s.u64(1))
 
 
-class SubsegmentOffsets(_Table):
+class SubsegmentOffsets(Table):
     segment_index = property(lambda s: s.u32(0))
     offsets = property(lambda s: s.scalars(1, "<u8"))
 
 
-class NamedData(_Table):
+class NamedData(Table):
     key = property(lambda s: s.string(0, ""))
     segment_index = property(lambda s: s.u32(1))
 
 
-class Program(_Table):
+class Program(Table):
     version = property(lambda s: s.u32(0))
     execution_plan = property(lambda s: s.tables(1, ExecutionPlan, "execution_plan"))
     constant_buffer = property(lambda s: s.tables(2, Buffer, "constant_buffer"))

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from qnnrt.core import Backend, Context, ContextBinary, Profile, live_contexts_in_process
+from qnnrt.core import Backend, Context, ContextBinary, LogLevel, Profile, live_contexts_in_process
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.profiling.pd_log import pd_available_from_log
 from qnnrt.runtime.hooks import CreationProfiler, DspProbe, PoolHooks
@@ -222,9 +222,9 @@ class ContextPool:
                     profile = self._profiler.context_profile()
                 elif self._dsp_state() != "off":
                     profile = Profile(self.backend, "basic")  # carries the DSP heap events
-                verbose = self._pd_estimate is not None and self.backend.log_level < 4
+                verbose = self._pd_estimate is not None and self.backend.log_level < LogLevel.VERBOSE
                 if verbose:
-                    self.backend.set_log_level(4)
+                    self.backend.set_log_level(LogLevel.VERBOSE)
                 mark = self.backend.log.mark()
                 with self._lock:
                     live_before = set(self._live)
@@ -254,6 +254,15 @@ class ContextPool:
         finally:
             if profile is not None:
                 profile.close()
+        self._count_created(key, est, dt)
+        if self.hooks:
+            self.hooks.after_create(key, True, est)
+            if events is not None and self._dsp_state() == "on":
+                self.hooks.record_dsp_events(key, events)
+        return ctx
+
+    def _count_created(self, key: str, est: int | None, seconds: float) -> None:
+        """Statistics of a creation, and QNN's reported reservation beside the prediction."""
         with self._lock:
             if est:
                 self.estimates[key] = est
@@ -261,15 +270,10 @@ class ContextPool:
                 if pred is not None and pred != est:
                     self.mismatches[key] = (pred, est)
             self.stats.creates += 1
-            self.stats.create_seconds += dt
+            self.stats.create_seconds += seconds
             if key in self.stats.ever_created:
                 self.stats.reloads += 1
             self.stats.ever_created.add(key)
-        if self.hooks:
-            self.hooks.after_create(key, True, est)
-            if events is not None and self._dsp_state() == "on":
-                self.hooks.record_dsp_events(key, events)
-        return ctx
 
     def _reserved(self, key: str) -> int | None:
         """What QNN reserves for `key`: its reported reservation, else the prediction."""
@@ -451,8 +455,8 @@ class ContextPool:
         t0 = time.perf_counter()
         try:
             fut.result()
-        except Exception:
-            pass  # prefetch failed (e.g. PD): the synchronous path retries with eviction
+        except Exception:  # noqa: BLE001 - prefetch failed (e.g. PD): the synchronous path retries with eviction
+            pass
         with self._lock:
             self.stats.wait_seconds += time.perf_counter() - t0
             return self._live.get(key)
@@ -609,12 +613,12 @@ class ContextPool:
             else:
                 try:
                     fut.result()
-                except Exception:
+                except Exception:  # noqa: BLE001 - a failed prefetch made nothing to free
                     pass
         if self._executor:
             self._executor.shutdown(wait=True)
         for key in reversed(self.live_keys):
             try:
                 self._free(key, evicted=False)
-            except Exception:
+            except Exception:  # noqa: BLE001 - keep freeing the rest (a failed QNN free is logged)
                 pass

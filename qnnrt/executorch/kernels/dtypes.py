@@ -20,7 +20,7 @@ try:
     _BF16 = np.dtype(_mld.bfloat16)
     _EXTRA_FLOATS = {_BF16, np.dtype(_mld.float8_e5m2), np.dtype(_mld.float8_e4m3fn),
                      np.dtype(_mld.float8_e5m2fnuz), np.dtype(_mld.float8_e4m3fnuz)}
-except Exception:  # pragma: no cover
+except ImportError:  # pragma: no cover - ml_dtypes is optional
     _BF16 = None
     _EXTRA_FLOATS = set()
 _REDUCED = {_F16} | _EXTRA_FLOATS
