@@ -12,7 +12,9 @@ import ctypes as C
 import os
 import threading
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from qnnrt._capi import codes, platforms
 from qnnrt._capi.functions import (INTERFACE_SLOTS, SYSTEM_SLOTS, InterfaceProvider, QnnInterface,
@@ -53,7 +55,7 @@ def find_library(name: str, explicit: str | os.PathLike | None = None) -> Path:
 
 
 @contextlib.contextmanager
-def _stdout_silenced():
+def _stdout_silenced() -> Iterator[None]:
     """The QNN libraries print a banner to stdout when loaded; keep our stdout clean (--json)."""
     import sys
     try:
@@ -126,7 +128,7 @@ class QnnLibrary:
 _libraries: dict[tuple[Path, Path], QnnLibrary] = {}
 
 
-def _providers(dll: C.CDLL, symbol: str, struct, path: Path) -> list:
+def _providers(dll: C.CDLL, symbol: str, struct: type[C.Structure], path: Path) -> list[Any]:
     """The provider structs a QNN library exports through `symbol` (getProviders)."""
     try:
         get = getattr(dll, symbol)

@@ -60,7 +60,7 @@ class Host:
     env: Mapping[str, str] = field(default_factory=dict)
     root: Path = Path("/")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "os", self.os.lower())
         object.__setattr__(self, "machine", normalize_machine(self.machine))
         object.__setattr__(self, "native_machine",

@@ -394,7 +394,7 @@ class BinaryInfo(C.Structure):
     _fields_ = [("version", u32), ("u", _BinaryInfoUnion)]
 
     @property
-    def body(self):
+    def body(self) -> BinaryInfoV1 | BinaryInfoV2 | BinaryInfoV3:
         return {1: self.v1, 2: self.v2, 3: self.v3}[self.version]
 
 

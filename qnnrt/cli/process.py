@@ -163,7 +163,7 @@ def _windows_kill_on_close_job(proc: subprocess.Popen) -> Any:
         return None
     import ctypes
     from ctypes import wintypes
-    k32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    k32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined, unused-ignore]
 
     class BasicLimit(ctypes.Structure):
         _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64), ("PerJobUserTimeLimit", ctypes.c_int64),
@@ -189,7 +189,7 @@ def _windows_kill_on_close_job(proc: subprocess.Popen) -> Any:
     info.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
     k32.SetInformationJobObject(wintypes.HANDLE(job), JobObjectExtendedLimitInformation,
                                 ctypes.byref(info), ctypes.sizeof(info))
-    k32.AssignProcessToJobObject(wintypes.HANDLE(job), wintypes.HANDLE(int(proc._handle)))  # type: ignore[attr-defined]  # noqa: SLF001 - Popen exposes no process handle
+    k32.AssignProcessToJobObject(wintypes.HANDLE(job), wintypes.HANDLE(int(proc._handle)))  # type: ignore[attr-defined, unused-ignore]  # noqa: SLF001 - Popen exposes no process handle
     return job  # closed by the OS when the parent exits: the worker goes with it
 
 

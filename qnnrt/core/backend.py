@@ -9,7 +9,7 @@ import itertools
 import logging
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from qnnrt._capi import codes
 from qnnrt._capi import types as T
@@ -21,6 +21,14 @@ from qnnrt.soc import parse_soc
 
 if TYPE_CHECKING:
     from qnnrt.core.context import Context
+
+
+class Closeable(Protocol):
+    """What a backend owns: a context or a profile."""
+    @property
+    def closed(self) -> bool: ...
+
+    def close(self) -> None: ...
 
 qnn_logger = logging.getLogger("qnnrt.qnn")
 
@@ -72,7 +80,7 @@ def live_contexts_in_process() -> list[Context]:
     return [c for be in list(_live_backends) for c in be.live_contexts()]
 
 
-def backend_build_id(lib) -> str:
+def backend_build_id(lib: QnnLibrary) -> str:
     """The backend library's build id (QnnBackend_getBuildId; needs no backend handle), or ''."""
     s = C.c_char_p()
     try:
@@ -140,7 +148,7 @@ class Backend:
                        lines, remedy_for(code, lines), context)
 
     # -- device ----------------------------------------------------------------------------
-    def device_config_type(self):
+    def device_config_type(self) -> type[T.HtpDeviceCustomConfigV1] | type[T.HtpDeviceCustomConfigV2]:
         """The HTP device custom config layout for this library's HTP API version."""
         major, minor, _ = self.lib.backend_api
         if major != 5:
@@ -179,7 +187,7 @@ class Backend:
         return self._log_level
 
     # -- contexts --------------------------------------------------------------------------
-    def adopt(self, child) -> None:
+    def adopt(self, child: Closeable) -> None:
         """Take ownership of a context or profile made on this backend: freed before it, newest first."""
         with self._lock:
             if self._closed:
@@ -232,7 +240,7 @@ class Backend:
     def __enter__(self) -> Backend:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

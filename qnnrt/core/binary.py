@@ -8,7 +8,7 @@ import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from qnnrt._capi.library import QnnLibrary, open_library
 from qnnrt.core.freeing import check_free
 from qnnrt.core.tensor import TensorSpec, spec_from_struct
 from qnnrt.errors import FormatError, QnnrtError
+
+if TYPE_CHECKING:
+    from qnnrt.core.pd_need import PdNeed
 
 MIN_BINARY_SIZE = 64  # nothing smaller can hold a QNN context binary header
 
@@ -167,7 +170,8 @@ class ContextBinary:
     address goes to QNN. `info` is read once, lazily.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, *, buffer=None, name: str | None = None,
+    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+                 buffer: np.ndarray | memoryview | bytes | bytearray | None = None, name: str | None = None,
                  lib: QnnLibrary | None = None, backend_lib: str | None = None):
         self._mmap: mmap.mmap | None = None
         self.path: Path | None
@@ -177,7 +181,7 @@ class ContextBinary:
             self.path = Path(path)
             self.name = name or self.path.name
             self._open_file()
-        else:
+        elif buffer is not None:
             self.path = None
             self.name = name or "<buffer>"
             self.buffer = np.frombuffer(buffer, dtype=np.uint8)
@@ -240,10 +244,10 @@ class ContextBinary:
     def graphs(self) -> tuple[GraphSpec, ...]:
         return self.info.graphs
 
-    def pd_need(self):
+    def pd_need(self) -> PdNeed:
         """Predicted PD reservation of this context, per graph and part (core/pd_need.py), read from
         the binary alone: no context is created. Unknown parts are None, with notes."""
-        need = getattr(self, "_pd_need", None)
+        need: PdNeed | None = getattr(self, "_pd_need", None)
         if need is None:
             from qnnrt.core.pd_need import predict_pd_need
             need = predict_pd_need(self.graphs, self.buffer)
@@ -271,7 +275,7 @@ class ContextBinary:
     def __enter__(self) -> "ContextBinary":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

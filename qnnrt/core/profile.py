@@ -3,6 +3,7 @@ its event tree read back as plain dicts."""
 from __future__ import annotations
 
 import ctypes as C
+from collections.abc import Iterator
 
 from qnnrt._capi import types as T
 from qnnrt.core.backend import Backend
@@ -75,11 +76,11 @@ class Profile:
     def __enter__(self) -> Profile:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def flatten_events(events: list[dict], depth: int = 0):
+def flatten_events(events: list[dict], depth: int = 0) -> Iterator[tuple[int, dict]]:
     """(depth, event) pairs of an event tree, parents first."""
     for ev in events:
         yield depth, ev

@@ -2,6 +2,7 @@
 instructions, CPU operators, delegates and the context binaries they share)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import numpy as np
@@ -9,18 +10,18 @@ import numpy as np
 from qnnrt.errors import FormatError
 from qnnrt.executorch import kernels as K
 from qnnrt.executorch.reader import (DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall,
-                                     PteMethod, PteProgram, QnnDelegateBlob, constant_method_value,
+                                     PteIOSpec, PteMethod, PteProgram, QnnDelegateBlob, constant_method_value,
                                      is_constant_method, parse_qnn_compile_spec, unwrap_qnn_delegate)
 
 __all__ = ["describe_pte", "qnn_graph_lister"]
 
 
 
-def _io(specs) -> list[dict]:
+def _io(specs: Sequence[PteIOSpec]) -> list[dict]:
     out = []
     for s in specs:
-        d = {"name": s.name, "value_index": s.value_index, "kind": s.kind}
-        if s.kind == "tensor":
+        d: dict[str, Any] = {"name": s.name, "value_index": s.value_index, "kind": s.kind}
+        if s.kind == "tensor" and s.shape is not None and s.tensor is not None:
             d["shape"] = list(s.shape)
             d["dtype"] = s.dtype.name if s.dtype is not None else s.tensor.scalar_type_name
             if s.tensor.shape_dynamism:

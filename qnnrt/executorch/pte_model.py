@@ -3,10 +3,12 @@ returns): ScalarType numbers, tensors, values, instructions, operators, delegate
 program. Plain data over views of the file's memory map; no parsing here."""
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from qnnrt.errors import FormatError
 
@@ -36,7 +38,7 @@ def scalar_type_to_numpy(scalar_type: int) -> np.dtype | None:
     return None if t is None else np.dtype(t)
 
 
-def numpy_to_scalar_type(dtype) -> int:
+def numpy_to_scalar_type(dtype: DTypeLike) -> int:
     """ExecuTorch ScalarType number of a numpy dtype (inverse of :func:`scalar_type_to_numpy`)."""
     dt = np.dtype(dtype)
     for k, v in _SCALAR_TO_NP.items():
@@ -285,10 +287,10 @@ class PteProgram:
     the mapping to be released when the last view goes away.
     """
 
-    def __init__(self, path: str, mm, file_size: int, header: ExtendedHeader | None,
+    def __init__(self, path: str, mm: mmap.mmap, file_size: int, header: ExtendedHeader | None,
                  program_size: int, version: int):
         self.path = path
-        self._mm = mm
+        self._mm: mmap.mmap | None = mm
         self.file_size = file_size
         self.header = header
         self.program_size = program_size
@@ -313,11 +315,11 @@ class PteProgram:
     def __enter__(self) -> "PteProgram":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
-    def buffer(self):
+    def buffer(self) -> mmap.mmap:
         if self._mm is None:
             raise FormatError(f"{self.path}: the program was closed; open it again with read_pte()")
         return self._mm

@@ -136,7 +136,7 @@ def qnn_graph_io_order(input_names: Iterable[str], output_names: Iterable[str]
 _QNN_BACKEND_TYPES = {0: "undefined", 1: "gpu", 2: "htp", 3: "dsp", 4: "lpai"}
 
 
-def parse_qnn_compile_spec(delegate_or_bytes) -> dict:
+def parse_qnn_compile_spec(delegate_or_bytes: PteDelegate | bytes | bytearray | memoryview) -> dict:
     """Best-effort decode of the ``qnn_compile_spec`` compile spec (a QnnExecuTorchOptions flatbuffer).
 
     Returns e.g. ``{"soc_model": "SM8650", "htp_arch": 75, "backend": "htp", "precision": "fp16"}``;

@@ -32,6 +32,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Sequence
 
 from qnnrt.errors import FormatError
 from qnnrt.executorch import schema as S
@@ -104,7 +105,7 @@ def read_pte(path: str | os.PathLike, *, require_qnn: bool = False) -> PteProgra
                           "is damaged or not a .pte written by ExecuTorch; re-export it.") from e
 
 
-def _close_quietly(mm) -> None:
+def _close_quietly(mm: mmap.mmap) -> None:
     try:
         mm.close()
     except BufferError:
@@ -123,7 +124,7 @@ def _identify(head: bytes) -> str:
     return f"bytes {head[:8].hex(' ')}"
 
 
-def _parse(path: str, mm, size: int, require_qnn: bool) -> PteProgram:
+def _parse(path: str, mm: mmap.mmap, size: int, require_qnn: bool) -> PteProgram:
     ident = bytes(mm[4:8])
     if ident != S.FILE_IDENTIFIER:
         raise FormatError(
@@ -353,7 +354,7 @@ def _read_plan(prog: PteProgram, plan: S.ExecutionPlan, k: int) -> PteMethod:
         chains.append(PteChain(tuple(int(x) for x in ch.inputs), tuple(int(x) for x in ch.outputs),
                                instrs))
 
-    def io(indices, prefix):
+    def io(indices: Sequence[int], prefix: str) -> list[PteIOSpec]:
         out = []
         for i, vi in enumerate(indices):
             vi = check_value(int(vi), f"{prefix} {i}")

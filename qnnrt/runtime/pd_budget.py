@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from qnnrt import soc as socs
-from qnnrt.core import LogLevel
+from qnnrt.core import LogLevel, QnnLibrary
 from qnnrt.core.backend import Backend, backend_build_id
 from qnnrt.core.binary import ContextBinary
 from qnnrt.core.context import Context
@@ -36,7 +36,7 @@ def cache_file() -> Path:
 
 
 
-def backend_identity(lib, soc_model: int | None) -> str:
+def backend_identity(lib: QnnLibrary, soc_model: int | None) -> str:
     """'<SoC>/v<arch>/<QNN build id>': what a learned budget is valid for."""
     s = socs.BY_MODEL.get(soc_model) if soc_model is not None else None
     name = s.name if s else (f"soc{soc_model}" if soc_model is not None else "default-soc")

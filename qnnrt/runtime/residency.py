@@ -21,7 +21,7 @@ import enum
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -553,7 +553,7 @@ class ContextPool:
             self._free(key, evicted=False, ctx=ctx)
 
     # -- eager / lifetime --------------------------------------------------------------------
-    def load_all(self, progress=None) -> None:
+    def load_all(self, progress: Callable[[int, int], None] | None = None) -> None:
         """Create every context now (eager)."""
         for i, key in enumerate(self.binaries):
             if key not in self._live:
@@ -561,7 +561,7 @@ class ContextPool:
             if progress:
                 progress(i + 1, len(self.binaries))
 
-    def all_live(self, keys) -> int | None:
+    def all_live(self, keys: Iterable[str]) -> int | None:
         """The current generation when every context in `keys` is live and nothing is pending
         (the state a compiled plan may run in without acquire/release), else None."""
         with self._lock:
@@ -588,15 +588,18 @@ class ContextPool:
                 "pd_estimate_total_bytes": sum(self.estimates.values()),
                 "pd_peak_bytes": s.peak_pd_bytes,
                 "pd_predicted_bytes": dict(self.predictions),
-                "pd_predicted_total_bytes": (sum(self.predictions.values())  # type: ignore[arg-type]
-                                             if self.predictions and None not in self.predictions.values()
-                                             else None),
+                "pd_predicted_total_bytes": self._predicted_total(),
                 "pd_peak_predicted_bytes": s.peak_predicted_bytes,
                 "pd_mismatches": [{"key": k, "predicted_bytes": p, "reported_bytes": r}
                                   for k, (p, r) in self.mismatches.items()],
                 "pd_budget_bytes": self.byte_budget(), "pd_budget_source":
                     self.budget_source or ("bounded" if self.residency.max_bytes else None),
                 "capacity_bytes_found": s.capacity_bytes_found}
+
+    def _predicted_total(self) -> int | None:
+        """The sum of the predicted PD needs, when every context has one."""
+        needs = [v for v in self.predictions.values() if v is not None]
+        return sum(needs) if self.predictions and len(needs) == len(self.predictions) else None
 
     def close(self) -> None:
         """Cancel prefetches not started, wait for a running one, then free every live context
