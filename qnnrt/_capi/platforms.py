@@ -169,11 +169,6 @@ def sdk_targets(host: Host, sdk_root: str | os.PathLike | None = None) -> list[s
     return ubuntu + oe if _prefers_ubuntu(host) else oe + ubuntu
 
 
-def is_device_target(target: str) -> bool:
-    """Libraries that drive a real NPU (and so need skels), as opposed to the x86 simulator."""
-    return not target.startswith("x86_64")
-
-
 def ort_qnn_dirs(host: Host, package_dir: str | os.PathLike) -> list[tuple[str, Path]]:
     """Folders of the onnxruntime_qnn package that hold QNN libraries for this process (the same
     choice as the package's own platform_loader), each with its reason."""

@@ -265,9 +265,6 @@ class PteMethod:
             raise FormatError(f"method {self.name!r} is detached from its program")
         return self.program.tensor_data(self.values[value_index], where=f"{self.name}.values[{value_index}]")
 
-    def total_delegate_bytes(self) -> int:
-        return sum(d.size for d in self.delegates)
-
 
 @dataclass(frozen=True)
 class QnnDelegateBlob:

@@ -500,9 +500,9 @@ class ContextPool:
 
         While `current` executes it cannot be evicted, so the farthest-used idle context goes
         instead, even when the running one would be the better victim: that costs at most one
-        extra creation per iteration (bounded:3 on 12 contexts: 11 instead of Belady's 10; equal
-        on the demo programs) and buys overlap of every creation with a graph execution (tiny,
-        bounded:16: 9 % lower latency than waiting for the release). Called again at release
+        extra creation per iteration (tests/runtime/test_residency_policy.py bounds it against
+        Belady's optimum) and buys overlap of every creation with a graph execution (the latency
+        it saves: bench/RESULTS.md, "Prefetch during the graph call"). Called again at release
         (`current_busy` False) for the case nothing idle could be evicted during the execution.
         """
         nxt = self._next_key(position, current)

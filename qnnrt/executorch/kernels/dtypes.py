@@ -38,10 +38,6 @@ def _is_int(dt: np.dtype) -> bool:
     return dt.kind in "iu"
 
 
-def _category(dt: np.dtype) -> int:
-    return 0 if _is_bool(dt) else (2 if _is_float(dt) else 1)
-
-
 def promote_types(a, b) -> np.dtype | None:
     """PyTorch's ``torch.promote_types`` for real dtypes (None only when both are None)."""
     if a is None:
