@@ -1,15 +1,10 @@
 """Shared fixtures: real context binaries and programs built at test time (cached per session)."""
-from tests.helpers.program_fixtures import (chain12, chain_pd, distinct_binaries,  # noqa: F401
-                                    two_method_program)
-from tests.helpers.qnn_fixtures import q8_binary, small_binary, two_graph_binary  # noqa: F401
-
-try:
-    from tests.helpers.build_fixtures import *  # noqa: F403  (demo programs, from the builder)
-except ImportError:
-    pass
-
-
 import pytest
+
+# the session fixtures: real context binaries and programs (qnn_fixtures, program_fixtures) and demo
+# programs made by the builder (build_fixtures)
+pytest_plugins = ["tests.helpers.qnn_fixtures", "tests.helpers.program_fixtures",
+                  "tests.helpers.build_fixtures"]
 
 
 @pytest.fixture(autouse=True)
