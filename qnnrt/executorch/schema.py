@@ -12,8 +12,9 @@ map themselves.
 """
 from __future__ import annotations
 
+import mmap
 import struct
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 from flatbuffers import number_types as _N
@@ -28,6 +29,9 @@ __all__ = [
 ]
 
 FILE_IDENTIFIER = b"ET12"
+
+FbBuffer = bytes | bytearray | memoryview | mmap.mmap   # what a flatbuffer is read from
+TableT = TypeVar("TableT", bound="Table")
 
 
 class KernelTypes:
@@ -76,7 +80,7 @@ class Table:
 
     __slots__ = ("_t", "_end", "where")
 
-    def __init__(self, buf, pos: int, end: int, where: str):
+    def __init__(self, buf: FbBuffer, pos: int, end: int, where: str) -> None:
         self._end = end
         self.where = where
         self._check(pos, 4, "table")
@@ -107,35 +111,35 @@ class Table:
     def has(self, i: int) -> bool:
         return self._off(i) != 0
 
-    def _scalar(self, i: int, flags, default):
+    def _scalar(self, i: int, flags: Any, default: Any) -> Any:
         o = self._off(i)
         if not o:
             return default
         self._check(self._t.Pos + o, flags.bytewidth, f"field {i}")
         return self._t.Get(flags, self._t.Pos + o)
 
-    def u8(self, i, d=0):
+    def u8(self, i: int, d: int = 0) -> int:
         return self._scalar(i, _N.Uint8Flags, d)
 
-    def i8(self, i, d=0):
+    def i8(self, i: int, d: int = 0) -> int:
         return self._scalar(i, _N.Int8Flags, d)
 
-    def boolean(self, i, d=False):
+    def boolean(self, i: int, d: bool = False) -> bool:
         return bool(self._scalar(i, _N.Uint8Flags, int(d)))
 
-    def i32(self, i, d=0):
+    def i32(self, i: int, d: int = 0) -> int:
         return self._scalar(i, _N.Int32Flags, d)
 
-    def u32(self, i, d=0):
+    def u32(self, i: int, d: int = 0) -> int:
         return self._scalar(i, _N.Uint32Flags, d)
 
-    def i64(self, i, d=0):
+    def i64(self, i: int, d: int = 0) -> int:
         return self._scalar(i, _N.Int64Flags, d)
 
-    def u64(self, i, d=0):
+    def u64(self, i: int, d: int = 0) -> int:
         return self._scalar(i, _N.Uint64Flags, d)
 
-    def f64(self, i, d=0.0):
+    def f64(self, i: int, d: float = 0.0) -> float:
         return self._scalar(i, _N.Float64Flags, d)
 
     def _ref(self, i: int) -> int | None:
@@ -160,7 +164,7 @@ class Table:
         except UnicodeDecodeError:
             self._fail(f"has a string (field {i}) that is not UTF-8")
 
-    def table(self, i: int, cls, where: str):
+    def table(self, i: int, cls: type[TableT], where: str) -> TableT | None:
         p = self._ref(i)
         if p is None:
             return None
@@ -185,7 +189,7 @@ class Table:
         start, n = v
         return np.frombuffer(self._t.Bytes, dtype=dt, count=n, offset=start).copy()
 
-    def tables(self, i: int, cls, where: str) -> list:
+    def tables(self, i: int, cls: type[TableT], where: str) -> list[TableT]:
         v = self.vector(i, 4)
         if v is None:
             return []
@@ -201,8 +205,9 @@ class Table:
         v = self.vector(i, 4)
         return 0 if v is None else v[1]
 
-    def union(self, type_field: int, classes: dict, where: str):
-        """(type number, table or None) of a union stored at slots type_field, type_field+1."""
+    def union(self, type_field: int, classes: dict[int, type[Table]], where: str) -> tuple[int, Any]:
+        """(type number, table or None) of a union stored at slots type_field, type_field+1; the
+        table is of class `classes[type number]` (Any to mypy: the class follows the tag)."""
         t = self.u8(type_field, 0)
         if t == 0:
             return 0, None
@@ -296,7 +301,7 @@ _KERNEL_TYPE_CLASSES = {
 
 
 class EValue(Table):
-    def val(self):
+    def val(self) -> tuple[int, Any]:
         """(KernelTypes number, value table or None)."""
         return self.union(0, _KERNEL_TYPE_CLASSES, self.where + ".val")
 
@@ -338,7 +343,7 @@ _INSTRUCTION_CLASSES = {
 
 
 class Instruction(Table):
-    def args(self):
+    def args(self) -> tuple[int, Any]:
         return self.union(0, _INSTRUCTION_CLASSES, self.where + ".instr_args")
 
 
@@ -411,7 +416,7 @@ class Program(Table):
     named_data = property(lambda s: s.tables(7, NamedData, "named_data"))
 
 
-def root_program(buf, end: int) -> Program:
+def root_program(buf: FbBuffer, end: int) -> Program:
     """The root ``Program`` table of a flatbuffer occupying ``buf[0:end]``."""
     if end < 8:
         raise FormatError(f"ExecuTorch program: only {end} bytes, too short for a flatbuffer "
