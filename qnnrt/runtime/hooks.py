@@ -4,7 +4,7 @@ is any object with these methods (profiling/ implements them; tests may bring th
 checks every call the runtime makes on them."""
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from qnnrt.core import Profile
 
@@ -53,3 +53,11 @@ class ExecutionRecorder(Protocol):
 
     def record(self, phase: str, graph: str | None, context: str, events: ProfileEvents,
                iteration: int | None = None) -> None: ...
+
+
+if TYPE_CHECKING:  # mypy proves that profiling/'s observers are what the runtime expects
+    from qnnrt.profiling.exec_profile import ExecutionProfiler
+    from qnnrt.profiling.heap import HeapProfiler
+
+    def _conforms(heap: HeapProfiler, profiler: ExecutionProfiler) -> tuple[PoolHooks, ExecutionRecorder]:
+        return heap, profiler
