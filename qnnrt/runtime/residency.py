@@ -425,11 +425,10 @@ class ContextPool:
                 self._prefetched.discard(key)
                 self.stats.prefetch_hits += 1
         if self.residency.prefetches:
-            try:
+            with contextlib.ExitStack() as undo:
+                undo.callback(self.release, key)  # the caller never gets the context: do not pin it
                 self._prefetch(position, current=key, current_busy=True)
-            except BaseException:
-                self.release(key)  # the caller never gets the context: do not pin it
-                raise
+                undo.pop_all()
         return ctx
 
     def release(self, key: str, position: int | None = None) -> None:
