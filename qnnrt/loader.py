@@ -195,7 +195,7 @@ def _relkey(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _check_against_manifest(manifest, models: dict[str, Path], parsed: dict) -> None:
+def _check_against_manifest(manifest: ProgramManifest, models: dict[str, Path], parsed: dict) -> None:
     """A program's methods may only name binaries (and graphs) its program.json lists: the
     manifest's size and graph checks must never be skipped by a node pointing elsewhere."""
     listed = {c.file.resolve(): c for c in manifest.contexts}
@@ -248,8 +248,8 @@ def _trusted_by_manifest(manifest: ProgramManifest, binaries: dict[str, ContextB
     return trusted
 
 
-def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, ContextBinary],
-                  manifest=None) -> Source:
+def _onnx_methods(models: dict[str, Path], root: Path, lib: QnnLibrary, binaries: dict[str, ContextBinary],
+                  manifest: ProgramManifest | None = None) -> Source:
     """Binaries referenced by EPContext models (opened into `binaries`), and a builder for their
     methods. With a program's `manifest`, every node must name a binary and graph the manifest
     lists, and binaries with a recorded sha256 are checked against it before QNN reads them."""
@@ -285,7 +285,7 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, 
                   trusted=trusted)
 
 
-def _open_source(p: Path, lib, graph: str | None, binaries: dict[str, ContextBinary],
+def _open_source(p: Path, lib: QnnLibrary, graph: str | None, binaries: dict[str, ContextBinary],
                  owned: list) -> Source:
     """Open a program folder, EPContext model, .pte or .bin: its binaries go into `binaries` as they
     are opened, objects to close after them into `owned` (so a failure half-way frees all)."""
@@ -311,7 +311,7 @@ def _open_source(p: Path, lib, graph: str | None, binaries: dict[str, ContextBin
     return Source(build)
 
 
-def _soc_of(binaries: dict[str, ContextBinary]):
+def _soc_of(binaries: dict[str, ContextBinary]) -> int | None:
     """The SoC model the first binary was compiled for (0 / unknown -> None: no device config)."""
     for b in binaries.values():
         return b.info.soc_model or None
