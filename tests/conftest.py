@@ -12,3 +12,15 @@ def _private_pd_budget_cache(tmp_path, monkeypatch):
     """Each test has its own PD budget file: a budget learned by one test never plans another (the
     compile and vetting caches stay shared: they only save time)."""
     monkeypatch.setenv("QNNRT_PD_BUDGET_FILE", str(tmp_path / "pd_budget.json"))
+
+
+# a test using one of these builds a demo program or creates hundreds of contexts: it is slow
+# (`pytest -m "not slow"` is the inner loop); tests slow on their own carry @pytest.mark.slow
+SLOW_FIXTURES = {"built_tiny_program", "built_tiny_two_method_program", "built_tiny_grouped_program",
+                 "built_pd_program", "chain_pd"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
