@@ -208,7 +208,7 @@ class ContextPool:
                 return self._new_context_now(key, profile)
         return self._new_context_now(key, profile)
 
-    def _new_context_now(self, key: str, profile) -> Context:
+    def _new_context_now(self, key: str, profile: Profile | None) -> Context:
         state = self._dsp_state()
         dsp = self._dsp()
         if state == "off" or dsp is None:
