@@ -33,7 +33,8 @@ class CachedGenerator:
         self.cache.truncate(0)
         self.tokens = []
 
-    def generate(self, prompt: Sequence[int], max_new_tokens: int, *, sampler: Callable[[np.ndarray], int] | None = None,
+    def generate(self, prompt: Sequence[int], max_new_tokens: int, *,
+                 sampler: Callable[[np.ndarray], int] | None = None,
                  eos_ids: Sequence[int] | None = None, on_token: Callable[[int], bool | None] | None = None,
                  reuse: bool = True) -> tuple[GenerationResult, int]:
         """(result, reused): ``reused`` prompt tokens came from the cache; the result's
