@@ -110,6 +110,7 @@ class Service:
                   f"qnnrt_prompt_tokens_total {int(t['prompt_tokens'])}",
                   f"qnnrt_prompt_tokens_cached_total {int(t['cached_tokens'])}",
                   f"qnnrt_completion_tokens_total {int(t['completion_tokens'])}",
+                  f"qnnrt_generated_tokens_total {int(t['generated_tokens'])}",
                   f"qnnrt_time_to_first_token_seconds_sum {t['ttft_s_sum']:.6f}",
                   f"qnnrt_time_to_first_token_seconds_count {int(t['completed'])}",
                   f"qnnrt_decode_seconds_sum {t['decode_s_sum']:.6f}",

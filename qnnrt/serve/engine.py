@@ -13,11 +13,11 @@ from typing import Any, Callable
 import numpy as np
 
 from qnnrt.errors import QnnrtError
-from qnnrt.llm.detokenize import IncrementalDetokenizer, StopMatcher
 from qnnrt.llm.errors import ContextLengthError
 from qnnrt.llm.sampling import Sampler, log_softmax
 from qnnrt.llm.session import CachedGenerator
 from qnnrt.llm.text import TextModel
+from qnnrt.llm.textgen import generate_text
 
 log = logging.getLogger("qnnrt.serve")
 
@@ -114,8 +114,8 @@ class Engine:
         self.records: list[dict[str, Any]] = []
         self.totals: dict[str, float] = {"requests": 0, "completed": 0, "cancelled": 0, "failed": 0,
                                          "rejected_queue_full": 0, "prompt_tokens": 0, "cached_tokens": 0,
-                                         "completion_tokens": 0, "ttft_s_sum": 0.0, "decode_s_sum": 0.0,
-                                         "decode_tokens": 0}
+                                         "completion_tokens": 0, "generated_tokens": 0, "ttft_s_sum": 0.0,
+                                         "decode_s_sum": 0.0, "decode_tokens": 0}
         self.pd_bytes: int | None = None
 
     # -- the HTTP side ---------------------------------------------------------------------------
@@ -181,24 +181,17 @@ class Engine:
                     self._running = None
 
     def _run(self, job: Job) -> None:
-        detok = IncrementalDetokenizer(self.text.tokenizer.decode, context=job.prompt)
-        stop = StopMatcher(job.stops)
-        stop_ids = set(self.text.stop_ids)
         lp = LogprobSampler(job.sampler, job.top_logprobs) if job.top_logprobs is not None else None
 
-        def on_token(tok: int) -> bool:
-            info = lp.of(tok) if lp is not None else None
-            if tok in stop_ids:
-                job.emit(TextEvent("", tok, info))
-            else:
-                job.emit(TextEvent(stop.feed(detok.add(tok)), tok, info))
-            return stop.stopped or job.cancelled.is_set()
+        def on_text(chunk: str, token: int | None) -> None:
+            self.totals["generated_tokens"] += token is not None
+            job.emit(TextEvent(chunk, token, lp.of(token) if lp is not None and token is not None else None))
 
         started = time.perf_counter()
         try:
-            res, reused = self.generator.generate(job.prompt, job.max_tokens, sampler=lp or job.sampler,
-                                                  eos_ids=sorted(stop_ids), on_token=on_token,
-                                                  reuse=self.reuse_kv)
+            g = generate_text(self.generator, self.text, job.prompt, job.max_tokens, sampler=lp or job.sampler,
+                              stops=job.stops, on_text=on_text, cancelled=job.cancelled.is_set,
+                              reuse=self.reuse_kv)
         except ContextLengthError as e:
             self._fail(job, 400, str(e), "context_length_exceeded")
             return
@@ -211,27 +204,25 @@ class Engine:
             return
         finally:
             self.pd_bytes = self._pd_in_use()
-        if job.cancelled.is_set() and not stop.stopped:
+        res = g.result
+        figures = res.report() | {"cached_tokens": g.reused, "prompt_tokens": len(job.prompt),
+                                  "queue_wait_s": started - job.submitted}
+        if g.finish_reason == "cancelled":
             self.totals["cancelled"] += 1
-            self._record(job, "cancelled", res.report() | {"cached_tokens": reused})
+            self._record(job, "cancelled", figures)
             why = "the server is shutting down" if self._stopping else "the request was cancelled"
             job.emit(ErrorEvent(503, f"generation stopped: {why}", "cancelled"))
             return
-        tail = stop.feed(detok.flush()) + stop.flush()
-        if tail:
-            job.emit(TextEvent(tail))
-        finish = "length" if res.stop_reason in ("max_new_tokens", "context") else "stop"
         t = self.totals
         t["completed"] += 1
         t["prompt_tokens"] += len(job.prompt)
-        t["cached_tokens"] += reused
+        t["cached_tokens"] += g.reused
         t["completion_tokens"] += len(res.tokens)
         t["ttft_s_sum"] += res.ttft_s
         t["decode_s_sum"] += sum(res.decode_s)
         t["decode_tokens"] += len(res.decode_s)
-        self._record(job, finish, res.report() | {"cached_tokens": reused, "prompt_tokens": len(job.prompt),
-                                                  "queue_wait_s": started - job.submitted})
-        job.emit(DoneEvent(finish, len(job.prompt), len(res.tokens), reused))
+        self._record(job, g.finish_reason, figures)
+        job.emit(DoneEvent(g.finish_reason, len(job.prompt), len(res.tokens), g.reused))
 
     def _fail(self, job: Job, status: int, message: str, code: str) -> None:
         self.totals["failed"] += 1
