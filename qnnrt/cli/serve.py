@@ -122,7 +122,7 @@ def _pd_in_use(prog) -> int | None:
     est, pred = s.get("pd_estimate_bytes") or {}, s.get("pd_predicted_bytes") or {}
     sizes = [est.get(k) or pred.get(k) for k in prog.pool.live_keys]
     known = [x for x in sizes if isinstance(x, int)]
-    return sum(known) if sizes and len(known) == len(sizes) else None
+    return sum(known) if len(known) == len(sizes) else None
 
 
 def _print_summary(r: dict) -> None:
