@@ -24,6 +24,8 @@ LAYERS = {
     "runtime": {"core", "formats", "profiling"},
     "executorch": {"core", "formats", "runtime"},
     "compiler": {"core", "formats", "_capi"},
+    "llm": {"runtime"},                 # drives a loaded Program; never loads one itself
+    "serve": {"llm"},                   # HTTP in front of the LLM runner
     "cli": {"*"},
 }
 SHARED = {"errors", "soc", "units", "fileio", "progress"}  # beneath every layer
@@ -48,6 +50,22 @@ def test_layers_import_only_downwards(layer):
         if "*" not in allowed and wrong:
             bad[str(f.relative_to(ROOT))] = sorted(wrong)
     assert not bad, f"{layer}/ reaches up or sideways: {bad}"
+
+
+def test_the_asgi_stack_is_imported_only_where_it_serves():
+    """`qnnrt` works without the `serve` extra: only serve/app.py and serve/server.py import the ASGI
+    stack, and nothing imports them at module level outside serve/."""
+    stack = {"starlette", "uvicorn", "fastapi"}
+    for f in ROOT.rglob("*.py"):
+        tree = ast.parse(f.read_text())
+        top = {(a.name if isinstance(n, ast.Import) else n.module or "").split(".")[0]
+               for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+               for a in (n.names if isinstance(n, ast.Import) else [n])}
+        rel = str(f.relative_to(ROOT))
+        if rel not in ("serve/app.py", "serve/server.py"):
+            assert not top & stack, rel
+            mods = {n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
+            assert not mods & {"qnnrt.serve.app", "qnnrt.serve.server"}, rel
 
 
 def test_runtime_never_touches_ctypes():
