@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 VOCAB = 512
 SPECIALS = ["<unk>", "<s>", "</s>"]          # ids 0, 1, 2: the fixture's get_bos_id 1, get_eos_id 2
 CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{{ eos_token }}\n"
@@ -43,3 +45,10 @@ def write_tokenizer_folder(folder: Path) -> Path:
         {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}))
     (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE)
     return folder
+
+
+@pytest.fixture(scope="session")
+def text_folder(tmp_path_factory) -> Path:
+    """The fixture's tokenizer folder, trained once per session."""
+    pytest.importorskip("tokenizers", reason="needs `tokenizers` (pip install -e '.[test]')")
+    return write_tokenizer_folder(tmp_path_factory.mktemp("tokenizer"))

@@ -14,18 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli_helpers import ROOT
+from tests.helpers.llm_text import text_folder  # noqa: F401
 
 FIX = Path("/work/shared/fixtures/executorch/llama_stories_fp16")
 MODEL_ID = "stories"
 API_KEY = "sk-test-qnnrt"
 START_TIMEOUT_S = 600          # vetting + load on a loaded simulator
-
-
-@pytest.fixture(scope="session")
-def text_folder(tmp_path_factory) -> Path:
-    pytest.importorskip("tokenizers", reason="needs `tokenizers` (pip install -e '.[test]')")
-    from tests.helpers.llm_text import write_tokenizer_folder
-    return write_tokenizer_folder(tmp_path_factory.mktemp("tokenizer"))
 
 
 @dataclass
@@ -88,7 +82,7 @@ def start_server(tokenizer: Path, report: Path, *extra: str) -> Server:
 
 
 @pytest.fixture(scope="module")
-def server(text_folder, tmp_path_factory):
+def server(text_folder, tmp_path_factory):  # noqa: F811
     s = start_server(text_folder, tmp_path_factory.mktemp("serve") / "report.json", "--api-key", API_KEY,
                      "--max-queue", "1")
     yield s
