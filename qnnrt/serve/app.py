@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -59,11 +59,14 @@ class Service:
             raise api.ApiError(413, f"request body of {length} bytes exceeds the limit of {limit} bytes "
                                     f"(qnnrt serve --max-body-bytes)", code="request_too_large")
         data = bytearray()
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > limit:
-                raise api.ApiError(413, f"request body exceeds the limit of {limit} bytes "
-                                        f"(qnnrt serve --max-body-bytes)", code="request_too_large")
+        try:
+            async for chunk in request.stream():
+                data += chunk
+                if len(data) > limit:
+                    raise api.ApiError(413, f"request body exceeds the limit of {limit} bytes "
+                                            f"(qnnrt serve --max-body-bytes)", code="request_too_large")
+        except ClientDisconnect:
+            raise api.ApiError(400, "the client left before sending the whole body", code="incomplete_body") from None
         try:
             body = json.loads(bytes(data))
         except (ValueError, RecursionError) as e:

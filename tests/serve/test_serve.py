@@ -21,6 +21,7 @@ httpx = pytest.importorskip("httpx", reason="needs httpx (pip install -e '.[test
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 TIMEOUT = 300
+LONG = 120        # max_tokens of a request meant to be still running when the test acts (of 128 positions)
 
 
 def client(server, **kw) -> openai.OpenAI:
@@ -138,7 +139,13 @@ def test_prompt_longer_than_the_context_is_a_400_with_the_counts(server):
 def test_next_chat_turn_reuses_the_kv_cache(server):
     c = client(server)
     turn1 = [{"role": "user", "content": "Once upon a time"}]
-    a = c.chat.completions.create(model=MODEL_ID, messages=turn1, max_tokens=3, temperature=0)
+    a = c.chat.completions.create(model=MODEL_ID, messages=turn1, max_tokens=3, temperature=0, logprobs=True,
+                                  top_logprobs=2)
+    lps = a.choices[0].logprobs.content
+    assert len(lps) == a.usage.completion_tokens == 3
+    for e in lps:                                       # greedy: the chosen token is the best one
+        assert len(e.top_logprobs) == 2 and e.logprob <= 0 and e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob
+        assert e.logprob == pytest.approx(e.top_logprobs[0].logprob) and e.bytes == list(e.token.encode())
     turn2 = turn1 + [{"role": "assistant", "content": a.choices[0].message.content},
                      {"role": "user", "content": "And then?"}]
     b = c.chat.completions.create(model=MODEL_ID, messages=turn2, max_tokens=2, temperature=0)
@@ -191,23 +198,26 @@ def _first_token(resp: httpx.Response):
 
 def test_a_client_that_disconnects_stops_its_generation(server):
     before = metrics(server)
-    cl, resp = _stream(server, {"model": MODEL_ID, "prompt": "Once", "max_tokens": 40, "temperature": 0,
+    cl, resp = _stream(server, {"model": MODEL_ID, "prompt": "Once", "max_tokens": LONG, "temperature": 0,
                                 "seed": 1})
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
     _first_token(resp)
     resp.close()
     cl.close()
+    with pytest.raises(httpx.ReadTimeout):           # not streamed: the client gives up waiting
+        httpx.post(server.base + "/v1/completions", headers=AUTH, timeout=httpx.Timeout(30, read=4),
+                   json={"model": MODEL_ID, "prompt": "Once", "max_tokens": LONG})
     nxt = client(server).completions.create(model=MODEL_ID, prompt="The", max_tokens=1, temperature=0)
     assert nxt.choices[0].finish_reason == "length"
     after = metrics(server)
-    assert after['qnnrt_requests_total{status="cancelled"}'] == before['qnnrt_requests_total{status="cancelled"}'] + 1
-    assert after["qnnrt_generated_tokens_total"] - before["qnnrt_generated_tokens_total"] < 40
+    assert after['qnnrt_requests_total{status="cancelled"}'] == before['qnnrt_requests_total{status="cancelled"}'] + 2
+    assert after["qnnrt_generated_tokens_total"] - before["qnnrt_generated_tokens_total"] < 2 * LONG
     assert after["qnnrt_pd_in_use_bytes"] > 0
 
 
 def test_a_full_queue_answers_429_at_once(server):
     wait_idle(server)
-    c1, running = _stream(server, {"model": MODEL_ID, "prompt": "Once", "max_tokens": 40})
+    c1, running = _stream(server, {"model": MODEL_ID, "prompt": "Once", "max_tokens": LONG})
     keep = _first_token(running)                                 # running
     c2, waiting = _stream(server, {"model": MODEL_ID, "prompt": "The", "max_tokens": 1})   # waits (--max-queue 1)
     try:
@@ -314,7 +324,7 @@ def test_serve_without_the_asgi_stack_says_what_to_install(monkeypatch):
 # the last test: it stops the module's server
 def test_sigterm_with_a_request_in_flight(server):
     wait_idle(server)
-    cl, resp = _stream(server, {"model": MODEL_ID, "prompt": "Once", "max_tokens": 60})
+    cl, resp = _stream(server, {"model": MODEL_ID, "prompt": "Once", "max_tokens": LONG})
     lines = _first_token(resp)
     worker = server.worker_pid()
     server.proc.send_signal(signal.SIGTERM)
@@ -326,7 +336,7 @@ def test_sigterm_with_a_request_in_flight(server):
     assert "terminated (SIGTERM)" in err and "Traceback" not in err
     report = json.loads(server.report.read_text())
     last = report["requests"][-1]
-    assert last["finish_reason"] == "cancelled" and last["n_generated"] < 60
+    assert last["finish_reason"] == "cancelled" and last["n_generated"] < LONG
     assert {"ttft_s", "decode_ms", "cached_tokens", "prompt_tokens"} <= set(last)
     assert report["totals"]["completed"] >= 5 and report["residency"]["creates"] >= 1
     assert worker is not None
