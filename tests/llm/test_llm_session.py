@@ -58,6 +58,34 @@ def test_next_turn_prefills_only_new_tokens_and_matches_a_full_prefill():
         assert gen.tokens == [] and gen.cache.n_past == 0        # a failed call leaves nothing to reuse
 
 
+def test_text_generation_finishes_on_eos_stop_strings_length_and_cancel(text_folder):  # noqa: F811
+    import qnnrt
+    from qnnrt.llm import LlmRunner
+    from qnnrt.llm.session import CachedGenerator
+    from qnnrt.llm.text import TextModel, TextTokenizer
+    from qnnrt.llm.textgen import generate_text
+    meta = json.loads((FIX / "meta.json").read_text())
+    g = meta["greedy_tokens"]
+    tok = TextTokenizer.from_path(text_folder)
+    with qnnrt.load(FIX / "model.pte") as prog:
+        gen = CachedGenerator(LlmRunner(prog))
+        plain = TextModel.of(tok, gen.runner.layout)
+        assert plain.stop_ids == (2,)                                  # get_eos_id and </s> agree
+        full = generate_text(gen, plain, meta["prompt"], 4)
+        assert full.finish_reason == "length" and full.text == tok.decode(g[:4])
+        eos_at_3 = TextModel(tok, plain.bos_id, plain.n_bos, (g[2],), plain.vocab_size)
+        chunks: list[tuple[str, int | None]] = []
+        r = generate_text(gen, eos_at_3, meta["prompt"], 6, on_text=lambda c, t: chunks.append((c, t)))
+        assert r.finish_reason == "stop" and r.result.tokens == g[:3]
+        assert [t for _, t in chunks if t is not None] == g[:3] and chunks[2][0] == ""   # EOS adds no text
+        text = full.text
+        stop = next(text[i:i + 2] for i in range(1, len(text) - 1) if "\ufffd" not in text[i:i + 2])
+        r = generate_text(gen, plain, meta["prompt"], 4, stops=[stop])
+        assert r.finish_reason == "stop" and r.text == text[:text.index(stop)]
+        r = generate_text(gen, plain, meta["prompt"], 6, cancelled=lambda: True)
+        assert r.finish_reason == "cancelled" and r.result.tokens == g[:1]   # stops at the first token
+
+
 def test_llm_chat_streams_replies_and_reuses_the_cache(text_folder, tmp_path):  # noqa: F811
     rep = tmp_path / "chat.json"
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
