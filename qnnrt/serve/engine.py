@@ -205,8 +205,8 @@ class Engine:
         finally:
             self.pd_bytes = self._pd_in_use()
         res = g.result
-        figures = res.report() | {"cached_tokens": g.reused, "prompt_tokens": len(job.prompt),
-                                  "queue_wait_s": started - job.submitted}
+        figures = res.report() | {"prompt_tokens": len(job.prompt), "cached_tokens": g.reused,
+                                  "prefilled_tokens": len(res.prompt_tokens), "queue_wait_s": started - job.submitted}
         if g.finish_reason == "cancelled":
             self.totals["cancelled"] += 1
             self._record(job, "cancelled", figures)

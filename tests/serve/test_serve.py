@@ -337,7 +337,7 @@ def test_sigterm_with_a_request_in_flight(server):
     report = json.loads(server.report.read_text())
     last = report["requests"][-1]
     assert last["finish_reason"] == "cancelled" and last["n_generated"] < LONG
-    assert {"ttft_s", "decode_ms", "cached_tokens", "prompt_tokens"} <= set(last)
+    assert {"ttft_s", "decode_ms", "cached_tokens", "prompt_tokens", "prefilled_tokens"} <= set(last)
     assert report["totals"]["completed"] >= 5 and report["residency"]["creates"] >= 1
     assert worker is not None
     with pytest.raises(ProcessLookupError):
