@@ -104,7 +104,10 @@ class TextTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text`` as written (special tokens in it are recognised; none are added)."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        try:
+            return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        except Exception as e:  # noqa: BLE001 - the tokenizers package raises plain Exceptions
+            raise TokenizerError(f"cannot tokenize the text: {e}") from None
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return str(self.tokenizer.decode([int(t) for t in ids], skip_special_tokens=skip_special_tokens))

@@ -13,11 +13,12 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse as StarletteJSON
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from qnnrt.llm.chat_template import render_chat
-from qnnrt.llm.errors import ChatTemplateError
+from qnnrt.llm.errors import ChatTemplateError, TokenizerError
 from qnnrt.llm.layout import LlmLayout
 from qnnrt.llm.sampling import Sampler
 from qnnrt.llm.text import TextModel
@@ -25,6 +26,14 @@ from qnnrt.serve import openai_api as api
 from qnnrt.serve.engine import DoneEvent, Engine, ErrorEvent, Event, Job, QueueFull, ShuttingDown, TextEvent
 
 log = logging.getLogger("qnnrt.serve")
+
+
+class JSONResponse(StarletteJSON):
+    """JSON with non-ASCII escaped: a request's lone surrogate echoed in an error (say, in a model
+    name) is still valid JSON and UTF-8."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,12 @@ class Service:
                                     f"'{self.settings.model_id}'", param="model", code="model_not_found")
         return body
 
+    def encode(self, text: str, param: str) -> list[int]:
+        try:
+            return self.text.prompt_ids(text)
+        except TokenizerError as e:
+            raise api.ApiError(400, str(e), param=param, code="invalid_value") from None
+
     def check_fits(self, ids: list[int]) -> None:
         cap = self.layout.prompt_capacity
         if len(ids) > cap:
@@ -133,14 +148,14 @@ class Service:
                                  special_tokens=self.text.tokenizer.special_tokens)
         except ChatTemplateError as e:
             raise api.ApiError(400, str(e), param="messages", code="chat_template_error") from None
-        return await self.generate(request, "chat", self.text.prompt_ids(prompt), params)
+        return await self.generate(request, "chat", self.encode(prompt, "messages"), params)
 
     async def completions(self, request: Request) -> Response:
         body = await self.read_json(request)
         params = api.parse_params(body, chat=False)
         api.check_completion_only(body)
         p = api.completion_prompt(body, self.layout.vocab_size)
-        ids = p if isinstance(p, list) else self.text.prompt_ids(p)
+        ids = p if isinstance(p, list) else self.encode(p, "prompt")
         return await self.generate(request, "completion", ids, params)
 
     # -- one generation ------------------------------------------------------------------------

@@ -63,6 +63,16 @@ def _bool(body: dict, name: str) -> bool:
     return v
 
 
+def _text(value: str, where: str) -> str:
+    """A string that is valid Unicode (JSON's \\ud800 escapes decode to lone surrogates, which no
+    tokenizer takes)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _bad(where, "not valid Unicode (a lone surrogate)", "invalid_value") from None
+    return value
+
+
 def _unsupported(name: str, what: str) -> ApiError:
     return ApiError(400, f"{name}: {what} is not supported by this server", param=name, code="unsupported_parameter")
 
@@ -128,7 +138,7 @@ def _stops(body: dict) -> list[str]:
         raise _bad("stop", "expected a string or a list of strings", "invalid_type")
     if len(items) > MAX_STOPS:
         raise _bad("stop", f"{len(items)} stop sequences, at most {MAX_STOPS}")
-    return [x for x in items if x]
+    return [_text(x, "stop") for x in items if x]
 
 
 def _logprobs(body: dict, chat: bool) -> int | None:
@@ -163,14 +173,14 @@ def chat_messages(body: dict) -> list[dict[str, str]]:
 
 def _content(c: Any, where: str) -> str:
     if isinstance(c, str):
-        return c
+        return _text(c, where)
     if isinstance(c, list):
         texts = []
         for j, part in enumerate(c):
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise _unsupported(f"{where}[{j}]", f"content part {kind!r} (text parts only)")
-            texts.append(part["text"])
+            texts.append(_text(part["text"], f"{where}[{j}].text"))
         return "".join(texts)
     raise _bad(where, "expected a string or a list of text parts", "invalid_type")
 
@@ -181,7 +191,7 @@ def completion_prompt(body: dict, vocab_size: int) -> str | list[int]:
     if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):
         p = p[0]
     if isinstance(p, str):
-        return p
+        return _text(p, "prompt")
     if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
         bad = [t for t in p if not 0 <= t < vocab_size]
         if bad:

@@ -257,6 +257,7 @@ MALFORMED = [  # (name, path, body, status)
     ("deep nesting", "/v1/chat/completions", b"[" * 100000 + b"]" * 100000, 400),
     ("no model", "/v1/chat/completions", {"messages": CHAT["messages"]}, 400),
     ("unknown model", "/v1/chat/completions", CHAT | {"model": "../../etc/passwd"}, 404),
+    ("model a lone surrogate", "/v1/chat/completions", json.dumps(CHAT).replace(MODEL_ID, "\\ud800").encode(), 404),
     ("no messages", "/v1/chat/completions", {"model": MODEL_ID}, 400),
     ("empty messages", "/v1/chat/completions", CHAT | {"messages": []}, 400),
     ("messages a string", "/v1/chat/completions", CHAT | {"messages": "hi"}, 400),
@@ -290,6 +291,9 @@ MALFORMED = [  # (name, path, body, status)
     ("completion batch", "/v1/completions", {"model": MODEL_ID, "prompt": ["a", "b"]}, 400),
     ("completion echo", "/v1/completions", {"model": MODEL_ID, "prompt": "a", "echo": True}, 400),
     ("completion logprobs 6", "/v1/completions", {"model": MODEL_ID, "prompt": "a", "logprobs": 6}, 400),
+    ("lone surrogate", "/v1/completions", b'{"model": "%s", "prompt": "a\\ud800"}' % MODEL_ID.encode(), 400),
+    ("lone surrogate in chat", "/v1/chat/completions",
+     json.dumps(CHAT).replace('"hi"', '"\\udfff"').encode(), 400),
     ("unknown path", "/v1/embeddings", CHAT, 404),
 ]
 
