@@ -182,11 +182,11 @@ class Service:
             raise api.ApiError(503, str(e), code="server_shutting_down") from None
         shaper = ChatShaper(self, job, params) if kind == "chat" else CompletionShaper(self, job, params)
         if params.stream:
-            return StreamingResponse(self._sse(job, events, shaper), media_type="text/event-stream",
+            return StreamingResponse(self._stream(job, events, shaper), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         return await self._collect(request, job, events, shaper)
 
-    async def _sse(self, job: Job, events: asyncio.Queue[Event], shaper: Shaper) -> AsyncIterator[str]:
+    async def _stream(self, job: Job, events: asyncio.Queue[Event], shaper: Shaper) -> AsyncIterator[str]:
         """Server-sent events; a client that leaves cancels the task (Starlette), and with it the job."""
         try:
             for chunk in shaper.stream_start():
