@@ -33,6 +33,8 @@ from typing import Any, Callable
 
 WORKER_ENV = "QNNRT_WORKER_PARENT"   # set in the worker's environment: the parent's pid
 GRACE_S = 0.8                        # a signalled worker still alive after this is killed
+# ... except a server, which lets in-flight requests end at their next token and writes its report
+GRACE_S_BY_COMMAND = {"serve": 15.0}
 _CRASH_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT", "SIGSYS", "SIGTRAP"}
 
 
@@ -284,9 +286,10 @@ def run_in_worker(argv: list[str]) -> int:
             forward(received[0], None)
         deadline: float | None = None
         killed = False
+        grace = GRACE_S_BY_COMMAND.get(argv[0], GRACE_S) if argv else GRACE_S
         while True:
             if received and deadline is None:
-                deadline = time.monotonic() + GRACE_S
+                deadline = time.monotonic() + grace
             try:
                 code = proc.wait(timeout=0.05 if deadline is not None else 0.5)
                 break
@@ -298,7 +301,7 @@ def run_in_worker(argv: list[str]) -> int:
                 if deadline is not None and time.monotonic() > deadline and not killed:
                     proc.kill()
                     killed = True
-                    print(f"qnnrt: the worker did not stop within {GRACE_S} s of "
+                    print(f"qnnrt: the worker did not stop within {grace} s of "
                           f"{signal_name(received[0])}; killed it", file=sys.stderr)
     finally:
         if proc is not None and proc.poll() is None:  # the parent leaves for any reason: no orphan
