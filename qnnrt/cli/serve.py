@@ -40,7 +40,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _require_stack() -> None:
+def require_stack() -> None:
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
@@ -66,7 +66,7 @@ def _check_args(args) -> tuple[str | None, int]:
 
 
 def run(args) -> int:
-    _require_stack()
+    require_stack()
     key, max_body = _check_args(args)
     from qnnrt.llm import LlmRunner
     from qnnrt.llm.session import CachedGenerator

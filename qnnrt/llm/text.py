@@ -61,7 +61,7 @@ class TextTokenizer:
     def from_path(cls, path: str | Path) -> TextTokenizer:
         """A tokenizer.json, or a folder holding one (and perhaps its config files)."""
         try:
-            from tokenizers import Tokenizer  # type: ignore[import-not-found]
+            from tokenizers import Tokenizer
         except ImportError:
             raise TokenizerError(f"text needs the `tokenizers` package: {INSTALL_HINT}") from None
         p = Path(path)

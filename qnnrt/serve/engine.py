@@ -198,7 +198,7 @@ class Engine:
         except QnnrtError as e:
             self._fail(job, 500, f"generation failed: {e}", "generation_failed")
             return
-        except Exception as e:  # noqa: BLE001 - a bug must fail the request, not the server
+        except Exception as e:
             log.exception("request %s failed", job.request_id)
             self._fail(job, 500, f"internal error ({type(e).__name__})", "internal_error")
             return

@@ -11,10 +11,10 @@ import pytest
 pytest.importorskip("tokenizers", reason="text needs the `tokenizers` package (pip install -e '.[llm]')")
 pytest.importorskip("jinja2", reason="chat templates need `jinja2` (pip install -e '.[llm]')")
 
-from qnnrt.llm.chat_template import render_chat  # noqa: E402
-from qnnrt.llm.detokenize import REPLACEMENT, IncrementalDetokenizer, StopMatcher  # noqa: E402
-from qnnrt.llm.errors import ChatTemplateError, TokenizerError  # noqa: E402
-from qnnrt.llm.text import TextTokenizer  # noqa: E402
+from qnnrt.llm.chat_template import render_chat
+from qnnrt.llm.detokenize import REPLACEMENT, IncrementalDetokenizer, StopMatcher
+from qnnrt.llm.errors import ChatTemplateError, TokenizerError
+from qnnrt.llm.text import TextTokenizer
 
 FOLDER = Path("/work/shared/fixtures/hf_tokenizer_smollm2")
 REFS = json.loads((Path(__file__).resolve().parents[1] / "data" / "llm" / "chat_template_refs.json").read_text())

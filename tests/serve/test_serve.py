@@ -322,7 +322,7 @@ def test_serve_without_the_asgi_stack_says_what_to_install(monkeypatch):
     from qnnrt.errors import QnnrtError
     monkeypatch.setitem(sys.modules, "uvicorn", None)
     with pytest.raises(QnnrtError, match=r"pip install 'qnnrt\[serve\]'"):
-        serve._require_stack()
+        serve.require_stack()
 
 
 # the last test: it stops the module's server
