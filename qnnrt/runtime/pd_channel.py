@@ -21,8 +21,10 @@ import struct
 import sys
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from qnnrt.core.tensor import address_of
 from qnnrt.errors import QnnrtError
@@ -92,7 +94,7 @@ class PipeEnd:
 class ConnEnd:
     """One side of the channel over a multiprocessing connection (the portable fallback)."""
 
-    def __init__(self, conn):
+    def __init__(self, conn: Any):
         self.conn = conn
 
     def send(self, data: bytes) -> None:
@@ -125,7 +127,7 @@ def ok_message(seconds: float) -> bytes:
     return OK + _F64.pack(seconds)
 
 
-def control_message(kind: bytes, obj) -> bytes:
+def control_message(kind: bytes, obj: object) -> bytes:
     return kind + pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -137,7 +139,7 @@ def parse_ok(msg: bytes) -> float:
     return _F64.unpack_from(msg, 1)[0]
 
 
-def parse_pickle(msg: bytes):
+def parse_pickle(msg: bytes) -> Any:
     return pickle.loads(msg[1:])
 
 
@@ -191,7 +193,7 @@ class Arena:
     def __init__(self) -> None:
         self.segments: list[Segment] = []
 
-    def alloc(self, shape: tuple, dtype) -> tuple[np.ndarray, Block]:
+    def alloc(self, shape: tuple, dtype: DTypeLike) -> tuple[np.ndarray, Block]:
         dt = np.dtype(dtype)
         nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
         seg = self.segments[-1] if self.segments else None
@@ -225,7 +227,7 @@ class ArenaView:
     def __init__(self) -> None:
         self._maps: dict[int, mmap.mmap] = {}
 
-    def array(self, block: Block, shape: tuple, dtype) -> np.ndarray:
+    def array(self, block: Block, shape: tuple, dtype: DTypeLike) -> np.ndarray:
         m = self._maps.get(block.segment)
         if m is None:
             with open(block.path, "r+b") as f:

@@ -14,14 +14,18 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
-from qnnrt.core import Backend, ContextBinary
+from qnnrt.core import Backend, ContextBinary, GraphSpec
 from qnnrt.errors import QnnrtError
 from qnnrt.runtime import pd_channel as ch
+from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.pd_plan import Placement
+from qnnrt.runtime.residency import Residency
 from qnnrt.runtime.pd_worker import KEY_ENV, PARENT_ENV
 
 STOP_GRACE_S = 2.0   # a worker asked to close and still alive after this is killed
@@ -45,7 +49,7 @@ def _worker_command(tail: list[str]) -> list[str]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(qnnrt.__file__)))
     code = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
             "from qnnrt.runtime.pd_worker import main; main()")
-    flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
+    flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # noqa: SLF001 - the stdlib's own way to pass -X / -W flags on
     return [sys.executable, *flags, "-c", code, root, *tail]
 
 
@@ -92,7 +96,8 @@ class PdWorker:
         self.pid = self.proc.pid
 
     # -- requests ------------------------------------------------------------------------------
-    def _gone(self, what: str) -> PdWorkerError:
+    def gone_error(self, what: str) -> PdWorkerError:
+        """The worker ended: mark it gone; the error naming how and while doing `what`."""
         self.gone = True
         rc = self.proc.poll() if self.proc is not None else None
         if rc is None and self.proc is not None:
@@ -106,24 +111,25 @@ class PdWorker:
                              f"the program's workers were stopped. A crash inside QNN or a kill "
                              f"from outside (perhaps the out-of-memory killer) ends a worker.")
 
-    def _failure(self, msg: bytes, what: str) -> PdWorkerError:
+    def failure(self, msg: bytes, what: str) -> PdWorkerError:
+        """The error a worker's E reply describes."""
         name, text, code, _tb = ch.parse_pickle(msg)
         err = PdWorkerError(f"{self.name}: {what} failed: {text}")
         err.code = code  # type: ignore[attr-defined]
         return err
 
-    def control(self, op: tuple, what: str):
+    def control(self, op: tuple, what: str) -> Any:
         if self.gone:
             raise PdWorkerError(f"{self.name} is stopped; {what} is not possible")
         try:
             self.end.send(ch.control_message(ch.CONTROL, op))
         except OSError:
-            raise self._gone(what) from None
+            raise self.gone_error(what) from None
         msg = self.end.recv()
         if not msg:
-            raise self._gone(what)
+            raise self.gone_error(what)
         if msg[:1] == ch.ERROR:
-            raise self._failure(msg, what)
+            raise self.failure(msg, what)
         return ch.parse_pickle(msg)
 
     def stop(self) -> None:
@@ -158,7 +164,7 @@ class PdWorker:
 class RemoteCall:
     """A graph call executed by a PD worker, with the calling shape of `core.graph.BoundCall`."""
 
-    def __init__(self, pool: "MultiPdPool", worker: PdWorker, call_id: int, key: str, spec):
+    def __init__(self, pool: "MultiPdPool", worker: PdWorker, call_id: int, key: str, spec: GraphSpec):
         self.pool, self.worker, self.call_id = pool, worker, call_id
         self.key, self.name = key, spec.name
         self._msg = ch.call_message(call_id)
@@ -227,7 +233,7 @@ class RemoteCall:
     def set_output_size(self, j: int, nbytes: int) -> None:
         pass
 
-    def __call__(self, handle=None) -> float:
+    def __call__(self, handle: object = None) -> float:
         """Execute on the worker; seconds inside graphExecute (there). `handle` is unused."""
         for a, src in zip(self._ins, self._src):
             if src is not None:
@@ -250,7 +256,7 @@ class RemoteCall:
         if msg[:1] != ch.OK:
             if not msg:
                 self.pool.broken(w, self)
-            raise w._failure(msg, f"graph {self.name!r} of context {self.key!r}")
+            raise w.failure(msg, f"graph {self.name!r} of context {self.key!r}")
         dt = ch.parse_ok(msg)
         w.calls += 1
         w.execute_s += dt
@@ -264,7 +270,7 @@ class RemoteCall:
 class RemoteGraph:
     """What `ctx.graph(name)` gives on the reference path: execute / execute_prepared."""
 
-    def __init__(self, pool: "MultiPdPool", key: str, spec):
+    def __init__(self, pool: "MultiPdPool", key: str, spec: GraphSpec):
         self.pool, self.key, self.spec, self.name = pool, key, spec, spec.name
         self.handle = None
         self.last_execute_seconds = 0.0
@@ -278,14 +284,16 @@ class RemoteGraph:
     def outputs(self) -> tuple:
         return self.spec.outputs
 
-    def execute(self, inputs, profile=None, dequantize=True) -> dict[str, np.ndarray]:
+    def execute(self, inputs: Any, profile: object = None,
+                dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
         from qnnrt.core.tensor import order_inputs, prepare_input
         where = f"graph {self.name!r}"
         values = order_inputs([s.name for s in self.spec.inputs], inputs, where)
         return self.execute_prepared([prepare_input(s, v, where) for s, v in
                                       zip(self.spec.inputs, values)], profile, dequantize)
 
-    def execute_prepared(self, arrays, profile=None, dequantize=True) -> dict[str, np.ndarray]:
+    def execute_prepared(self, arrays: Sequence[np.ndarray], profile: object = None,
+                         dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
         if self._call is None:
             self._call = self.pool.bound_call(self.key, self.spec)
         c = self._call
@@ -311,6 +319,10 @@ class RemoteContext:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def mark_closed(self) -> None:
+        """Its worker stopped: plans that cached this context must look again."""
+        self._closed = True
 
     def graph(self, name: str) -> RemoteGraph:
         g = self._graphs.get(name)
@@ -339,7 +351,8 @@ class MultiPdPool:
     """Every context resident, spread over worker processes by a `Placement`."""
 
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary], placement: Placement,
-                 residency, log_level: str = "warn", progress=None, heap=None):
+                 residency: Residency, log_level: str = "warn",
+                 progress: Callable[[int, int], None] | None = None, heap: HeapProfiler | None = None):
         self.backend, self.binaries, self.placement = backend, binaries, placement
         self.residency = residency
         self.heap = heap
@@ -375,18 +388,18 @@ class MultiPdPool:
             raise
 
     # -- what the plans and the Program ask ----------------------------------------------------
-    def buffer(self, shape: tuple, dtype) -> np.ndarray:
+    def buffer(self, shape: tuple, dtype: DTypeLike) -> np.ndarray:
         """A zeroed array in the shared arena: bound to a RemoteCall, the worker reads or writes
         it in place (no copy in the main process)."""
         return self.arena.alloc(tuple(shape), dtype)[0]
 
-    def bound_call(self, key: str, spec) -> RemoteCall:
+    def bound_call(self, key: str, spec: GraphSpec) -> RemoteCall:
         w = self._where[key]
         c = RemoteCall(self, w, self._calls, key, spec)
         self._calls += 1
         return c
 
-    def all_live(self, keys) -> int | None:
+    def all_live(self, keys: Iterable[str]) -> int | None:
         return None if self._closed or self.failure else self.generation
 
     def set_order(self, order: list[str]) -> None:
@@ -400,7 +413,7 @@ class MultiPdPool:
     def release(self, key: str, position: int | None = None) -> None:
         pass
 
-    def load_all(self, progress=None) -> None:
+    def load_all(self, progress: Callable[[int, int], None] | None = None) -> None:
         pass  # the workers created every context at start
 
     @property
@@ -409,11 +422,11 @@ class MultiPdPool:
 
     def broken(self, worker: PdWorker, call: RemoteCall) -> None:
         """A worker died during `call`: stop every worker, raise the error naming both."""
-        err = worker._gone(f"running graph {call.name!r} of context {call.key!r}")
+        err = worker.gone_error(f"running graph {call.name!r} of context {call.key!r}")
         self.failure = str(err)
         self.generation += 1
         for c in self._live.values():
-            c._closed = True
+            c.mark_closed()
         self._stop_workers()
         raise err
 
@@ -479,7 +492,7 @@ class MultiPdPool:
         self._closed = True
         self.generation += 1
         for c in self._live.values():
-            c._closed = True
+            c.mark_closed()
         try:
             self._stop_workers()
         finally:

@@ -113,9 +113,6 @@ class Placement:
         """The PDs whose contexts exceed the budget: they create and evict as one PD does."""
         return [i for i, b in enumerate(self.pd_bytes) if b > self.budget_bytes]
 
-    def _replace_budget(self, budget: int) -> "Placement":
-        return Placement(self.groups, self.sizes, budget, self.budget_source)
-
     def to_dict(self) -> dict:
         return {"pds": len(self.groups), "evicting": self.evicting, "budget_bytes": self.budget_bytes,
                 "budget_source": self.budget_source, "total_bytes": self.total_bytes,
@@ -177,7 +174,8 @@ def place(order: Sequence[str], sizes: dict[str, int | None], budget: int, max_p
         raise QnnrtError(f"the program needs {fewest} PDs of {budget} B (its contexts need "
                          f"{sum(sz)} B); {n} were asked for. Use multi-pd:{fewest} or more.")
     if n > max_pds and evict:  # each of max_pds PDs holds what it can and evicts the rest
-        return place(order, sizes, sum(sz), max_pds, min(max_pds, len(sz)), budget_source)._replace_budget(budget)
+        even = place(order, sizes, sum(sz), max_pds, min(max_pds, len(sz)), budget_source)
+        return Placement(even.groups, even.sizes, budget, budget_source)
     if n > max_pds:
         raise QnnrtError(f"the program needs {n} PDs of {budget} B (its contexts need {sum(sz)} B); "
                          f"at most {max_pds} allowed (--max-pds)")

@@ -17,10 +17,13 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qnnrt.core.process import die_with_parent
 from qnnrt.runtime import pd_channel as ch
+
+if TYPE_CHECKING:
+    from qnnrt.runtime.residency import ContextPool
 
 KEY_ENV = "QNNRT_PD_WORKER_KEY"
 PARENT_ENV = "QNNRT_PD_WORKER_PARENT"
@@ -31,7 +34,7 @@ class _Call:
     worker resident (eager), the graph handle is fixed; otherwise (more contexts than its PD holds)
     each call goes through the pool, at the context's position in the worker's order."""
 
-    def __init__(self, pool, view: ch.ArenaView, key: str, graph: str, ins: list, outs: list,
+    def __init__(self, pool: ContextPool, view: ch.ArenaView, key: str, graph: str, ins: list, outs: list,
                  position: int):
         from qnnrt.core.graph import BoundCall
         self.pool, self.key, self.graph, self.position = pool, key, graph, position
@@ -76,7 +79,7 @@ class _Call:
 class Worker:
     """The worker's state: backend, binaries, its context pool, bound calls."""
 
-    def __init__(self, end) -> None:
+    def __init__(self, end: ch.PipeEnd | ch.ConnEnd) -> None:
         self.end = end
         self.view = ch.ArenaView()
         self.calls: list[_Call | None] = []
@@ -108,7 +111,7 @@ class Worker:
             self.pool.load_all()
         return {"pid": os.getpid(), "load_seconds": time.perf_counter() - t0}
 
-    def control(self, op: tuple):
+    def control(self, op: tuple) -> Any:
         what = op[0]
         if what == "start":
             return self.start(op[1])
@@ -121,7 +124,10 @@ class Worker:
             return None
         if what == "point":
             _, call_id, kind, index, block = op
-            self.calls[call_id].point(self.view, kind, index, block)  # type: ignore[union-attr]
+            call = self.calls[call_id]
+            if call is None:
+                raise ValueError(f"no bound call {call_id}")
+            call.point(self.view, kind, index, block)
             return None
         if what == "summary":
             return self.pool.summary() if self.pool is not None else {}
@@ -171,7 +177,7 @@ class Worker:
         return heap.to_json()
 
 
-def _open_end(argv: list[str]):
+def _open_end(argv: list[str]) -> ch.PipeEnd | ch.ConnEnd:
     if argv[0] == "fds":
         return ch.PipeEnd(int(argv[1]), int(argv[2]))
     from multiprocessing.connection import Client
