@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import ctypes as C
 
-from qnnrt._capi.types import (ApiVersion, BinaryInfo, ErrorHandle, PlatformInfo, ProfileEventData,
+from qnnrt._capi.types import (ApiVersion, BinaryInfo, ErrorHandle, MemDescriptor, PlatformInfo,
+                               ProfileEventData,
                                ProfileExtendedEventData, Tensor, Version, P, u32, u64, vp)
 
 INTERFACE_SLOTS = """propertyHasCapability backendCreate backendSetConfig backendGetApiVersion
@@ -57,6 +58,9 @@ INTERFACE_SIGNATURES: dict[str, tuple] = {
     "profileGetExtendedEventData": (u64, P(ProfileExtendedEventData)),
     "profileFree": (vp,),
     "deviceCreate": (vp, P(vp), P(vp)),
+    "deviceGetInfrastructure": (P(vp),),
+    "memRegister": (vp, P(MemDescriptor), u32, P(vp)),
+    "memDeRegister": (P(vp), u32),
     "deviceGetPlatformInfo": (vp, P(P(PlatformInfo))),
     "deviceFreePlatformInfo": (vp, P(PlatformInfo)),
     "deviceFree": (vp,),

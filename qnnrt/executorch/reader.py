@@ -38,8 +38,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from qnnrt.errors import FormatError
-from qnnrt.soc import name_of
 from qnnrt.executorch import schema as S
+from qnnrt.executorch import compile_spec as _compile_spec
 
 __all__ = [
     "QNN_BACKEND_ID", "SCALAR_TYPE_NAMES", "scalar_type_to_numpy", "ExtendedHeader", "TensorInfo",
@@ -896,44 +896,13 @@ def qnn_graph_io_order(input_names: Iterable[str], output_names: Iterable[str]
     return in_order, out_order
 
 
-# QnnExecuTorchOptions (backends/qualcomm/serialization/qc_compiler_spec.fbs): only the leading fields
-# whose positions are the same in every ExecuTorch release are decoded.
-_QNN_BACKEND_TYPES = {0: "undefined", 1: "gpu", 2: "htp", 3: "dsp", 4: "lpai"}
-
-
 def parse_qnn_compile_spec(delegate_or_bytes) -> dict:
-    """Best-effort decode of the ``qnn_compile_spec`` compile spec (a QnnExecuTorchOptions flatbuffer).
-
-    Returns e.g. ``{"soc_model": "SM8650", "htp_arch": 75, "backend": "htp", "precision": "fp16"}``;
-    unknown / undecodable fields are left out. Never raises.
-    """
+    """Decode a delegate's ``qnn_compile_spec`` (see qnnrt/executorch/compile_spec.py). Never raises."""
     if isinstance(delegate_or_bytes, PteDelegate):
-        data = delegate_or_bytes.compile_specs.get("qnn_compile_spec", b"")
+        data = bytes(delegate_or_bytes.compile_specs.get("qnn_compile_spec", b""))
     else:
         data = bytes(delegate_or_bytes)
-    out: dict = {}
-    if len(data) < 8:
-        return out
-    try:
-        root = S._Table(data, struct.unpack_from("<I", data, 0)[0], len(data), "qnn_compile_spec")
-        soc = root.table(0, S._Table, "soc_info")
-        if soc is not None:
-            model = soc.i32(0, 0)
-            out["soc_model"] = name_of(model) if model else "UNKNOWN_SM"
-            htp = soc.table(1, S._Table, "htp_info")
-            if htp is not None:
-                out["htp_arch"] = htp.i32(0, 0)
-                out["vtcm_mb"] = htp.u32(1, 0)
-        bo = root.table(1, S._Table, "backend_options")
-        if bo is not None:
-            out["backend"] = _QNN_BACKEND_TYPES.get(bo.i32(0, 0), str(bo.i32(0, 0)))
-            ho = bo.table(1, S._Table, "htp_options")
-            if ho is not None:
-                prec = ho.i32(2, 0)
-                out["precision"] = {0: "quantized", 1: "fp16"}.get(prec, str(prec))
-    except Exception:
-        pass
-    return out
+    return _compile_spec.parse_qnn_compile_spec(data)
 
 
 # ---------------------------------------------------------------------------------------------
