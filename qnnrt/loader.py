@@ -14,6 +14,7 @@ from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.units import parse_size
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod
+from qnnrt.runtime.performance import Choice, Performance, choose, describe_optimizations
 from qnnrt.runtime.program import Program
 from qnnrt.runtime.residency import Residency
 
@@ -34,6 +35,12 @@ class LoadOptions:
         short-lived child process before this process hands them to QNN (verdict cached by content
         hash); binaries of qnnrt programs are checked against the manifest's sha256 instead.
         "create" vets binary info and context creation only, without running each graph once.
+    performance_mode: the HTP performance vote (burst, balanced, ..., default = no vote); None
+        honours the file's choice (a .pte's compile spec, program.json), else
+        `performance_mode_default` (qnnrt llm: burst), else no vote.
+    rpc_control_latency_us / rpc_polling_time_us: instead of the mode's RPC settings.
+    shared_buffer: graph I/O in registered rpcmem (None: as the file asks); off where the backend
+        cannot (the simulator), which the program's `performance` section says.
     """
     log_level: str = "warn"
     graph: str | None = None
@@ -43,6 +50,11 @@ class LoadOptions:
     progress: Callable[[int, int], None] | None = None
     pd_budget: int | str | None = None
     vet: bool | str = True
+    performance_mode: str | None = None
+    performance_mode_default: str | None = None
+    rpc_control_latency_us: int | None = None
+    rpc_polling_time_us: int | None = None
+    shared_buffer: bool | None = None
 
 
 @dataclass
@@ -53,6 +65,7 @@ class Source:
     built_for: Any = None
     constants: dict = field(default_factory=dict)
     trusted: set = field(default_factory=set)
+    runtime: dict = field(default_factory=dict)   # what the file asks of the runtime (performance_mode, ...)
 
 
 def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: str | int | None = None,
@@ -87,12 +100,17 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
             refuse_weight_sharing(b)
         if soc is None:
             soc = src.built_for or _soc_of(binaries)
+        choice = _performance_choice(opts, src.runtime)
         backend = Backend(backend_lib=lib_path, soc=soc, log_level=opts.log_level)
+        performance = Performance(choice, backend)   # votes now, as ExecuTorch does at device creation
+        group = describe_optimizations(performance, src.runtime, opts.shared_buffer, backend)
         program = Program(p, binaries, src.build, backend, policy, heap=heap,
                           exec_profiler=opts.exec_profiler, profile_level=opts.profile_level,
                           progress=opts.progress, owned=owned, constants=src.constants,
-                          pd_budget=None if opts.pd_budget is None else parse_size(opts.pd_budget, "PD budget"))
+                          pd_budget=None if opts.pd_budget is None else parse_size(opts.pd_budget, "PD budget"),
+                          spill_fill_group=group)
         program.vet_reports = vet_reports
+        program.performance = performance
         return program
     except BaseException:
         if heap is not None:
@@ -104,6 +122,15 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
         if backend is not None:
             backend.close()
         raise
+
+
+def _performance_choice(opts: LoadOptions, runtime: dict) -> Choice:
+    """The vote: the option, else the file's (the first delegate's where delegates disagree)."""
+    from_file = runtime.get("performance_mode")
+    if isinstance(from_file, list):
+        from_file = from_file[0]
+    return choose(opts.performance_mode, from_file, opts.performance_mode_default,
+                  opts.rpc_control_latency_us, opts.rpc_polling_time_us)
 
 
 def _close_opened(binaries: dict[str, ContextBinary], owned: list) -> None:
@@ -216,8 +243,10 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, 
         resolve_non_main_nodes()
         return {name: OnnxMethod(name, em, binaries, lambda n, name=name: node_key[(name, n.index)])
                 for name, em in parsed.items()}
+    runtime = ({"performance_mode": manifest.target["htp_performance_mode"]}
+               if manifest is not None and manifest.target.get("htp_performance_mode") else {})
     return Source(build, manifest.target.get("soc_model") if manifest is not None else None,
-                  trusted=trusted)
+                  trusted=trusted, runtime=runtime)
 
 
 def _open_source(p: Path, lib, graph: str | None, binaries: dict[str, ContextBinary],
@@ -232,11 +261,11 @@ def _open_source(p: Path, lib, graph: str | None, binaries: dict[str, ContextBin
     if p.suffix == ".onnx":
         return _onnx_methods({p.stem: p}, p.parent, lib, binaries)
     if p.suffix == ".pte":
-        from qnnrt.executorch.program import pte_methods
+        from qnnrt.executorch.program import pte_methods, pte_runtime_options
         pte_binaries, pte_build, built_for, pte, constants = pte_methods(p, lib)
         owned.append(pte)
         binaries.update(pte_binaries)
-        return Source(pte_build, built_for, constants)
+        return Source(pte_build, built_for, constants, runtime=pte_runtime_options(pte))
     key = p.name
     binaries[key] = ContextBinary(p, name=key, lib=lib)
 

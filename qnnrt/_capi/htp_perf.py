@@ -10,6 +10,7 @@ No lifetimes here: core/perf.py owns the power config id.
 from __future__ import annotations
 
 import ctypes as C
+from typing import Any
 
 from qnnrt._capi.types import ErrorHandle, P, u32, vp
 
@@ -96,6 +97,9 @@ class PerfFunctions:
 
     def __init__(self, infra: DeviceInfrastructure):
         t = infra.perfInfra
+        self.create: Any
+        self.destroy: Any
+        self.set: Any
         self.create = CREATE_POWER_CONFIG_ID(t.createPowerConfigId) if t.createPowerConfigId else None
         self.destroy = (DESTROY_POWER_CONFIG_ID(t.destroyPowerConfigId)
                         if t.destroyPowerConfigId else None)

@@ -62,10 +62,36 @@ def add_runtime_options(p) -> None:
                         "every 10 s)")
     p.add_argument("--log-level", default="warn",
                    choices=["error", "warn", "info", "verbose", "debug"])
+    add_performance_options(p)
 
 
-def open_program(args, graph: str | None = None):
-    """(program, execution profiler or None) loaded with the shared runtime options."""
+def add_performance_options(p) -> None:
+    """The HTP performance vote and the optimizations a file may ask for (run, llm, demo)."""
+    from qnnrt.runtime.performance import MODES
+    p.add_argument("--htp-performance-mode", metavar="MODE", choices=list(MODES),
+                   help="HTP performance vote: " + ", ".join(MODES) + " (default: what the file "
+                   "asks, e.g. a .pte's compile spec; `default` makes no vote)")
+    p.add_argument("--rpc-control-latency", type=int, metavar="US",
+                   help="RPC control latency vote in microseconds (default: the mode's, 100)")
+    p.add_argument("--rpc-polling-time", type=int, metavar="US",
+                   help="RPC polling time vote in microseconds, 0..9999 (default: the mode's)")
+    p.add_argument("--shared-buffer", action="store_true", default=None,
+                   help="graph I/O in registered rpcmem (default: as the file asks; off where the "
+                   "backend has none)")
+
+
+def performance_options(args, default_mode: str | None = None) -> dict:
+    """LoadOptions fields from the performance options (absent on commands without them)."""
+    return {"performance_mode": getattr(args, "htp_performance_mode", None),
+            "performance_mode_default": default_mode,
+            "rpc_control_latency_us": getattr(args, "rpc_control_latency", None),
+            "rpc_polling_time_us": getattr(args, "rpc_polling_time", None),
+            "shared_buffer": getattr(args, "shared_buffer", None)}
+
+
+def open_program(args, graph: str | None = None, default_mode: str | None = None):
+    """(program, execution profiler or None) loaded with the shared runtime options;
+    `default_mode`: the performance mode when neither the user nor the file names one."""
     from qnnrt.loader import LoadOptions, load
     quiet = getattr(args, "quiet", False)
     tty = sys.stderr.isatty()
@@ -84,7 +110,8 @@ def open_program(args, graph: str | None = None):
                                         heap_profiling_path=args.heap_profiling_path,
                                         profile_level=args.profile_level, exec_profiler=profiler,
                                         progress=load_progress, pd_budget=args.pd_budget,
-                                        vet=not getattr(args, "no_vet", False)))
+                                        vet=not getattr(args, "no_vet", False),
+                                        **performance_options(args, default_mode)))
     if bar:
         bar.done()
     return prog, profiler
@@ -112,7 +139,10 @@ def check_targets(args) -> None:
 
 
 def add_profiles(report: dict, prog, profiler, args) -> None:
-    """After the program closed: the heap and execution profiles into the report, the profile file."""
+    """After the program closed: the heap and execution profiles and the performance section (with
+    the votes' release) into the report, the profile file."""
+    if prog.performance is not None:
+        report["performance"] = prog.performance.to_json()
     if prog.heap is not None:
         report["heap"] = prog.heap.to_json()
     if profiler is not None:
@@ -331,6 +361,16 @@ def _heartbeat(off: bool, label: str, status):
     return Heartbeat(label, status, float(os.environ.get("QNNRT_PROGRESS_INTERVAL", "10")))
 
 
+def print_performance(r: dict) -> None:
+    """The performance line of a summary, and once each optimization that was asked for but is off."""
+    perf = r.get("performance")
+    if perf is None:
+        return
+    print(f"  {perf['summary']}")
+    for note in perf["notes"]:
+        print(f"  note: {note}")
+
+
 def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
     lat, res = r["latency_ms"], r["residency"]
     print(f"{r['path']}: method {r['method']} ({len(method.graph_calls)} QNN graph call(s) per "
@@ -363,6 +403,7 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
                "learned": "learned on this backend earlier", "override": "given by --pd-budget"}
         print(f"  PD budget {res['pd_budget_bytes']} B ({format_bytes(res['pd_budget_bytes'])}, "
               f"{src.get(res.get('pd_budget_source') or '', res.get('pd_budget_source') or 'bounded')})")
+    print_performance(r)
     if args.check_repeat:
         print(f"  check-repeat: {r['check_repeat']['mismatches']} mismatching iteration(s)")
     if out_dir is not None:

@@ -5,11 +5,13 @@ import ctypes as C
 import threading
 import time
 
+from qnnrt._capi import codes
 from qnnrt._capi import types as T
 from qnnrt.core.backend import Backend
 from qnnrt.core.binary import ContextBinary
 from qnnrt.core.graph import Graph
 from qnnrt.core.profile import Profile
+from qnnrt.core.spill_fill import CONFIG_NOT_SUPPORTED, SpillFillGroup
 from qnnrt.errors import QnnrtError
 
 
@@ -34,7 +36,8 @@ class Context:
     """
 
     def __init__(self, backend: Backend, binary: ContextBinary, profile: Profile | None = None,
-                 dsp_memory_profiling: bool = False, name: str | None = None):
+                 dsp_memory_profiling: bool = False, name: str | None = None,
+                 spill_fill_group: SpillFillGroup | None = None):
         self.backend = backend
         self.binary = binary
         self.name = name or binary.name
@@ -42,6 +45,8 @@ class Context:
         self._graphs: dict[str, Graph] = {}
         self._lock = threading.Lock()
         self._closed = True
+        self._group: SpillFillGroup | None = None
+        self._shared: list = []   # SharedBuffers registered with this context: freed before it
         refuse_weight_sharing(binary)
         configs, keep = [], []
         if dsp_memory_profiling:
@@ -51,21 +56,45 @@ class Context:
             wrap.customConfig = C.addressof(htp)
             keep += [htp, wrap]
             configs.append(wrap)
-        cfg = T.null_terminated(configs)
-        mark = backend.log.mark()
-        t0 = time.perf_counter()
-        rc = backend.api.contextCreateFromBinary(
-            backend.handle, backend.device, cfg, C.c_void_p(binary.address), binary.size,
-            C.byref(self.handle), profile.handle if profile else None)
-        self.create_seconds = time.perf_counter() - t0
-        self.creation_log = backend.log.since(mark)
+        group = spill_fill_group if spill_fill_group is not None and spill_fill_group.usable else None
+        if group is not None:
+            wrap, kept = group.config()
+            keep += kept
+            rc, mark = self._create(configs + [wrap], profile)
+            if codes.code_of(rc) == CONFIG_NOT_SUPPORTED:   # the backend has no groups: plain context
+                group.refuse(f"the backend refused REGISTER_MULTI_CONTEXTS (QNN error {CONFIG_NOT_SUPPORTED}: "
+                             f"{'; '.join(backend.log.since(mark, max_level=1))})")
+                group = None
+                rc, mark = self._create(configs, profile)
+        else:
+            rc, mark = self._create(configs, profile)
         backend.check(rc, "contextCreateFromBinary", mark, f"for {binary.where}")
         self._closed = False
+        self._group = group
+        if group is not None:
+            group.joined(self)
         try:
             backend.adopt(self)
         except BaseException:
             self.close()
             raise
+
+    def track_shared_buffer(self, buf) -> None:
+        """A SharedBuffer registered with this context; closed (deregistered) before the context."""
+        with self._lock:
+            self._shared.append(buf)
+
+    def _create(self, configs: list, profile: Profile | None) -> tuple[int, int]:
+        """One contextCreateFromBinary with `configs`: (error handle, log mark before it)."""
+        be, binary = self.backend, self.binary
+        mark = be.log.mark()
+        t0 = time.perf_counter()
+        rc = be.api.contextCreateFromBinary(
+            be.handle, be.device, T.null_terminated(configs), C.c_void_p(binary.address), binary.size,
+            C.byref(self.handle), profile.handle if profile else None)
+        self.create_seconds = time.perf_counter() - t0
+        self.creation_log = be.log.since(mark)
+        return rc, mark
 
     @property
     def closed(self) -> bool:
@@ -99,9 +128,14 @@ class Context:
             for g in self._graphs.values():
                 g.invalidate()  # waits for an execution in progress on another thread
             self._graphs.clear()
+            for buf in reversed(self._shared):
+                buf.close()
+            self._shared.clear()
             if self.handle:
                 self.backend.api.contextFree(self.handle, profile.handle if profile else None)
             self.handle = C.c_void_p()
+            if self._group is not None:
+                self._group.left(self)
 
     def __del__(self) -> None:
         # dropped without close(): free the context, or its PD reservation is lost to the process

@@ -109,10 +109,11 @@ class PowerVote:
         self.unavailable = ""          # why no vote could be made ('' when the id exists)
         self._lock = threading.Lock()
         self._closed = False
-        self._fns, self.unavailable = perf_infrastructure(backend)
-        if self._fns is None:
+        fns, self.unavailable = perf_infrastructure(backend)
+        if fns is None:
             self._closed = True
             return
+        self._fns: H.PerfFunctions = fns
         pid = C.c_uint32(0)
         rc = codes.code_of(self._fns.create(0, 0, C.byref(pid)))   # device 0, core 0, as ET/ORT
         self.calls.append(VoteCall("createPowerConfigId", "device 0 core 0", rc))
@@ -134,7 +135,7 @@ class PowerVote:
 
     def _set(self, what: str, configs: list[H.PowerConfig]) -> int:
         arr = H.power_config_array(configs)
-        rc = codes.code_of(self._fns.set(self.power_config_id, arr))   # type: ignore[union-attr]
+        rc = codes.code_of(self._fns.set(self.power_config_id, arr))
         self.calls.append(VoteCall("setPowerConfig", what, rc))
         return rc
 
@@ -170,7 +171,7 @@ class PowerVote:
             try:
                 self._set("dcvs_v3 down", [self.plan.down.config(self.power_config_id)])
             finally:
-                rc = codes.code_of(self._fns.destroy(self.power_config_id))  # type: ignore[union-attr]
+                rc = codes.code_of(self._fns.destroy(self.power_config_id))
                 self.calls.append(VoteCall("destroyPowerConfigId", f"id {self.power_config_id}", rc))
 
     def report(self) -> list[dict]:

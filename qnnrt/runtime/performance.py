@@ -24,6 +24,8 @@ from typing import Iterator
 
 from qnnrt.core.backend import Backend
 from qnnrt.core.perf import Dcvs, PowerVote, VotePlan
+from qnnrt.core.shared_buffer import SharedBuffer
+from qnnrt.core.spill_fill import CONFIG_NOT_SUPPORTED, SpillFillGroup
 from qnnrt.errors import QnnrtError
 
 # voltage corners and power modes by name (values: HTP/QnnHtpPerfInfrastructure.h)
@@ -142,6 +144,7 @@ class Performance:
         self.unavailable = ""
         self.shared_buffers = Feature()
         self.spill_fill_group = Feature()
+        self.group: SpillFillGroup | None = None   # the group contexts are created with, if any
         if backend is not None:
             self.start(backend)
 
@@ -171,8 +174,18 @@ class Performance:
         finally:
             self.vote.vote(own)
 
+    def _fold_group(self) -> None:
+        """What the spill-fill group met at context creation (refused or not) into the feature."""
+        f, group = self.spill_fill_group, self.group
+        if group is None:
+            return
+        f.detail["group"] = group.to_json()
+        if group.refused:
+            f.on, f.why = False, group.refused
+
     def notes(self) -> list[str]:
         """One line per optimization that was asked for and is off (said once, in the summary)."""
+        self._fold_group()
         out = []
         if self.unavailable:
             out.append(f"performance vote {self.choice.mode!r} not made: {self.unavailable}")
@@ -198,6 +211,7 @@ class Performance:
             "shared_buffers": self.shared_buffers.to_json(),
             "spill_fill_group": self.spill_fill_group.to_json(),
             "notes": self.notes(),
+            "summary": self.summary_line(),
         }
 
     def summary_line(self) -> str:
@@ -223,3 +237,35 @@ class Performance:
 _SOURCE_TEXT = {"option": "your choice", "file": "the file's choice",
                 "command default": "this command's default", "none": "nobody asked",
                 "override": "override"}
+
+
+SIMULATOR_REFUSES_GROUPS = (f"the x86 simulator refuses REGISTER_MULTI_CONTEXTS (QNN error "
+                            f"{CONFIG_NOT_SUPPORTED}); contexts are created without a group")
+
+
+def describe_optimizations(perf: Performance, runtime: dict, shared_buffer: bool | None,
+                           backend: Backend) -> SpillFillGroup | None:
+    """Decide shared buffers and the spill-fill group from what the file asks (`runtime`: the .pte's
+    compile spec), the user's option and what this backend offers; record on / off and why in
+    `perf`. Returns the group to create contexts with (None: no group)."""
+    sb = perf.shared_buffers
+    sb.asked = bool(runtime.get("shared_buffer")) if shared_buffer is None else shared_buffer
+    if sb.asked:
+        ok, why = SharedBuffer.available()
+        sb.on = False
+        sb.why = (why if not ok else "shared buffers are made by core.SharedBuffer but not yet "
+                  "bound into graph calls by this runtime")
+    sf = perf.spill_fill_group
+    size = runtime.get("max_sf_buf_size") or 0
+    if isinstance(size, list):
+        size = max(size)
+    sf.asked = bool(runtime.get("use_multi_contexts")) and size > 0   # ExecuTorch's condition
+    if not sf.asked:
+        return None
+    sf.detail["max_spill_fill_bytes"] = size
+    if backend.lib.is_simulator:
+        sf.why = SIMULATOR_REFUSES_GROUPS
+        return None
+    sf.on = True
+    perf.group = SpillFillGroup(size)
+    return perf.group

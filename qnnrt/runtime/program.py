@@ -11,10 +11,12 @@ from typing import Callable
 import numpy as np
 
 from qnnrt.core import Backend, ContextBinary, Profile
+from qnnrt.core.spill_fill import SpillFillGroup
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod, QnnStep, UnavailableMethod
 from qnnrt.runtime.plan import DelegatePlan, MethodPlan, RunTiming
+from qnnrt.runtime.performance import Performance
 from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.residency import ContextPool, Residency
 
@@ -50,7 +52,8 @@ class Program:
                  method_builder: Callable[["Program"], dict[str, Method]], backend: Backend,
                  residency: "str | Residency" = "auto", heap=None, exec_profiler=None,
                  profile_level: str = "off", progress=None, owned: list | None = None,
-                 constants: dict | None = None, pd_budget: int | None = None):
+                 constants: dict | None = None, pd_budget: int | None = None,
+                 spill_fill_group: SpillFillGroup | None = None):
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
         self.backend = backend
@@ -69,6 +72,7 @@ class Program:
         self.timing = RunTiming()  # the last run: time inside graphExecute and in CPU ops
         self._plans: dict[str, MethodPlan | DelegatePlan | None] = {}
         self.compiled = True  # False: run every method on the step-by-step reference path
+        self.performance: Performance | None = None  # set by qnnrt.load: votes, shared buffers, groups
         try:
             self.methods: dict[str, Method] = method_builder(self)
             if not self.methods and not self.constants:
@@ -85,7 +89,7 @@ class Program:
                                     predictions=predicted_needs(binaries),
                                     budget_bytes=budget.bytes if budget else None,
                                     budget_source=budget.source if budget else None,
-                                    on_capacity=self._learned)
+                                    on_capacity=self._learned, spill_fill_group=spill_fill_group)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)

@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from qnnrt.core import Backend, Context, ContextBinary, Profile, live_contexts_in_process
+from qnnrt.core.spill_fill import SpillFillGroup
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.profiling.pd_log import pd_available_from_log
 from qnnrt.units import SIZE_RE, to_bytes
@@ -100,8 +101,10 @@ class ContextPool:
                  pd_estimate: Callable[[list[str]], int | None] | None = None,
                  profiler=None, predictions: dict[str, int | None] | None = None,
                  budget_bytes: int | None = None, budget_source: str | None = None,
-                 on_capacity: Callable[[int], None] | None = None):
+                 on_capacity: Callable[[int], None] | None = None,
+                 spill_fill_group: SpillFillGroup | None = None):
         self.backend = backend
+        self.spill_fill_group = spill_fill_group   # contexts registered as one spill-fill group
         self.binaries = binaries
         self.residency = Residency.parse(residency)
         self.hooks = hooks
@@ -173,11 +176,13 @@ class ContextPool:
         """Create the context; with a heap profiler, DSP memory profiling is probed on the first
         creation (refused with 1000 on the simulator: noted once, then never asked again)."""
         state = self._dsp_state()
+        group = self.spill_fill_group
         if state == "off":
-            return Context(self.backend, self.binaries[key], name=key, profile=profile)
+            return Context(self.backend, self.binaries[key], name=key, profile=profile,
+                           spill_fill_group=group)
         try:
             ctx = Context(self.backend, self.binaries[key], name=key, profile=profile,
-                          dsp_memory_profiling=True)
+                          dsp_memory_profiling=True, spill_fill_group=group)
         except QnnError as e:
             if state != "probe" or not e.is_not_supported:
                 raise
@@ -185,7 +190,8 @@ class ContextPool:
                 "DSP memory profiling is not supported by this backend (QNN error 1000 on "
                 "context creation with HTP context config option 4; the x86 simulator refuses it, "
                 "devices support it); host heap values are reported instead")
-            return Context(self.backend, self.binaries[key], name=key, profile=profile)
+            return Context(self.backend, self.binaries[key], name=key, profile=profile,
+                           spill_fill_group=group)
         if state == "probe":
             self.hooks.dsp.mark_supported()
         return ctx
