@@ -99,9 +99,10 @@ def perf_infrastructure(backend: Backend) -> tuple[H.PerfFunctions | None, str]:
 
 
 class PowerVote:
-    """Owns one power config id on `backend`; votes `plan` at creation. See the module docstring."""
+    """Owns one power config id on `backend` (HTP device `device_id`, core `core_id`: 0 and 0 as in
+    ExecuTorch and ONNX Runtime); votes `plan` at creation. See the module docstring."""
 
-    def __init__(self, backend: Backend, plan: VotePlan):
+    def __init__(self, backend: Backend, plan: VotePlan, device_id: int = 0, core_id: int = 0):
         self.backend = backend
         self.plan = plan
         self.calls: list[VoteCall] = []
@@ -115,8 +116,8 @@ class PowerVote:
             return
         self._fns: H.PerfFunctions = fns
         pid = C.c_uint32(0)
-        rc = codes.code_of(self._fns.create(0, 0, C.byref(pid)))   # device 0, core 0, as ET/ORT
-        self.calls.append(VoteCall("createPowerConfigId", "device 0 core 0", rc))
+        rc = codes.code_of(self._fns.create(device_id, core_id, C.byref(pid)))
+        self.calls.append(VoteCall("createPowerConfigId", f"device {device_id} core {core_id}", rc))
         if rc != 0:
             self.unavailable = f"createPowerConfigId refused ({codes.error_name(rc)})"
             self._closed = True
