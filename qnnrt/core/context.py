@@ -62,8 +62,10 @@ class Context:
             keep += kept
             rc, mark = self._create(configs + [wrap], profile)
             if codes.code_of(rc) == CONFIG_NOT_SUPPORTED:   # the backend has no groups: plain context
-                group.refuse(f"the backend refused REGISTER_MULTI_CONTEXTS (QNN error {CONFIG_NOT_SUPPORTED}: "
-                             f"{'; '.join(backend.log.since(mark, max_level=1))})")
+                said = backend.log.since(mark, max_level=1)[:1]
+                group.refuse(f"the backend refused REGISTER_MULTI_CONTEXTS (QNN error "
+                             f"{CONFIG_NOT_SUPPORTED}{': ' + said[0].strip() if said else ''}); "
+                             f"contexts are created without a spill-fill group")
                 group = None
                 rc, mark = self._create(configs, profile)
         else:
