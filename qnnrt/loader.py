@@ -14,7 +14,7 @@ from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.units import parse_size
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod
-from qnnrt.runtime.performance import Choice, Performance, choose, describe_optimizations
+from qnnrt.runtime.performance import Choice, Performance, check_mode, choose, describe_optimizations
 from qnnrt.runtime.program import Program
 from qnnrt.runtime.residency import Residency
 
@@ -129,6 +129,8 @@ def _performance_choice(opts: LoadOptions, runtime: dict) -> Choice:
     from_file = runtime.get("performance_mode")
     if isinstance(from_file, list):
         from_file = from_file[0]
+    if from_file is not None:
+        from_file = check_mode(from_file, f"performance mode recorded in {runtime.get('where', 'the file')}")
     return choose(opts.performance_mode, from_file, opts.performance_mode_default,
                   opts.rpc_control_latency_us, opts.rpc_polling_time_us)
 
@@ -243,7 +245,8 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, 
         resolve_non_main_nodes()
         return {name: OnnxMethod(name, em, binaries, lambda n, name=name: node_key[(name, n.index)])
                 for name, em in parsed.items()}
-    runtime = ({"performance_mode": manifest.target["htp_performance_mode"]}
+    runtime = ({"performance_mode": manifest.target["htp_performance_mode"],
+                "where": str(manifest.manifest_path)}
                if manifest is not None and manifest.target.get("htp_performance_mode") else {})
     return Source(build, manifest.target.get("soc_model") if manifest is not None else None,
                   trusted=trusted, runtime=runtime)

@@ -168,7 +168,7 @@ def _compile_specs(d: dict) -> list[dict]:
 def _yes(v) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
-    return repr(v) if isinstance(v, str) else str(v)
+    return "''" if v == "" else str(v)
 
 
 def _print_compile_specs(d: dict) -> None:

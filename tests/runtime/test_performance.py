@@ -156,3 +156,34 @@ def test_shared_buffers_and_spill_fill_groups_are_off_here_and_say_why():
     assert j["spill_fill_group"]["asked"] and not j["spill_fill_group"]["on"]
     assert "5010" in j["spill_fill_group"]["why"]
     assert sum("asked for but off" in n for n in j["notes"]) == 2
+
+
+def _with_mode(src: Path, dst: Path, mode) -> Path:
+    import json
+    import shutil
+    shutil.copytree(src, dst)
+    m = json.loads((dst / "program.json").read_text())
+    m["target"]["htp_performance_mode"] = mode
+    (dst / "program.json").write_text(json.dumps(m))
+    return dst
+
+
+def test_program_json_records_the_default_and_options_override_it(two_method_program, tmp_path):
+    prog_dir = _with_mode(two_method_program, tmp_path / "p", "high_performance")
+    with qnnrt.load(prog_dir) as prog:
+        assert (prog.performance.choice.mode, prog.performance.choice.source) == ("high_performance", "file")
+        assert all(c.accepted for c in prog.performance.vote.calls)
+    with qnnrt.load(prog_dir, options=qnnrt.LoadOptions(performance_mode="default")) as prog:
+        assert prog.performance.vote is None
+    bad = _with_mode(two_method_program, tmp_path / "bad", "turbo")
+    with pytest.raises(QnnrtError, match=r"unknown performance mode recorded in .*program.json 'turbo'"):
+        qnnrt.load(bad)
+
+
+def test_a_command_default_applies_where_the_file_says_nothing(two_method_program):
+    """What `qnnrt llm` does (burst, as qnn_llama_runner) on a program without a recorded mode."""
+    with qnnrt.load(two_method_program, options=qnnrt.LoadOptions(performance_mode_default="burst")) as prog:
+        assert (prog.performance.choice.mode, prog.performance.choice.source) == ("burst", "command default")
+    with qnnrt.load(two_method_program) as prog:
+        assert (prog.performance.choice.mode, prog.performance.choice.source) == ("default", "none")
+        assert prog.performance.vote is None
