@@ -101,7 +101,9 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
         if soc is None:
             soc = src.built_for or _soc_of(binaries)
         choice = _performance_choice(opts, src.runtime)
-        backend = Backend(backend_lib=lib_path, soc=soc, log_level=opts.log_level)
+        pd_session = src.runtime.get("pd_session", "unsigned")   # as ExecuTorch's HtpDevice does
+        signed_pd = "signed" in (pd_session if isinstance(pd_session, list) else [pd_session])
+        backend = Backend(backend_lib=lib_path, soc=soc, log_level=opts.log_level, signed_pd=signed_pd)
         performance = Performance(choice, backend)   # votes now, as ExecuTorch does at device creation
         group = describe_optimizations(performance, src.runtime, opts.shared_buffer, backend)
         program = Program(p, binaries, src.build, backend, policy, heap=heap,

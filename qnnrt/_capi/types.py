@@ -63,7 +63,7 @@ CONTEXT_CONFIG_OPTION_CUSTOM = 0
 DEVICE_CONFIG_OPTION_CUSTOM = 0
 HTP_CONTEXT_OPTION_REGISTER_MULTI_CONTEXTS = 2
 HTP_CONTEXT_OPTION_DSP_MEMORY_PROFILING = 4
-HTP_DEVICE_OPTION_SOC, HTP_DEVICE_OPTION_ARCH = 0, 1
+HTP_DEVICE_OPTION_SOC, HTP_DEVICE_OPTION_ARCH, HTP_DEVICE_OPTION_SIGNED_PD = 0, 1, 2
 
 
 # -------------------------------------------------------------------------------------- structs
@@ -204,8 +204,13 @@ class HtpDeviceArch(C.Structure):
     _fields_ = [("deviceId", u32), ("arch", u32)]
 
 
+class HtpDeviceSignedPd(C.Structure):
+    """QnnHtpDevice_UseSignedProcessDomain_t: run the device's session in a signed PD."""
+    _fields_ = [("deviceId", u32), ("useSignedProcessDomain", C.c_bool)]
+
+
 class _HtpDeviceCustomUnionV1(C.Union):
-    _fields_ = [("socModel", u32), ("arch", HtpDeviceArch)]
+    _fields_ = [("socModel", u32), ("arch", HtpDeviceArch), ("signedPd", HtpDeviceSignedPd)]
 
 
 class HtpDeviceCustomConfigV1(C.Structure):
@@ -215,7 +220,8 @@ class HtpDeviceCustomConfigV1(C.Structure):
 
 
 class _HtpDeviceCustomUnionV2(C.Union):
-    _fields_ = [("socModel", u32), ("arch", HtpDeviceArch), ("htpExtension", vp)]
+    _fields_ = [("socModel", u32), ("arch", HtpDeviceArch), ("signedPd", HtpDeviceSignedPd),
+                ("htpExtension", vp)]
 
 
 class HtpDeviceCustomConfigV2(C.Structure):

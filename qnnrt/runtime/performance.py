@@ -145,6 +145,7 @@ class Performance:
         self.shared_buffers = Feature()
         self.spill_fill_group = Feature()
         self.group: SpillFillGroup | None = None   # the group contexts are created with, if any
+        self.backend_signed_pd = bool(getattr(backend, "signed_pd", False))
         if backend is not None:
             self.start(backend)
 
@@ -206,6 +207,7 @@ class Performance:
             "rpc_control_latency_us": plan.rpc_control_latency_us if plan else None,
             "rpc_polling_time_us": plan.rpc_polling_time_us if plan else None,
             "power_config_id": self.vote.power_config_id if self.vote else None,
+            "pd_session": "signed" if self.backend_signed_pd else "unsigned",
             "votes": self.vote.report() if self.vote else [],
             "vote_unavailable": self.unavailable or None,
             "shared_buffers": self.shared_buffers.to_json(),

@@ -11,7 +11,7 @@ from qnnrt._capi import types as T
 
 SIZES = [(H.DcvsV3, 64), (H.PowerConfig, 68), (H.PerfInfrastructure, 32),
          (H.DeviceInfrastructure, 40), (T.MemShape, 24), (T.MemDescriptor, 48),
-         (T.HtpGroupRegistration, 16), (T.HtpContextCustomConfig, 24)]
+         (T.HtpGroupRegistration, 16), (T.HtpContextCustomConfig, 24), (T.HtpDeviceSignedPd, 8)]
 OFFSETS = [(H.PowerConfig, "option", 0), (H.PowerConfig, "dcvsV3Config", 4),
            (H.PowerConfig, "rpcControlLatencyConfig", 4), (H.PowerConfig, "rpcPollingTimeConfig", 4),
            (H.DcvsV3, "contextId", 0), (H.DcvsV3, "powerMode", 12), (H.DcvsV3, "sleepLatency", 20),
@@ -20,7 +20,9 @@ OFFSETS = [(H.PowerConfig, "option", 0), (H.PowerConfig, "dcvsV3Config", 4),
            (T.MemDescriptor, "dataType", 24), (T.MemDescriptor, "memType", 28),
            (T.MemDescriptor, "ionFd", 32), (T.MemDescriptor, "dmaBufInfo", 32),
            (T.HtpContextCustomConfig, "groupRegistration", 8),
-           (T.HtpGroupRegistration, "maxSpillFillBuffer", 8)]
+           (T.HtpGroupRegistration, "maxSpillFillBuffer", 8),
+           (T.HtpDeviceSignedPd, "useSignedProcessDomain", 4),
+           (T.HtpDeviceCustomConfigV1, "signedPd", 4), (T.HtpDeviceCustomConfigV2, "signedPd", 8)]
 
 
 @pytest.mark.parametrize("struct,size", SIZES, ids=[s.__name__ for s, _ in SIZES])

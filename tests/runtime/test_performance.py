@@ -187,3 +187,17 @@ def test_a_command_default_applies_where_the_file_says_nothing(two_method_progra
     with qnnrt.load(two_method_program) as prog:
         assert (prog.performance.choice.mode, prog.performance.choice.source) == ("default", "none")
         assert prog.performance.vote is None
+
+
+def test_a_signed_pd_session_in_the_compile_spec_creates_a_signed_pd_device(monkeypatch):
+    """ExecuTorch adds HTP device config option 2 for pd_session = signed; so does qnnrt (the
+    simulator accepts it)."""
+    import qnnrt.executorch.program as ep
+    real = ep.pte_runtime_options
+    monkeypatch.setattr(ep, "pte_runtime_options", lambda prog: {**real(prog), "pd_session": "signed"})
+    with qnnrt.load(ADD_RELU) as prog:
+        assert prog.backend.signed_pd and prog.performance.to_json()["pd_session"] == "signed"
+        prog.run(None, _feed(prog))
+    monkeypatch.undo()
+    with qnnrt.load(ADD_RELU) as prog:
+        assert not prog.backend.signed_pd and prog.performance.to_json()["pd_session"] == "unsigned"
