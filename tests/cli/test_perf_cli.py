@@ -57,3 +57,13 @@ def test_inspect_shows_what_the_compile_spec_asks_of_the_runtime():
         in r.stdout
     d = json.loads(qnnrt("inspect", str(PTE), "--json").stdout)
     assert d["qnn_runtime_options"]["performance_mode"] == "burst"
+
+
+def test_spill_fill_group_figures_count_the_largest_buffer_once():
+    from qnnrt.cli.inspect_pd import spill_fill_group_figures
+    ctx = [{"predicted_bytes": 100, "parts": {"spill_fill": 30}},
+           {"predicted_bytes": 80, "parts": {"spill_fill": 50}},
+           {"predicted_bytes": 60, "parts": {"spill_fill": 0}}]
+    assert spill_fill_group_figures(ctx) == {"total_bytes": 240 - 80 + 50, "group_buffer_bytes": 50,
+                                             "saved_bytes": 30}
+    assert spill_fill_group_figures(ctx + [{"predicted_bytes": None, "parts": {"spill_fill": 1}}]) is None
