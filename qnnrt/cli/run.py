@@ -68,7 +68,7 @@ def add_runtime_options(p) -> None:
 def add_performance_options(p) -> None:
     """The HTP performance vote and the optimizations a file may ask for (run, llm, demo)."""
     from qnnrt.runtime.performance import MODES
-    p.add_argument("--htp-performance-mode", metavar="MODE", choices=list(MODES),
+    p.add_argument("--htp-performance-mode", metavar="MODE", type=_mode,
                    help="HTP performance vote: " + ", ".join(MODES) + " (default: what the file "
                    "asks, e.g. a .pte's compile spec; `default` makes no vote)")
     p.add_argument("--rpc-control-latency", type=int, metavar="US",
@@ -78,6 +78,15 @@ def add_performance_options(p) -> None:
     p.add_argument("--shared-buffer", action="store_true", default=None,
                    help="graph I/O in registered rpcmem (default: as the file asks; off where the "
                    "backend has none)")
+
+
+def _mode(text: str) -> str:
+    import argparse
+    from qnnrt.runtime.performance import check_mode
+    try:
+        return check_mode(text)
+    except QnnrtError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def performance_options(args, default_mode: str | None = None) -> dict:

@@ -7,9 +7,10 @@ QnnMemManager::RegisterIonMem does) and exposes:
 - `array`: a numpy array over the rpcmem, of spec.dtype and spec.shape (write inputs into it, read
   outputs from it; never rebind it);
 - `mem_handle`: the Qnn_MemHandle_t (an int) to put in the graph tensor.
-How a graph call uses it: set the Qnn_Tensor_t of that input/output to memType =
-QNN_TENSORMEMTYPE_MEMHANDLE (1) and its union to `mem_handle` instead of a clientBuf, once, when
-the call's I/O structs are made (core.graph.BoundCall); then graphExecute reads/writes `array`.
+How a graph call uses it: `bind_mem_handle(tensor, buf.mem_handle)` sets the Qnn_Tensor_t of that
+input/output to memType = QNN_TENSORMEMTYPE_MEMHANDLE (1) with the handle in its union instead of a
+clientBuf, once, when the call's I/O structs are made (core.graph.BoundCall); graphExecute then
+reads/writes `array` in place, and the caller neither copies nor rebinds per call.
 `close()` deregisters, then frees the rpcmem (idempotent); the context closes its buffers before it
 is freed. `SharedBuffer.available()` says whether this machine can make any.
 """
@@ -26,6 +27,13 @@ from qnnrt.core.tensor import TensorSpec
 from qnnrt.errors import QnnrtError
 
 ALIGNMENT = 64   # bytes; ExecuTorch aligns shared buffers the same way (its default alignment)
+
+
+def bind_mem_handle(tensor: T.Tensor, mem_handle: int) -> None:
+    """Point a graph I/O tensor struct at registered memory (instead of a client buffer)."""
+    body = tensor.body
+    body.memType = T.TENSORMEMTYPE_MEMHANDLE
+    body.memHandle = mem_handle
 
 
 def aligned_layout(nbytes: int, alignment: int = ALIGNMENT) -> int:

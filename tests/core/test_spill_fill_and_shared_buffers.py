@@ -8,7 +8,7 @@ import pytest
 
 from qnnrt.core import Backend, ContextBinary
 from qnnrt.core.context import Context
-from qnnrt.core.shared_buffer import ALIGNMENT, SharedBuffer, aligned_layout
+from qnnrt.core.shared_buffer import ALIGNMENT, SharedBuffer, aligned_layout, bind_mem_handle
 from qnnrt.core.spill_fill import CONFIG_NOT_SUPPORTED, SpillFillGroup
 from qnnrt._capi import types as T
 from qnnrt.errors import QnnrtError
@@ -103,3 +103,12 @@ def test_mem_descriptor_carries_shape_type_and_fd():
     raw = C.string_at(C.addressof(d), C.sizeof(d))
     assert raw[0:4] == (2).to_bytes(4, "little") and raw[24:28] == (0x0232).to_bytes(4, "little")
     assert raw[28:32] == (1).to_bytes(4, "little") and raw[32:36] == (7).to_bytes(4, "little")
+
+
+def test_binding_a_mem_handle_replaces_the_client_buffer():
+    for version in (1, 2):
+        t = T.Tensor(version=version)
+        t.body.memType = T.TENSORMEMTYPE_RAW
+        t.body.clientBuf.data, t.body.clientBuf.dataSize = 0x1000, 64
+        bind_mem_handle(t, 0xABC0)
+        assert t.body.memType == T.TENSORMEMTYPE_MEMHANDLE and t.body.memHandle == 0xABC0
