@@ -188,6 +188,9 @@ class Performance:
         """One line per optimization that was asked for and is off (said once, in the summary)."""
         self._fold_group()
         out = []
+        ch = self.choice
+        if ch.plan() is None and (ch.rpc_control_latency_us is not None or ch.rpc_polling_time_us is not None):
+            out.append("RPC settings given but not sent: performance mode default makes no vote")
         if self.unavailable:
             out.append(f"performance vote {self.choice.mode!r} not made: {self.unavailable}")
         refused = [c for c in (self.vote.calls if self.vote else []) if not c.accepted]

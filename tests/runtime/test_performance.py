@@ -84,8 +84,11 @@ def test_the_option_overrides_the_file_and_default_votes_nothing():
     with qnnrt.load(ADD_RELU, options=qnnrt.LoadOptions(performance_mode="power_saver")) as prog:
         assert (prog.performance.choice.mode, prog.performance.choice.source) == ("power_saver", "option")
         assert prog.performance.to_json()["rpc_polling_time_us"] == 0
-    with qnnrt.load(ADD_RELU, options=qnnrt.LoadOptions(performance_mode="default")) as prog:
+    with qnnrt.load(ADD_RELU, options=qnnrt.LoadOptions(performance_mode="default",
+                                                         rpc_polling_time_us=5)) as prog:
         assert prog.performance.vote is None and prog.performance.to_json()["votes"] == []
+        assert prog.performance.notes() == ["RPC settings given but not sent: performance mode "
+                                            "default makes no vote"]
         with pytest.raises(QnnrtError, match="makes no vote"):
             with prog.performance.override("burst"):
                 pass
