@@ -1,18 +1,24 @@
 """Context: one QNN context created from a context binary, and the graphs retrieved from it."""
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from qnnrt._capi import codes
 from qnnrt._capi import types as T
 from qnnrt.core.backend import Backend
 from qnnrt.core.binary import ContextBinary
+from qnnrt.core.freeing import check_free
 from qnnrt.core.graph import Graph
 from qnnrt.core.profile import Profile
 from qnnrt.core.spill_fill import CONFIG_NOT_SUPPORTED, SpillFillGroup
 from qnnrt.errors import QnnrtError
+
+if TYPE_CHECKING:
+    from qnnrt.core.shared_buffer import SharedBuffer
 
 
 def refuse_weight_sharing(binary: ContextBinary) -> None:
@@ -46,7 +52,7 @@ class Context:
         self._lock = threading.Lock()
         self._closed = True
         self._group: SpillFillGroup | None = None
-        self._shared: list = []   # SharedBuffers registered with this context: freed before it
+        self._shared: list[SharedBuffer] = []   # SharedBuffers registered with this context: freed before it
         refuse_weight_sharing(binary)
         configs, keep = [], []
         if dsp_memory_profiling:
@@ -75,13 +81,12 @@ class Context:
         self._group = group
         if group is not None:
             group.joined(self)
-        try:
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.close)
             backend.adopt(self)
-        except BaseException:
-            self.close()
-            raise
+            undo.pop_all()
 
-    def track_shared_buffer(self, buf) -> None:
+    def track_shared_buffer(self, buf: SharedBuffer) -> None:
         """A SharedBuffer registered with this context; closed (deregistered) before the context."""
         with self._lock:
             self._shared.append(buf)
@@ -134,7 +139,8 @@ class Context:
                 buf.close()
             self._shared.clear()
             if self.handle:
-                self.backend.api.contextFree(self.handle, profile.handle if profile else None)
+                check_free(self.backend.api.contextFree(self.handle, profile.handle if profile else None),
+                           "contextFree", f"context {self.name!r}")
             self.handle = C.c_void_p()
             if self._group is not None:
                 self._group.left(self)
@@ -150,7 +156,7 @@ class Context:
     def __enter__(self) -> Context:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

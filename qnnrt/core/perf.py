@@ -181,7 +181,7 @@ class PowerVote:
     def __enter__(self) -> PowerVote:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import ctypes as C
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qnnrt._capi import rpcmem
 from qnnrt._capi import types as T
 from qnnrt.core.tensor import TensorSpec
+
+if TYPE_CHECKING:
+    from qnnrt.core.context import Context
 from qnnrt.errors import QnnrtError
 
 ALIGNMENT = 64   # bytes; ExecuTorch aligns shared buffers the same way (its default alignment)
@@ -51,7 +55,7 @@ class SharedBuffer:
         fns, why = rpcmem.load()
         return fns is not None, why
 
-    def __init__(self, context, spec: TensorSpec):
+    def __init__(self, context: Context, spec: TensorSpec):
         fns, why = rpcmem.load()
         if fns is None:
             raise QnnrtError(f"cannot make a shared buffer for {spec.name!r}: {why}")

@@ -70,7 +70,7 @@ class _Mismatch(Exception):
     """A field's bytes do not fit the layout being tried."""
 
 
-def _field(t: S._Table, slot: int, kind: Any) -> Any:
+def _field(t: S.Table, slot: int, kind: Any) -> Any:
     if not t.has(slot):
         return None
     if kind == "bool":
@@ -86,7 +86,7 @@ def _field(t: S._Table, slot: int, kind: Any) -> Any:
             raise _Mismatch
         return s
     if kind == "table":
-        return True if t.table(slot, S._Table, "table") is not None else None
+        return True if t.table(slot, S.Table, "table") is not None else None
     v = t.i32(slot)
     if v not in kind:
         raise _Mismatch
@@ -102,7 +102,7 @@ def _default(kind: Any) -> Any:
     return None if kind == "str" else kind[0]
 
 
-def _decode(t: S._Table | None, fields: Fields) -> dict:
+def _decode(t: S.Table | None, fields: Fields) -> dict:
     out: dict = {}
     if t is None:
         return out
@@ -127,20 +127,20 @@ def parse_qnn_compile_spec(data: bytes) -> dict:
     if len(data) < 8:
         return out
     try:
-        root = S._Table(data, struct.unpack_from("<I", data, 0)[0], len(data), "qnn_compile_spec")
-        soc = root.table(0, S._Table, "soc_info")
+        root = S.Table(data, struct.unpack_from("<I", data, 0)[0], len(data), "qnn_compile_spec")
+        soc = root.table(0, S.Table, "soc_info")
         if soc is not None:
             model = soc.i32(0, 0)
             out["soc_model"] = name_of(model) if model else "UNKNOWN_SM"
-            htp = soc.table(1, S._Table, "htp_info")
+            htp = soc.table(1, S.Table, "htp_info")
             if htp is not None:
                 out["htp_arch"] = htp.i32(0, 0)
                 out["vtcm_mb"] = htp.u32(1, 0)
-        bo = root.table(1, S._Table, "backend_options")
+        bo = root.table(1, S.Table, "backend_options")
         ho = None
         if bo is not None:
             out["backend"] = BACKEND_TYPES.get(bo.i32(0, 0), str(bo.i32(0, 0)))
-            ho = bo.table(1, S._Table, "htp_options")
+            ho = bo.table(1, S.Table, "htp_options")
     except (FormatError, struct.error):
         return out
     for layout, (opt_fields, htp_fields) in LAYOUTS.items():

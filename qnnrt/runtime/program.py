@@ -19,6 +19,7 @@ from qnnrt.runtime.plan import DelegatePlan, MethodPlan, RunTiming
 from qnnrt.runtime.performance import Performance
 from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.residency import ContextPool, Residency
+from qnnrt.runtime.vet import StepWatch, VetReport
 
 
 def predicted_needs(binaries: dict[str, ContextBinary]) -> dict[str, int | None]:
@@ -53,7 +54,7 @@ class Program:
                  residency: "str | Residency" = "auto", heap=None, exec_profiler=None,
                  profile_level: str = "off", progress=None, owned: list | None = None,
                  constants: dict | None = None, pd_budget: int | None = None,
-                 spill_fill_group: SpillFillGroup | None = None):
+                 watch: StepWatch | None = None, spill_fill_group: SpillFillGroup | None = None):
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
         self.backend = backend
@@ -68,7 +69,7 @@ class Program:
         self.iterations = 0
         self.pd_budget_cache: str | None = None
         self.graph_calls = 0
-        self.vet_reports: list = []  # set by qnnrt.load: what was vetted (qnnrt.core.vet.VetReport)
+        self.vet_reports: list[VetReport] = []  # set by qnnrt.load: what was vetted
         self.timing = RunTiming()  # the last run: time inside graphExecute and in CPU ops
         self._plans: dict[str, MethodPlan | DelegatePlan | None] = {}
         self.compiled = True  # False: run every method on the step-by-step reference path
@@ -89,7 +90,8 @@ class Program:
                                     predictions=predicted_needs(binaries),
                                     budget_bytes=budget.bytes if budget else None,
                                     budget_source=budget.source if budget else None,
-                                    on_capacity=self._learned, spill_fill_group=spill_fill_group)
+                                    on_capacity=self._learned, watch=watch,
+                                    spill_fill_group=spill_fill_group)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)
