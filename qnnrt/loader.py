@@ -17,6 +17,7 @@ from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.units import parse_size
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod
+from qnnrt.runtime.performance import Choice, Performance, check_mode, choose, describe_optimizations
 from qnnrt.runtime.program import Program
 from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS
@@ -60,6 +61,12 @@ class LoadOptions:
     max_pds: `auto` spreads a program whose contexts do not fit one PD over at most this many PD
         worker processes, every context resident (runtime/pd_fleet.py); beyond it, each PD evicts;
         1: one PD that evicts. `multi-pd:N` forces N.
+    performance_mode: the HTP performance vote (burst, balanced, ..., default = no vote); None
+        honours the file's choice (a .pte's compile spec, program.json), else
+        `performance_mode_default` (qnnrt llm: burst), else no vote.
+    rpc_control_latency_us / rpc_polling_time_us: instead of the mode's RPC settings.
+    shared_buffer: graph I/O in registered rpcmem (None: as the file asks); off where the backend
+        cannot (the simulator), which the program's `performance` section says.
     """
     residency: Residency | str = "auto"
     soc: str | int | None = None
@@ -74,12 +81,19 @@ class LoadOptions:
     vet: bool | VetMode = True
     vet_progress: Callable[[int, int], None] | None = None
     max_pds: int = DEFAULT_MAX_PDS
+    performance_mode: str | None = None
+    performance_mode_default: str | None = None
+    rpc_control_latency_us: int | None = None
+    rpc_polling_time_us: int | None = None
+    shared_buffer: bool | None = None
 
     def __post_init__(self) -> None:
         LogLevel.parse(self.log_level)
         if self.profile_level not in PROFILE_LEVELS:
             raise QnnrtError(f"unknown profile level {self.profile_level!r}; use {', '.join(PROFILE_LEVELS)}")
         vet_mode(self.vet)  # an unknown mode is an error here
+        choose(self.performance_mode, None, self.performance_mode_default,
+               self.rpc_control_latency_us, self.rpc_polling_time_us)   # checks modes and RPC values
         object.__setattr__(self, "residency", Residency.parse(self.residency))
         object.__setattr__(self, "soc", parse_soc(self.soc))
         if self.pd_budget is not None:
@@ -99,6 +113,7 @@ class Source:
     built_for: Any = None
     constants: dict = field(default_factory=dict)
     trusted: set = field(default_factory=set)
+    runtime: dict = field(default_factory=dict)   # what the file asks of the runtime (performance_mode, ...)
 
 
 def load(path: str | os.PathLike[str], *, residency: str | Residency | None = None,
@@ -132,15 +147,21 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
             refuse_weight_sharing(b)
         if soc is None:
             soc = src.built_for or _soc_of(binaries)
-        backend = Backend(backend_lib=lib_path, soc=soc, log_level=opts.log_level)
+        choice = _performance_choice(opts, src.runtime)
+        pd_session = src.runtime.get("pd_session", "unsigned")   # as ExecuTorch's HtpDevice does
+        signed_pd = "signed" in (pd_session if isinstance(pd_session, list) else [pd_session])
+        backend = Backend(backend_lib=lib_path, soc=soc, log_level=opts.log_level, signed_pd=signed_pd)
         undo.callback(backend.close)
+        performance = Performance(choice, backend)   # votes now, as ExecuTorch does at device creation
+        group = describe_optimizations(performance, src.runtime, opts.shared_buffer, backend)
         program = Program(p, binaries, src.build, backend, policy, heap=heap,
                           exec_profiler=opts.exec_profiler, profile_level=opts.profile_level,
                           progress=opts.progress, owned=owned, constants=src.constants,
                           pd_budget=None if opts.pd_budget is None else int(opts.pd_budget),
                           watch=watch, max_pds=opts.max_pds,
-                          log_level=LogLevel.parse(opts.log_level).name.lower())
+                          log_level=LogLevel.parse(opts.log_level).name.lower(), spill_fill_group=group)
         program.vet_reports = vet_reports
+        program.performance = performance
         undo.pop_all()  # the program owns them now
     return program
 
@@ -177,6 +198,17 @@ def _vet(untrusted: dict[str, ContextBinary], opts: LoadOptions, lib_path: str |
         return [watch_binaries(untrusted, watch)], watch
     return [vet_binaries(untrusted, mode="auto" if mode == "worker" else mode, backend_lib=lib_path,
                          soc=soc, progress=opts.vet_progress)], None
+
+
+def _performance_choice(opts: LoadOptions, runtime: dict) -> Choice:
+    """The vote: the option, else the file's (the first delegate's where delegates disagree)."""
+    from_file = runtime.get("performance_mode")
+    if isinstance(from_file, list):
+        from_file = from_file[0]
+    if from_file is not None:
+        from_file = check_mode(from_file, f"performance mode recorded in {runtime.get('where', 'the file')}")
+    return choose(opts.performance_mode, from_file, opts.performance_mode_default,
+                  opts.rpc_control_latency_us, opts.rpc_polling_time_us)
 
 
 def _close_opened(binaries: dict[str, ContextBinary], owned: list) -> None:
@@ -302,8 +334,11 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib: QnnLibrary, binaries
         resolve_non_main_nodes()
         return {name: OnnxMethod(name, em, binaries, lambda n, name=name: node_key[(name, n.index)])
                 for name, em in parsed.items()}
+    runtime = ({"performance_mode": manifest.target["htp_performance_mode"],
+                "where": str(manifest.manifest_path)}
+               if manifest is not None and manifest.target.get("htp_performance_mode") else {})
     return Source(build, manifest.target.get("soc_model") if manifest is not None else None,
-                  trusted=trusted)
+                  trusted=trusted, runtime=runtime)
 
 
 def _open_source(p: Path, lib: QnnLibrary, graph: str | None, binaries: dict[str, ContextBinary],
@@ -318,11 +353,11 @@ def _open_source(p: Path, lib: QnnLibrary, graph: str | None, binaries: dict[str
     if p.suffix == ".onnx":
         return _onnx_methods({p.stem: p}, p.parent, lib, binaries)
     if p.suffix == ".pte":
-        from qnnrt.executorch.program import pte_methods
+        from qnnrt.executorch.program import pte_methods, pte_runtime_options
         pte_binaries, pte_build, built_for, pte, constants = pte_methods(p, lib)
         owned.append(pte)
         binaries.update(pte_binaries)
-        return Source(pte_build, built_for, constants)
+        return Source(pte_build, built_for, constants, runtime=pte_runtime_options(pte))
     key = p.name
     binaries[key] = ContextBinary(p, name=key, lib=lib)
 

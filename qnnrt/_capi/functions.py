@@ -9,7 +9,8 @@ import ctypes as C
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from qnnrt._capi.types import (ApiVersion, BinaryInfo, ErrorHandle, PlatformInfo, ProfileEventData,
+from qnnrt._capi.types import (ApiVersion, BinaryInfo, ErrorHandle, MemDescriptor, PlatformInfo,
+                               ProfileEventData,
                                ProfileExtendedEventData, Tensor, Version, P, u32, u64, vp)
 from qnnrt.errors import QnnrtError
 
@@ -60,6 +61,9 @@ INTERFACE_SIGNATURES: dict[str, tuple] = {
     "profileGetExtendedEventData": (u64, P(ProfileExtendedEventData)),
     "profileFree": (vp,),
     "deviceCreate": (vp, P(vp), P(vp)),
+    "deviceGetInfrastructure": (P(vp),),
+    "memRegister": (vp, P(MemDescriptor), u32, P(vp)),
+    "memDeRegister": (P(vp), u32),
     "deviceGetPlatformInfo": (vp, P(P(PlatformInfo))),
     "deviceFreePlatformInfo": (vp, P(PlatformInfo)),
     "deviceFree": (vp,),
@@ -143,6 +147,9 @@ class QnnInterface(FunctionTable):
     profileGetExtendedEventData: Callable[[int, Ref], Rc]
     profileFree: Callable[[Handle], Rc]
     deviceCreate: Callable[[Handle, Ref, Ref], Rc]
+    deviceGetInfrastructure: Callable[[Ref], Rc]
+    memRegister: Callable[[Handle, Ref, int, Ref], Rc]
+    memDeRegister: Callable[[Ref, int], Rc]
     deviceGetPlatformInfo: Callable[[Handle, Ref], Rc]
     deviceFreePlatformInfo: Callable[[Handle, Ref], Rc]
     deviceFree: Callable[[Handle], Rc]

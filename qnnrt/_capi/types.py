@@ -93,8 +93,9 @@ PROFILE_UNITS = {1: "us", 2: "bytes", 3: "cycles", 4: "count", 5: "object", 6: "
 
 CONTEXT_CONFIG_OPTION_CUSTOM = 0
 DEVICE_CONFIG_OPTION_CUSTOM = 0
+HTP_CONTEXT_OPTION_REGISTER_MULTI_CONTEXTS = 2
 HTP_CONTEXT_OPTION_DSP_MEMORY_PROFILING = 4
-HTP_DEVICE_OPTION_SOC, HTP_DEVICE_OPTION_ARCH = 0, 1
+HTP_DEVICE_OPTION_SOC, HTP_DEVICE_OPTION_ARCH, HTP_DEVICE_OPTION_SIGNED_PD = 0, 1, 2
 
 
 # -------------------------------------------------------------------------------------- structs
@@ -206,8 +207,15 @@ class ContextConfig(C.Structure):
     _fields_ = [("option", u32), ("u", _ContextConfigUnion)]
 
 
+class HtpGroupRegistration(C.Structure):
+    """QnnHtpContext_GroupRegistration_t: the group's first context (NULL for the first one) and
+    the spill-fill buffer size the group shares."""
+    _fields_ = [("firstGroupHandle", vp), ("maxSpillFillBuffer", u64)]
+
+
 class _HtpContextCustomUnion(C.Union):
-    _fields_ = [("boolValue", C.c_bool), ("u64Value", u64), ("groupRegistration", vp * 2)]
+    _fields_ = [("boolValue", C.c_bool), ("u64Value", u64),
+                ("groupRegistration", HtpGroupRegistration)]
 
 
 class HtpContextCustomConfig(C.Structure):
@@ -228,8 +236,13 @@ class HtpDeviceArch(C.Structure):
     _fields_ = [("deviceId", u32), ("arch", u32)]
 
 
+class HtpDeviceSignedPd(C.Structure):
+    """QnnHtpDevice_UseSignedProcessDomain_t: run the device's session in a signed PD."""
+    _fields_ = [("deviceId", u32), ("useSignedProcessDomain", C.c_bool)]
+
+
 class _HtpDeviceCustomUnionV1(C.Union):
-    _fields_ = [("socModel", u32), ("arch", HtpDeviceArch)]
+    _fields_ = [("socModel", u32), ("arch", HtpDeviceArch), ("signedPd", HtpDeviceSignedPd)]
 
 
 class HtpDeviceCustomConfigV1(C.Structure):
@@ -239,13 +252,38 @@ class HtpDeviceCustomConfigV1(C.Structure):
 
 
 class _HtpDeviceCustomUnionV2(C.Union):
-    _fields_ = [("socModel", u32), ("arch", HtpDeviceArch), ("htpExtension", vp)]
+    _fields_ = [("socModel", u32), ("arch", HtpDeviceArch), ("signedPd", HtpDeviceSignedPd),
+                ("htpExtension", vp)]
 
 
 class HtpDeviceCustomConfigV2(C.Structure):
     """Newer HTP APIs (5.51 seen): a pointer joined the union, which moved it to offset 8."""
     _anonymous_ = ("u",)
     _fields_ = [("option", u32), ("u", _HtpDeviceCustomUnionV2)]
+
+
+# ---- memory registration (QnnMem.h): shared buffers handed to QNN by file descriptor
+MEM_TYPE_ION = 1
+MEM_TYPE_DMA_BUF = 3
+
+
+class MemShape(C.Structure):
+    _fields_ = [("numDim", u32), ("dimSize", P(u32)), ("shapeConfig", C.c_char_p)]
+
+
+class MemDmaBufInfo(C.Structure):
+    _fields_ = [("fd", i32), ("data", vp)]
+
+
+class _MemInfoUnion(C.Union):
+    _fields_ = [("ionFd", i32), ("customInfo", vp), ("dmaBufInfo", MemDmaBufInfo)]
+
+
+class MemDescriptor(C.Structure):
+    """Qnn_MemDescriptor_t: shape, data type, memory type, then ION fd / custom / DMA-BUF info."""
+    _anonymous_ = ("u",)
+    _fields_ = [("memShape", MemShape), ("dataType", u32), ("memType", u32), ("u", _MemInfoUnion)]
+
 
 
 # ---- platform info (QnnDevice.h QnnDevice_PlatformInfo_t; HTP/QnnHtpDevice.h device info extension)

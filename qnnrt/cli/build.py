@@ -38,6 +38,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--htp-arch", type=int, default=None, metavar="N", help="override the HTP arch (e.g. 73)")
     p.add_argument("--precision", default="fp16", choices=["fp16", "fp32"],
                    help="float precision on the HTP (default fp16)")
+    p.add_argument("--htp-performance-mode", metavar="MODE", default=None,
+                   help="record this HTP performance vote in program.json as the program's default "
+                        "(run / llm --htp-performance-mode still override it)")
     p.add_argument("--no-probe", action="store_true",
                    help="do not ask the QNN EP which ops it takes: every op not in --cpu-ops goes to the HTP")
     p.add_argument("--no-cache", action="store_true", help="compile everything, do not use the cache")
@@ -54,12 +57,16 @@ def run_build(args) -> int:
     from qnnrt.compiler.builder import BuildOptions, build_demo, build_program
     from qnnrt.compiler.compile import resolve_soc
     from qnnrt.compiler import demo
+    from qnnrt.runtime.performance import check_mode
+    mode = check_mode(args.htp_performance_mode, "--htp-performance-mode") \
+        if args.htp_performance_mode else None
     options = BuildOptions(
         cpu_ops=tuple(_csv(args.cpu_ops)) if args.cpu_ops is not None else (),
         graphs_per_context=args.graphs_per_context,
         compile=resolve_soc(args.soc, args.htp_arch, args.precision),
         cache_dir=Path(args.cache_dir) if args.cache_dir else None,
-        use_cache=not args.no_cache, probe=not args.no_probe, progress=args.progress)
+        use_cache=not args.no_cache, probe=not args.no_probe, progress=args.progress,
+        performance_mode=mode)
     if args.demo:
         if args.models:
             raise BuildError("give either MODEL.onnx or --demo, not both")

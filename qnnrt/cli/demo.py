@@ -14,6 +14,7 @@ import numpy as np
 from qnnrt._capi.types import LOG_LEVEL_NAMES
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.units import format_bytes
+from qnnrt.cli.run import add_performance_options
 
 
 def add_parser(sub) -> None:
@@ -29,6 +30,7 @@ def add_parser(sub) -> None:
                    help="pd preset: do not first show the eager (create-all) failure")
     p.add_argument("--log-level", default="warn",
                    choices=LOG_LEVEL_NAMES)
+    add_performance_options(p)
     p.set_defaults(func=run)
 
 
@@ -61,7 +63,7 @@ def _reference(program: Path) -> tuple[dict, dict]:
 
 def run(args) -> int:
     from qnnrt.cli.io_files import write_outputs
-    from qnnrt.cli.run import latency_stats
+    from qnnrt.cli.run import latency_stats, performance_options
     from qnnrt.loader import LoadOptions, load
     preset = args.preset
     iterations = args.iteration if args.iteration is not None else (3 if preset == "tiny" else 2)
@@ -91,7 +93,8 @@ def run(args) -> int:
     heap_path = out_dir / "heap.txt"
     t0 = time.perf_counter()
     with load(program, residency=args.residency,
-              options=LoadOptions(log_level=args.log_level, heap_profiling_path=str(heap_path))) as prog:
+              options=LoadOptions(log_level=args.log_level, heap_profiling_path=str(heap_path),
+                                  **performance_options(args))) as prog:
         method = prog.method("forward")
         latencies: list[float] = []
         first_s: float | None = None
@@ -104,6 +107,7 @@ def run(args) -> int:
             write_outputs(out_dir, it, outputs, npy=(it == iterations - 1))
             print(f"   iteration {it}: {latencies[-1]:.1f} ms", flush=True)
         res = prog.pool.summary()
+    perf = prog.performance.to_json() if prog.performance is not None else None
     if outputs is None:  # unreachable: iterations >= 1 is checked above
         raise QnnrtError("no iteration ran")
     err = max(float(np.abs(outputs[k] - reference[k]).max()) for k in reference)
@@ -130,5 +134,9 @@ def run(args) -> int:
     print(f"  accuracy      max |qnnrt - float32 reference| = {err:.4f} (fp16 on the HTP)")
     print(f"  outputs       {out_dir}/ (output_<iteration>_<index>.raw, <name>.npy)")
     print(f"  heap profile  {heap_path} (+ .json timeline)")
+    if perf is not None:
+        print(f"  performance   {perf['summary']}")
+        for note in perf["notes"]:
+            print(f"  note          {note}")
     print(f"\nnext: qnnrt run {program} --iteration 10 --report r.json && qnnrt plot r.json")
     return 0

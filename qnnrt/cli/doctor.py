@@ -265,6 +265,7 @@ def _contexts(r: Report, be, args, dev) -> None:
                   "offered (HTP context option 4): profile_heap reports DSP heap values" if offered else
                   "not offered by this backend (QNN error 1000 for HTP context option 4; the x86 "
                   "simulator refuses it, devices offer it): host heap values are reported instead")
+    _performance_features(r, be, binary)
     # PD budget
     pd: dict[str, Any] = {}
     r.data["pd_budget"] = pd
@@ -311,6 +312,22 @@ def _onnxruntime(r: Report) -> None:
     else:
         r.add("ONNX Runtime", "fail", f"onnxruntime {ort.__version__} has no CPUExecutionProvider",
               "pip install --force-reinstall 'onnxruntime>=1.24.2'")
+
+
+def _performance_features(r: Report, be, binary) -> None:
+    """Performance votes, shared buffers, spill-fill groups: offered by this backend or not (tried)."""
+    from qnnrt.core.device_info import performance_features_offered
+    from qnnrt.errors import QnnrtError
+    try:
+        feats = performance_features_offered(be, binary)
+    except QnnrtError as e:
+        r.add("performance features", "warn", f"could not be tried: {str(e).splitlines()[0]}")
+        return
+    r.data["performance_features"] = feats
+    for name, f in feats.items():
+        status = "ok" if f["offered"] else "skip" if f["offered"] is None else "info"
+        said = "offered" if f["offered"] else "not tried" if f["offered"] is None else "not offered"
+        r.add(name, status, f"{said}: {f['detail']}")
 
 
 def diagnose(args) -> Report:

@@ -48,9 +48,11 @@ def describe(path: Path, backend_lib: str | None = None) -> dict:
     if path.suffix == ".pte":
         from qnnrt.executorch.reader import read_pte
         from qnnrt.executorch.describe import describe_pte, qnn_graph_lister
+        from qnnrt.executorch.compile_spec import runtime_options
         with read_pte(path) as prog:
             d = describe_pte(prog, qnn_graph_lister())
         d["kind"] = "pte"
+        d["qnn_runtime_options"] = runtime_options(_compile_specs(d))
         return d
     return describe_binary(path, backend_lib)
 
@@ -155,6 +157,41 @@ def _shape(t: dict) -> str:
     return f"{t.get('dtype')}[{'x'.join(map(str, t.get('shape') or []))}]"
 
 
+def _compile_specs(d: dict) -> list[dict]:
+    """The distinct QNN compile specs of a described .pte's delegates."""
+    out: list[dict] = []
+    for m in d["methods"]:
+        for e in m["delegates"]:
+            spec = e.get("compile_spec")
+            if spec and spec not in out:
+                out.append(spec)
+    return out
+
+
+def _yes(v) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return "''" if v == "" else str(v)
+
+
+def _print_compile_specs(d: dict) -> None:
+    """What each distinct compile spec asks of the runtime, then the rest of its fields."""
+    from qnnrt.executorch.compile_spec import RUNTIME_FIELDS
+    specs = _compile_specs(d)
+    for i, spec in enumerate(specs):
+        head = "QNN compile spec" + (f" {i + 1} of {len(specs)}" if len(specs) > 1 else
+                                     " (the same for every delegate)")
+        print(f"\n  {head}, ExecuTorch field layout {spec.get('layout', '?')}:")
+        print(f"    target: SoC {spec.get('soc_model', '?')}, HTP v{spec.get('htp_arch', '?')}, VTCM "
+              f"{spec.get('vtcm_mb', '?')} MB, backend {spec.get('backend', '?')}, precision "
+              f"{spec.get('precision', '?')}")
+        print("    runtime: " + ", ".join(f"{k} {_yes(spec[k])}" for k in RUNTIME_FIELDS if k in spec))
+        rest = [k for k in spec if k not in RUNTIME_FIELDS and k not in
+                ("layout", "soc_model", "htp_arch", "vtcm_mb", "backend", "precision")]
+        if rest:
+            print("    other: " + ", ".join(f"{k} {_yes(spec[k])}" for k in rest))
+
+
 def _print_pte(d: dict) -> None:
     print(f"{d['path']}: ExecuTorch program, {d['file_size']} bytes, {len(d['methods'])} method(s), "
           f"{len(d['contexts'])} QNN context binar{'y' if len(d['contexts']) == 1 else 'ies'}")
@@ -177,6 +214,7 @@ def _print_pte(d: dict) -> None:
                                                   else " (NOT IMPLEMENTED)")
                    for o in m["cpu_operators"]]
             print(f"    CPU operators: {', '.join(ops)}")
+    _print_compile_specs(d)
     print("\n  context binaries:")
     for c in d["contexts"]:
         graphs = ", ".join(g["name"] for g in c.get("graphs", []))

@@ -42,6 +42,7 @@ def describe_pd(path: Path, backend_lib: str | None = None, budget: str | None =
             notes.insert(0, f"{len(unknown)} context(s) have unknown parts (predicted_bytes null): the "
                             f"total and the plan are not given; QNN reports their need at creation")
         return {"path": str(path), "contexts": contexts, "total_bytes": p["total_bytes"],
+                "spill_fill_group": spill_fill_group_figures(contexts),
                 "budget_bytes": bud.bytes if bud else None,
                 "budget_source": bud.source if bud else None,
                 "budget_note": bud.describe() if bud else
@@ -69,6 +70,19 @@ def _placement(orders: dict, sizes: dict, bud, max_pds: int | None) -> dict | No
         return {"max_pds": n, "error": str(e)}
 
 
+def spill_fill_group_figures(contexts: list[dict]) -> dict | None:
+    """The program's PD need if its contexts were one spill-fill group (REGISTER_MULTI_CONTEXTS:
+    one buffer of the largest spill-fill size instead of one per graph), beside the plain sum.
+    A prediction from the parts: the simulator refuses groups, so it is not measured here."""
+    sf = [c["parts"].get("spill_fill") for c in contexts]
+    totals = [c["predicted_bytes"] for c in contexts]
+    if not contexts or None in sf or None in totals:
+        return None
+    plain = sum(totals)
+    grouped = plain - sum(sf) + max(sf)
+    return {"total_bytes": grouped, "group_buffer_bytes": max(sf), "saved_bytes": plain - grouped}
+
+
 def _fmt(v: int | None) -> str:
     return "unknown" if v is None else str(v)
 
@@ -88,6 +102,13 @@ def print_pd(d: dict) -> None:
     if len(rows) > MAX_ROWS:
         print(f"  ({len(rows) - MAX_ROWS} rows not shown; --json lists every context)")
     print(f"  sum: {_fmt(d['total_bytes'])} B ({format_bytes(d['total_bytes'])})")
+    g = d.get("spill_fill_group")
+    if g is not None and len(ctxs) > 1 and not g["group_buffer_bytes"]:
+        print("  spill-fill group: no graph needs a spill-fill buffer, so a group would save nothing")
+    elif g is not None and len(ctxs) > 1:
+        print(f"  as one spill-fill group (devices that accept REGISTER_MULTI_CONTEXTS; predicted): "
+              f"{g['total_bytes']} B ({format_bytes(g['total_bytes'])}), one {format_bytes(g['group_buffer_bytes'])} "
+              f"buffer instead of one per graph, saves {format_bytes(g['saved_bytes'])}")
     print(f"  budget: {d['budget_note']}")
     fits = d["eager_fits"]
     if fits is not None:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, latency_stats, open_program,
-                           write_report)
+                           print_performance, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.fileio import check_output_path, write_atomic
 from qnnrt.units import format_bytes
@@ -95,7 +95,7 @@ def run(args) -> int:
     tokenizer = TextTokenizer.from_path(args.tokenizer) if args.tokenizer else None
     sampler = Sampler(args.temperature, args.top_k, args.top_p, args.seed)  # checks its arguments
     t_start = time.perf_counter()
-    prog, profiler = open_program(args)
+    prog, profiler = open_program(args, default_mode="burst")   # what qnn_llama_runner votes
     report: dict[str, Any] = {"path": str(args.path)}
     try:
         runner = LlmRunner(prog)
@@ -237,6 +237,7 @@ def _print_summary(r: dict, profiler, args) -> None:
           f"{res['contexts_total']}, creates {res['creates']}, evictions {res['evictions']}")
     if res.get("pd_estimate_total_bytes"):
         print(f"  PD (QNN's estimates): {format_bytes(res['pd_estimate_total_bytes'])}")
+    print_performance(r)
     if "heap" in r and args.heap_profiling_path:
         print(f"  heap profile: {args.heap_profiling_path} (+ .json)")
     if profiler is not None:

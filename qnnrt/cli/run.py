@@ -68,6 +68,7 @@ def add_runtime_options(p) -> None:
                         "every 10 s)")
     p.add_argument("--log-level", default="warn",
                    choices=LOG_LEVEL_NAMES)
+    add_performance_options(p)
 
 
 def _max_pds(args) -> dict:
@@ -79,8 +80,42 @@ def _max_pds(args) -> dict:
     return {"max_pds": n}
 
 
-def open_program(args, graph: str | None = None):
-    """(program, execution profiler or None) loaded with the shared runtime options."""
+def add_performance_options(p) -> None:
+    """The HTP performance vote and the optimizations a file may ask for (run, llm, demo)."""
+    from qnnrt.runtime.performance import MODES
+    p.add_argument("--htp-performance-mode", metavar="MODE", type=_mode,
+                   help="HTP performance vote: " + ", ".join(MODES) + " (default: what the file "
+                   "asks, e.g. a .pte's compile spec; `default` makes no vote)")
+    p.add_argument("--rpc-control-latency", type=int, metavar="US",
+                   help="RPC control latency vote in microseconds (default: the mode's, 100)")
+    p.add_argument("--rpc-polling-time", type=int, metavar="US",
+                   help="RPC polling time vote in microseconds, 0..9999 (default: the mode's)")
+    p.add_argument("--shared-buffer", action="store_true", default=None,
+                   help="graph I/O in registered rpcmem (default: as the file asks; off where the "
+                   "backend has none)")
+
+
+def _mode(text: str) -> str:
+    import argparse
+    from qnnrt.runtime.performance import check_mode
+    try:
+        return check_mode(text)
+    except QnnrtError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def performance_options(args, default_mode: str | None = None) -> dict:
+    """LoadOptions fields from the performance options (absent on commands without them)."""
+    return {"performance_mode": getattr(args, "htp_performance_mode", None),
+            "performance_mode_default": default_mode,
+            "rpc_control_latency_us": getattr(args, "rpc_control_latency", None),
+            "rpc_polling_time_us": getattr(args, "rpc_polling_time", None),
+            "shared_buffer": getattr(args, "shared_buffer", None)}
+
+
+def open_program(args, graph: str | None = None, default_mode: str | None = None):
+    """(program, execution profiler or None) loaded with the shared runtime options;
+    `default_mode`: the performance mode when neither the user nor the file names one."""
     from qnnrt.loader import LoadOptions, load
     from qnnrt.runtime.vet import VetMode
     quiet = getattr(args, "quiet", False)
@@ -113,7 +148,7 @@ def open_program(args, graph: str | None = None):
                                         profile_level=args.profile_level, exec_profiler=profiler,
                                         progress=load_progress, pd_budget=args.pd_budget,
                                         vet=vet, vet_progress=vet_progress,
-                                        **_max_pds(args)))
+                                        **_max_pds(args), **performance_options(args, default_mode)))
     if vet_bar:
         vet_bar.done()
     if bar:
@@ -150,7 +185,10 @@ def check_targets(args) -> None:
 
 
 def add_profiles(report: dict, prog, profiler, args) -> None:
-    """After the program closed: the heap and execution profiles into the report, the profile file."""
+    """After the program closed: the heap and execution profiles and the performance section (with
+    the votes' release) into the report, the profile file."""
+    if prog.performance is not None:
+        report["performance"] = prog.performance.to_json()
     if prog.heap is not None:
         report["heap"] = prog.heap.to_json()
     if profiler is not None:
@@ -365,6 +403,16 @@ def _heartbeat(off: bool, label: str, status):
     return Heartbeat(label, status, float(os.environ.get("QNNRT_PROGRESS_INTERVAL", "10")))
 
 
+def print_performance(r: dict) -> None:
+    """The performance line of a summary, and once each optimization that was asked for but is off."""
+    perf = r.get("performance")
+    if perf is None:
+        return
+    print(f"  {perf['summary']}")
+    for note in perf["notes"]:
+        print(f"  note: {note}")
+
+
 def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
     lat, res = r["latency_ms"], r["residency"]
     print(f"{r['path']}: method {r['method']} ({len(method.graph_calls)} QNN graph call(s) per "
@@ -411,6 +459,7 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
                "learned": "learned on this backend earlier", "override": "given by --pd-budget"}
         print(f"  PD budget {res['pd_budget_bytes']} B ({format_bytes(res['pd_budget_bytes'])}, "
               f"{src.get(res.get('pd_budget_source') or '', res.get('pd_budget_source') or 'bounded')})")
+    print_performance(r)
     if args.check_repeat:
         print(f"  check-repeat: {r['check_repeat']['mismatches']} mismatching iteration(s)")
     if out_dir is not None:

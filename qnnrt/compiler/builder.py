@@ -46,6 +46,7 @@ class BuildOptions:
     probe: bool = True                     # ask the QNN EP which nodes it takes
     progress: bool | None = None           # None: a bar when stderr is a terminal
     write_reference: bool = False          # copy the source model(s) to OUT/reference/
+    performance_mode: str | None = None    # recorded in program.json: the HTP vote runs default to
 
 
 @dataclass
@@ -273,8 +274,9 @@ def build_program(models: Sequence[tuple[str, onnx.ModelProto | str | os.PathLik
                       "precision": c.precision, "partitions": n_parts,
                       "probe": options.probe, **({"reference": reference} if reference else {}),
                       **(build_extra or {})}
-        write_program(stage, methods, contexts, target={"soc_model": c.soc_model, "htp_arch": c.htp_arch},
-                      build=build_info)
+        target = {"soc_model": c.soc_model, "htp_arch": c.htp_arch,
+                  **({"htp_performance_mode": options.performance_mode} if options.performance_mode else {})}
+        write_program(stage, methods, contexts, target=target, build=build_info)
         # swap the finished folder in
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))

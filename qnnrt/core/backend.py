@@ -102,10 +102,13 @@ class Backend:
 
     `soc` selects the SoC (model number or name) through the HTP device custom config; `htp_arch`
     sets the arch (older style). `log_level` is QNN's: error, warn, info, verbose, debug.
+    `signed_pd` runs the session in a signed protection domain (HTP device config option 2, what
+    ExecuTorch does for a compile spec with pd_session = signed).
     """
 
     def __init__(self, backend_lib: str | None = None, soc: str | int | None = None,
-                 htp_arch: int | None = None, log_level: T.LogLevel | str = "warn", device: bool = True):
+                 htp_arch: int | None = None, log_level: T.LogLevel | str = "warn", device: bool = True,
+                 signed_pd: bool = False):
         self.lib: QnnLibrary = open_library(backend_lib)
         self.api = self.lib.api
         self.log = LogBook()
@@ -120,6 +123,7 @@ class Backend:
         self.device = C.c_void_p()
         self.soc_model = parse_soc(soc)
         self.htp_arch = htp_arch
+        self.signed_pd = signed_pd
         self._log_level: int = T.LogLevel.parse(log_level)
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)
@@ -167,6 +171,11 @@ class Backend:
             c.arch.deviceId = 0
             c.arch.arch = int(self.htp_arch)
             custom.append(c)
+        if self.signed_pd:
+            c = cfg_type(option=T.HTP_DEVICE_OPTION_SIGNED_PD)
+            c.signedPd.deviceId = 0
+            c.signedPd.useSignedProcessDomain = True
+            custom.append(c)
         wrappers = []
         for c in custom:
             w = T.DeviceConfig(option=T.DEVICE_CONFIG_OPTION_CUSTOM)
@@ -175,7 +184,8 @@ class Backend:
         mark = self.log.mark()
         self.check(self.api.deviceCreate(self.log_handle, T.null_terminated(wrappers),
                                          C.byref(self.device)), "deviceCreate", mark,
-                   f"(soc_model={self.soc_model}, htp_arch={self.htp_arch})")
+                   f"(soc_model={self.soc_model}, htp_arch={self.htp_arch}"
+                   f"{', signed PD' if self.signed_pd else ''})")
 
     # -- logging level ---------------------------------------------------------------------
     def set_log_level(self, level: int) -> None:

@@ -60,6 +60,12 @@ class GraphSpec:
         """Bytes of HTP shared weights this graph uses (0: none, or not recorded)."""
         return int((self.blob_info or {}).get("sharedWeightsSize", 0))
 
+    @property
+    def spill_fill_size(self) -> int:
+        """Bytes of spill-fill buffer this graph needs (graph blob info v1; 0 where not recorded):
+        a spill-fill group shares one buffer of the largest of its graphs' sizes."""
+        return int((self.blob_info or {}).get("spillFillBufferSize", 0))
+
     def to_dict(self) -> dict:
         d: dict[str, Any] = {"name": self.name, "inputs": [t.to_dict() for t in self.inputs],
              "outputs": [t.to_dict() for t in self.outputs]}

@@ -5,14 +5,20 @@ import contextlib
 import ctypes as C
 import threading
 import time
+from typing import TYPE_CHECKING
 
+from qnnrt._capi import codes
 from qnnrt._capi import types as T
 from qnnrt.core.backend import Backend
 from qnnrt.core.binary import ContextBinary
 from qnnrt.core.freeing import check_free
 from qnnrt.core.graph import Graph
 from qnnrt.core.profile import Profile
+from qnnrt.core.spill_fill import CONFIG_NOT_SUPPORTED, SpillFillGroup
 from qnnrt.errors import QnnrtError
+
+if TYPE_CHECKING:
+    from qnnrt.core.shared_buffer import SharedBuffer
 
 
 def refuse_weight_sharing(binary: ContextBinary) -> None:
@@ -36,7 +42,8 @@ class Context:
     """
 
     def __init__(self, backend: Backend, binary: ContextBinary, profile: Profile | None = None,
-                 dsp_memory_profiling: bool = False, name: str | None = None):
+                 dsp_memory_profiling: bool = False, name: str | None = None,
+                 spill_fill_group: SpillFillGroup | None = None):
         self.backend = backend
         self.binary = binary
         self.name = name or binary.name
@@ -44,6 +51,8 @@ class Context:
         self._graphs: dict[str, Graph] = {}
         self._lock = threading.Lock()
         self._closed = True
+        self._group: SpillFillGroup | None = None
+        self._shared: list[SharedBuffer] = []   # SharedBuffers registered with this context: freed before it
         refuse_weight_sharing(binary)
         configs, keep = [], []
         if dsp_memory_profiling:
@@ -53,20 +62,46 @@ class Context:
             wrap.customConfig = C.addressof(htp)
             keep += [htp, wrap]
             configs.append(wrap)
-        cfg = T.null_terminated(configs)
-        mark = backend.log.mark()
-        t0 = time.perf_counter()
-        rc = backend.api.contextCreateFromBinary(
-            backend.handle, backend.device, cfg, C.c_void_p(binary.address), binary.size,
-            C.byref(self.handle), profile.handle if profile else None)
-        self.create_seconds = time.perf_counter() - t0
-        self.creation_log = backend.log.since(mark)
+        group = spill_fill_group if spill_fill_group is not None and spill_fill_group.usable else None
+        if group is not None:
+            wrap, kept = group.config()
+            keep += kept
+            rc, mark = self._create(configs + [wrap], profile)
+            if codes.code_of(rc) == CONFIG_NOT_SUPPORTED:   # the backend has no groups: plain context
+                said = backend.log.since(mark, max_level=1)[:1]
+                group.refuse(f"the backend refused REGISTER_MULTI_CONTEXTS (QNN error "
+                             f"{CONFIG_NOT_SUPPORTED}{': ' + said[0].strip() if said else ''}); "
+                             f"contexts are created without a spill-fill group")
+                group = None
+                rc, mark = self._create(configs, profile)
+        else:
+            rc, mark = self._create(configs, profile)
         backend.check(rc, "contextCreateFromBinary", mark, f"for {binary.where}")
         self._closed = False
+        self._group = group
+        if group is not None:
+            group.joined(self)
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)
             backend.adopt(self)
             undo.pop_all()
+
+    def track_shared_buffer(self, buf: SharedBuffer) -> None:
+        """A SharedBuffer registered with this context; closed (deregistered) before the context."""
+        with self._lock:
+            self._shared.append(buf)
+
+    def _create(self, configs: list, profile: Profile | None) -> tuple[int, int]:
+        """One contextCreateFromBinary with `configs`: (error handle, log mark before it)."""
+        be, binary = self.backend, self.binary
+        mark = be.log.mark()
+        t0 = time.perf_counter()
+        rc = be.api.contextCreateFromBinary(
+            be.handle, be.device, T.null_terminated(configs), C.c_void_p(binary.address), binary.size,
+            C.byref(self.handle), profile.handle if profile else None)
+        self.create_seconds = time.perf_counter() - t0
+        self.creation_log = be.log.since(mark)
+        return rc, mark
 
     @property
     def closed(self) -> bool:
@@ -100,10 +135,15 @@ class Context:
             for g in self._graphs.values():
                 g.invalidate()  # waits for an execution in progress on another thread
             self._graphs.clear()
+            for buf in reversed(self._shared):
+                buf.close()
+            self._shared.clear()
             if self.handle:
                 check_free(self.backend.api.contextFree(self.handle, profile.handle if profile else None),
                            "contextFree", f"context {self.name!r}")
             self.handle = C.c_void_p()
+            if self._group is not None:
+                self._group.left(self)
 
     def __del__(self) -> None:
         # dropped without close(): free the context, or its PD reservation is lost to the process

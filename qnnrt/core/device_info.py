@@ -111,3 +111,48 @@ def dsp_heap_profiling_offered(backend: Backend, binary: ContextBinary) -> bool:
             return False
         raise
     return True
+
+
+def performance_features_offered(backend: Backend, binary: ContextBinary | None) -> dict[str, dict]:
+    """Which of HTP performance votes, shared buffers and spill-fill groups this backend offers, each
+    {"offered": bool | None, "detail": str}, found by trying: a burst vote made and released, one
+    shared buffer registered with a test context, one context created as a spill-fill group
+    (None: not tried, no test binary)."""
+    from qnnrt.core.context import Context
+    from qnnrt.core.perf import Dcvs, PowerVote, VotePlan
+    from qnnrt.core.shared_buffer import SharedBuffer
+    from qnnrt.core.spill_fill import SpillFillGroup
+    out: dict[str, dict] = {}
+    probe = VotePlan(Dcvs(sleep_latency_us=40, bus_corner=0xA0, core_corner=0xA0),
+                     Dcvs(dcvs_enable=1, power_mode=0x4, sleep_latency_us=2000, bus_corner=0x30,
+                          core_corner=0x30))
+    with PowerVote(backend, probe) as vote:
+        pass
+    refused = [c for c in vote.calls if not c.accepted]
+    out["performance votes"] = {
+        "offered": not vote.unavailable and not refused,
+        "detail": vote.unavailable or ("; ".join(f"{c.function} ({c.what}) refused: {c.as_dict()['error']}"
+                                               for c in refused) or
+                                       f"{len(vote.calls)} perf-infrastructure calls accepted "
+                                       f"(create, DCVS v3 up, down, destroy)")}
+    ok, why = SharedBuffer.available()
+    out["shared buffers"] = {"offered": ok if not ok or binary is None else None, "detail": why}
+    if binary is None:
+        out["spill-fill groups"] = {"offered": None, "detail": "not tried: no test binary"}
+        if ok:
+            out["shared buffers"]["detail"] = "libcdsprpc found; not registered: no test binary"
+        return out
+    group = SpillFillGroup(max(g.spill_fill_size for g in binary.graphs) or 1 << 20)
+    ctx = Context(backend, binary, name="doctor-group", spill_fill_group=group)
+    try:
+        if ok:
+            try:
+                SharedBuffer(ctx, binary.graphs[0].inputs[0]).close()
+                out["shared buffers"] = {"offered": True, "detail": "an rpcmem buffer was registered"}
+            except QnnError as e:
+                out["shared buffers"] = {"offered": False, "detail": f"memRegister refused: {e}"}
+    finally:
+        ctx.close()
+    out["spill-fill groups"] = {"offered": group.usable,
+                                "detail": group.refused or "a context was registered as a group"}
+    return out

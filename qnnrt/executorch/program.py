@@ -15,6 +15,7 @@ from qnnrt.executorch.reader import (PteMethod, constant_method_value, is_consta
                                      read_pte)
 from qnnrt.runtime.method import IOSpec, Method, QnnStep, UnavailableMethod, validate_inputs
 from qnnrt.executorch.interpreter import PteMethodRunner
+from qnnrt.executorch.compile_spec import runtime_options
 
 
 def context_key(blob_key: tuple[str, int]) -> str:
@@ -115,6 +116,13 @@ class PteMethodAdapter(Method):
         finally:
             self._run_graph = None
         return {s.name: o for s, o in zip(self.outputs, outs)}
+
+
+def pte_runtime_options(prog) -> dict:
+    """What the .pte's QNN delegates ask of the runtime (compile_spec.RUNTIME_FIELDS), merged."""
+    specs = [parse_qnn_compile_spec(d) for users in prog.unique_delegate_blobs().values()
+             for d in users[:1]]
+    return runtime_options(specs)
 
 
 def pte_methods(path: Path, lib):

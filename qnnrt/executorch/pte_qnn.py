@@ -7,9 +7,8 @@ import struct
 from typing import Iterable
 
 from qnnrt.errors import FormatError
-from qnnrt.executorch import schema as S
+from qnnrt.executorch import compile_spec as _compile_spec
 from qnnrt.executorch.pte_model import QNN_BACKEND_ID, PteDelegate, QnnDelegateBlob
-from qnnrt.soc import name_of
 
 _QNN_MAGIC = 0x5678ABCD   # QnnContextCustomProtocol
 _QNN_QCIR_MAGIC = 0x1234ABCD  # QnnQcirCustomProtocol (removed in ExecuTorch 1.0)
@@ -131,41 +130,10 @@ def qnn_graph_io_order(input_names: Iterable[str], output_names: Iterable[str]
     return in_order, out_order
 
 
-# QnnExecuTorchOptions (backends/qualcomm/serialization/qc_compiler_spec.fbs): only the leading fields
-# whose positions are the same in every ExecuTorch release are decoded.
-_QNN_BACKEND_TYPES = {0: "undefined", 1: "gpu", 2: "htp", 3: "dsp", 4: "lpai"}
-
-
 def parse_qnn_compile_spec(delegate_or_bytes: PteDelegate | bytes | bytearray | memoryview) -> dict:
-    """Best-effort decode of the ``qnn_compile_spec`` compile spec (a QnnExecuTorchOptions flatbuffer).
-
-    Returns e.g. ``{"soc_model": "SM8650", "htp_arch": 75, "backend": "htp", "precision": "fp16"}``;
-    unknown / undecodable fields are left out. Never raises.
-    """
+    """Decode a delegate's ``qnn_compile_spec`` (see qnnrt/executorch/compile_spec.py). Never raises."""
     if isinstance(delegate_or_bytes, PteDelegate):
-        data = delegate_or_bytes.compile_specs.get("qnn_compile_spec", b"")
+        data = bytes(delegate_or_bytes.compile_specs.get("qnn_compile_spec", b""))
     else:
         data = bytes(delegate_or_bytes)
-    out: dict = {}
-    if len(data) < 8:
-        return out
-    try:
-        root = S.Table(data, struct.unpack_from("<I", data, 0)[0], len(data), "qnn_compile_spec")
-        soc = root.table(0, S.Table, "soc_info")
-        if soc is not None:
-            model = soc.i32(0, 0)
-            out["soc_model"] = name_of(model) if model else "UNKNOWN_SM"
-            htp = soc.table(1, S.Table, "htp_info")
-            if htp is not None:
-                out["htp_arch"] = htp.i32(0, 0)
-                out["vtcm_mb"] = htp.u32(1, 0)
-        bo = root.table(1, S.Table, "backend_options")
-        if bo is not None:
-            out["backend"] = _QNN_BACKEND_TYPES.get(bo.i32(0, 0), str(bo.i32(0, 0)))
-            ho = bo.table(1, S.Table, "htp_options")
-            if ho is not None:
-                prec = ho.i32(2, 0)
-                out["precision"] = {0: "quantized", 1: "fp16"}.get(prec, str(prec))
-    except Exception:  # noqa: BLE001 - best effort by contract: what cannot be decoded is left out
-        pass
-    return out
+    return _compile_spec.parse_qnn_compile_spec(data)

@@ -228,6 +228,10 @@ def parse_manifest(data, folder: Path, check_files: bool = True) -> ProgramManif
         v = target.get(k)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
             raise _fail(where, f"target.{k} must be an integer or null, got {v!r}", "See docs/program-format.md.")
+    mode = target.get("htp_performance_mode")
+    if mode is not None and (not isinstance(mode, str) or not mode):
+        raise _fail(where, f"target.htp_performance_mode must be a mode name, got {mode!r}",
+                    "See docs/program-format.md.")
     build = _expect(data, "build", dict, where, optional=True) or {}
 
     methods_raw = _expect(data, "methods", list, where)

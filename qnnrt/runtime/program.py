@@ -12,10 +12,12 @@ import numpy as np
 
 from qnnrt.core import Backend, ContextBinary, Profile
 from qnnrt.core.graph import BoundCall
+from qnnrt.core.spill_fill import SpillFillGroup
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod, QnnStep, UnavailableMethod
 from qnnrt.runtime.plan import DelegatePlan, MethodPlan, RunTiming
+from qnnrt.runtime.performance import Performance
 from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.pd_fleet import MultiPdPool, RemoteCall
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, Placement, first_use_order, place
@@ -81,7 +83,7 @@ class Program:
                  profile_level: str = "off", progress=None, owned: list | None = None,
                  constants: dict | None = None, pd_budget: int | None = None,
                  watch: StepWatch | None = None, max_pds: int = DEFAULT_MAX_PDS,
-                 log_level: str = "warn"):
+                 log_level: str = "warn", spill_fill_group: SpillFillGroup | None = None):
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
         self.backend = backend
@@ -100,6 +102,7 @@ class Program:
         self.timing = RunTiming()  # the last run: time inside graphExecute and in CPU ops
         self._plans: dict[str, MethodPlan | DelegatePlan | None] = {}
         self.compiled = True  # False: run every method on the step-by-step reference path
+        self.performance: Performance | None = None  # set by qnnrt.load: votes, shared buffers, groups
         try:
             self.methods: dict[str, Method] = method_builder(self)
             if not self.methods and not self.constants:
@@ -125,7 +128,8 @@ class Program:
                                         predictions=needs,
                                         budget_bytes=budget.bytes if budget else None,
                                         budget_source=budget.source if budget else None,
-                                        on_capacity=self._learned, watch=watch)
+                                        on_capacity=self._learned, watch=watch,
+                                        spill_fill_group=spill_fill_group)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from qnnrt.core import Backend, Context, ContextBinary, LogLevel, Profile, live_contexts_in_process
+from qnnrt.core.spill_fill import SpillFillGroup
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.profiling.pd_log import pd_available_from_log
 from qnnrt.runtime.hooks import CreationProfiler, DspProbe, PoolHooks
@@ -132,8 +133,10 @@ class ContextPool:
                  profiler: CreationProfiler | None = None, predictions: dict[str, int | None] | None = None,
                  budget_bytes: int | None = None, budget_source: str | None = None,
                  on_capacity: Callable[[int], None] | None = None,
-                 watch: StepWatch | None = None):
+                 watch: StepWatch | None = None,
+                 spill_fill_group: SpillFillGroup | None = None):
         self.backend = backend
+        self.spill_fill_group = spill_fill_group   # contexts registered as one spill-fill group
         self._watch = watch
         self._unproven: set[str] = set(watch.keys) if watch is not None else set()
         self._first_run: dict[str, int] = {}  # key -> its note's token while it runs the first time
@@ -220,11 +223,13 @@ class ContextPool:
     def _new_context_now(self, key: str, profile: Profile | None) -> Context:
         state = self._dsp_state()
         dsp = self._dsp()
+        group = self.spill_fill_group
         if state == "off" or dsp is None:
-            return Context(self.backend, self.binaries[key], name=key, profile=profile)
+            return Context(self.backend, self.binaries[key], name=key, profile=profile,
+                           spill_fill_group=group)
         try:
             ctx = Context(self.backend, self.binaries[key], name=key, profile=profile,
-                          dsp_memory_profiling=True)
+                          dsp_memory_profiling=True, spill_fill_group=group)
         except QnnError as e:
             if state != "probe" or not e.is_not_supported:
                 raise
@@ -232,7 +237,8 @@ class ContextPool:
                 "DSP memory profiling is not supported by this backend (QNN error 1000 on "
                 "context creation with HTP context config option 4; the x86 simulator refuses it, "
                 "devices support it); host heap values are reported instead")
-            return Context(self.backend, self.binaries[key], name=key, profile=profile)
+            return Context(self.backend, self.binaries[key], name=key, profile=profile,
+                           spill_fill_group=group)
         if state == "probe":
             dsp.mark_supported()
         return ctx

@@ -43,6 +43,10 @@ def test_doctor_here_is_green_with_the_json_fields():
     assert d["dsp_heap_profiling"] is False          # the simulator refuses HTP context option 4
     assert d["pd_budget"]["bytes"] == SIMULATOR_CAPACITY and d["pd_budget"]["source"] == "simulator"
     assert d["onnxruntime"]["available"] is True
+    feats = d["performance_features"]            # tried on the simulator: votes yes, the others no
+    assert feats["performance votes"]["offered"] is True
+    assert feats["shared buffers"]["offered"] is False and "libcdsprpc" in feats["shared buffers"]["detail"]
+    assert feats["spill-fill groups"]["offered"] is False and "5010" in feats["spill-fill groups"]["detail"]
 
 
 def test_doctor_table_and_probe_pd(tmp_path):
