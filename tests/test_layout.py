@@ -23,10 +23,15 @@ LAYERS = {
     "profiling": {"_capi", "core", "formats"},
     "runtime": {"core", "formats", "profiling"},
     "executorch": {"core", "formats", "runtime"},
+    "llm": {"runtime"},          # generation loops over Program.run: no QNN, no .pte parsing
     "compiler": {"core", "formats", "_capi"},
     "cli": {"*"},
 }
 SHARED = {"errors", "soc", "units", "fileio", "progress"}  # beneath every layer
+# modules, not packages: loader.py chooses between runtime/ and executorch/, below the CLI only
+# and the shared modules import only each other
+MODULES = {"loader": {"core", "formats", "profiling", "runtime", "executorch"},
+           **{name: set() for name in SHARED}}
 
 
 def _imports(path: Path) -> set[str]:
@@ -48,6 +53,17 @@ def test_layers_import_only_downwards(layer):
         if "*" not in allowed and wrong:
             bad[str(f.relative_to(ROOT))] = sorted(wrong)
     assert not bad, f"{layer}/ reaches up or sideways: {bad}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_top_level_modules_import_only_downwards(module):
+    wrong = _imports(ROOT / f"{module}.py") - MODULES[module] - SHARED - {module}
+    assert not wrong, f"{module}.py reaches up or sideways: {sorted(wrong)}"
+
+
+def test_every_package_has_a_layer():
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(LAYERS), f"packages without a rule in LAYERS: {sorted(packages - set(LAYERS))}"
 
 
 def test_runtime_never_touches_ctypes():

@@ -69,7 +69,7 @@ def choose_formatter(os_name: str | None = None, load: Callable[[Any], Any] | No
     load = C.CDLL if load is None else load
     if os_name == "nt":
         try:
-            fn = load("ucrtbase").__stdio_common_vsprintf
+            fn = load("ucrtbase").__stdio_common_vsprintf  # noqa: SLF001 - a C symbol, not a Python private
             fn.argtypes = [C.c_uint64, C.c_char_p, C.c_size_t, C.c_char_p, C.c_void_p, C.c_void_p]
             fn.restype = C.c_int
             return Formatter("ucrtbase.dll __stdio_common_vsprintf",
@@ -77,7 +77,7 @@ def choose_formatter(os_name: str | None = None, load: Callable[[Any], Any] | No
         except (OSError, AttributeError, TypeError):
             pass
         try:
-            fn = load("msvcrt")._vsnprintf
+            fn = load("msvcrt")._vsnprintf  # noqa: SLF001 - a C symbol
             fn.argtypes, fn.restype = _VSNPRINTF_ARGS, C.c_int
             return Formatter("msvcrt.dll _vsnprintf", fn, legacy=True)
         except (OSError, AttributeError, TypeError):

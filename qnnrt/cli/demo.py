@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from qnnrt._capi.types import LOG_LEVEL_NAMES
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.units import format_bytes
 
@@ -27,7 +28,7 @@ def add_parser(sub) -> None:
     p.add_argument("--skip-eager", action="store_true",
                    help="pd preset: do not first show the eager (create-all) failure")
     p.add_argument("--log-level", default="warn",
-                   choices=["error", "warn", "info", "verbose", "debug"])
+                   choices=LOG_LEVEL_NAMES)
     p.set_defaults(func=run)
 
 

@@ -64,7 +64,7 @@ def parse_token_ids(text: str, what: str = "--prompt-tokens") -> list[int]:
 class _Tokenizer:
     def __init__(self, path: str):
         try:
-            from tokenizers import Tokenizer  # type: ignore[import-not-found]
+            from tokenizers import Tokenizer  # type: ignore[import-not-found, unused-ignore]
         except ImportError:
             raise QnnrtError("--tokenizer needs the `tokenizers` package: pip install 'qnnrt[llm]' "
                              "(or pip install tokenizers), or give --prompt-tokens ids") from None

@@ -137,7 +137,7 @@ def worker_main(run: Callable[[list[str]], int], argv: list[str]) -> None:
         code = e.exit_code
     except KeyboardInterrupt:
         code = 130
-    except BaseException:  # an unexpected bug: show it, fail cleanly
+    except BaseException:  # noqa: BLE001 - an unexpected bug: show it, fail cleanly
         import traceback
         traceback.print_exc()
         code = 1
@@ -158,7 +158,7 @@ def _worker_command(argv: list[str]) -> list[str]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(qnnrt.__file__)))
     code = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
             "from qnnrt.cli.main import _worker; _worker(sys.argv[1:])")
-    flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
+    flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # noqa: SLF001 - the stdlib's own way to pass -X / -W flags on
     return [sys.executable, *flags, "-c", code, root, *argv]
 
 
@@ -168,7 +168,7 @@ def _windows_kill_on_close_job(proc: subprocess.Popen) -> Any:
         return None
     import ctypes
     from ctypes import wintypes
-    k32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    k32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined, unused-ignore]
 
     class BasicLimit(ctypes.Structure):
         _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64), ("PerJobUserTimeLimit", ctypes.c_int64),
@@ -194,7 +194,7 @@ def _windows_kill_on_close_job(proc: subprocess.Popen) -> Any:
     info.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
     k32.SetInformationJobObject(wintypes.HANDLE(job), JobObjectExtendedLimitInformation,
                                 ctypes.byref(info), ctypes.sizeof(info))
-    k32.AssignProcessToJobObject(wintypes.HANDLE(job), wintypes.HANDLE(int(proc._handle)))  # type: ignore[attr-defined]
+    k32.AssignProcessToJobObject(wintypes.HANDLE(job), wintypes.HANDLE(int(proc._handle)))  # type: ignore[attr-defined, unused-ignore]  # noqa: SLF001 - Popen exposes no process handle
     return job  # closed by the OS when the parent exits: the worker goes with it
 
 
@@ -277,7 +277,7 @@ def run_in_worker(argv: list[str]) -> int:
     stalled: str | None = None
     try:
         proc = subprocess.Popen(_worker_command(argv), env=env)
-        _job = _windows_kill_on_close_job(proc)  # noqa: F841 - kept alive with the worker
+        _job = _windows_kill_on_close_job(proc)
         if os.environ.get("QNNRT_DEBUG_WORKER") or _debug_requested(argv):
             print(f"qnnrt: worker pid {proc.pid}", file=sys.stderr, flush=True)
         if received:  # a signal arrived while the worker was being started

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from qnnrt._capi.types import LOG_LEVEL_NAMES
 from qnnrt.cli.io_files import (output_bytes, parse_inputs_arg, random_inputs, read_input_list,
                                 set_max_input_bytes, write_outputs)
 from qnnrt.core.profile import PROFILE_LEVELS
@@ -62,7 +63,7 @@ def add_runtime_options(p) -> None:
                    help="no progress on stderr (by default: a bar on a terminal, else a line "
                         "every 10 s)")
     p.add_argument("--log-level", default="warn",
-                   choices=["error", "warn", "info", "verbose", "debug"])
+                   choices=LOG_LEVEL_NAMES)
 
 
 def open_program(args, graph: str | None = None):
@@ -173,7 +174,7 @@ def time_breakdown(parts: list[tuple[float, float, float, int]]) -> dict:
     (qnnrt's own cost), from (wall, accelerator, cpu ops seconds, graph calls) per iteration."""
     if not parts:
         return {}
-    med = lambda xs: float(np.median(list(xs)))  # noqa: E731
+    med = lambda xs: float(np.median(list(xs)))
     rt = [w - a - c for w, a, c, _ in parts]
     return {"accelerator_ms": round(med(p[1] for p in parts) * 1e3, 6),
             "cpu_ops_ms": round(med(p[2] for p in parts) * 1e3, 6),
@@ -205,7 +206,6 @@ def run(args) -> int:
     t_start = time.perf_counter()
     prog, profiler = open_program(args, args.graph)
     quiet, tty = getattr(args, "quiet", False), sys.stderr.isatty()
-    beat = None
     try:
         load_s = time.perf_counter() - t_start
         names = args.method.split(",") if args.method else [args.method_index]
@@ -232,41 +232,39 @@ def run(args) -> int:
             return (f"iteration {min(state['it'] + 1, total)}/{total} ({state['it']} done), graph "
                     f"call {prog.graph_calls - state['calls0']}/{calls} of it, contexts created "
                     f"{pool['creates']} (of {pool['contexts_total']})")
-        beat = _heartbeat(quiet or tty, "qnnrt run", status)
-        beat.__enter__()
-        for it in range(total):
-            state["it"], state["calls0"] = it, prog.graph_calls
-            m = methods[it % len(methods)]
-            mfeeds = feeds[m.name]
-            feed_index = (it // len(methods)) % len(mfeeds)
-            t0 = time.perf_counter()
-            outputs = prog.run(m.name, mfeeds[feed_index])
-            dt = time.perf_counter() - t0
-            if first_output_s is None:
-                first_output_s = time.perf_counter() - t_start
-            timed = it >= args.warm_up
-            if timed:
-                latencies.append(dt * 1e3)
-                per_method[m.name].append(dt * 1e3)
-                t = prog.timing
-                parts.append((dt, t.accelerator_s, t.cpu_ops_s, t.graph_calls))
-            if args.check_repeat:
-                ref = first_outputs.setdefault((m.name, feed_index), outputs)
-                if ref is not outputs:
-                    bad = [k for k in ref if not _same(ref[k], outputs[k])]
-                    if bad:
-                        mismatches.append((it, m.name, bad))
-            if out_dir is not None and timed:
-                try:
-                    write_outputs(out_dir, it - args.warm_up, outputs, npy=(it == total - 1))
-                except QnnrtError as e:  # e.g. a full disk: stop now, say what is complete
-                    done = it - args.warm_up
-                    raise QnnrtError(f"{e} Stopped at iteration {done}; the outputs of "
-                                     f"{done} earlier iteration(s) in {out_dir} are complete.") from e
-            if run_bar:
-                run_bar.update(it + 1, total)
-        state["it"] = total
-        beat.__exit__(None, None, None)
+        with _heartbeat(quiet or tty, "qnnrt run", status):
+            for it in range(total):
+                state["it"], state["calls0"] = it, prog.graph_calls
+                m = methods[it % len(methods)]
+                mfeeds = feeds[m.name]
+                feed_index = (it // len(methods)) % len(mfeeds)
+                t0 = time.perf_counter()
+                outputs = prog.run(m.name, mfeeds[feed_index])
+                dt = time.perf_counter() - t0
+                if first_output_s is None:
+                    first_output_s = time.perf_counter() - t_start
+                timed = it >= args.warm_up
+                if timed:
+                    latencies.append(dt * 1e3)
+                    per_method[m.name].append(dt * 1e3)
+                    t = prog.timing
+                    parts.append((dt, t.accelerator_s, t.cpu_ops_s, t.graph_calls))
+                if args.check_repeat:
+                    ref = first_outputs.setdefault((m.name, feed_index), outputs)
+                    if ref is not outputs:
+                        bad = [k for k in ref if not _same(ref[k], outputs[k])]
+                        if bad:
+                            mismatches.append((it, m.name, bad))
+                if out_dir is not None and timed:
+                    try:
+                        write_outputs(out_dir, it - args.warm_up, outputs, npy=(it == total - 1))
+                    except QnnrtError as e:  # e.g. a full disk: stop now, say what is complete
+                        done = it - args.warm_up
+                        raise QnnrtError(f"{e} Stopped at iteration {done}; the outputs of "
+                                         f"{done} earlier iteration(s) in {out_dir} are complete.") from e
+                if run_bar:
+                    run_bar.update(it + 1, total)
+            state["it"] = total
         if run_bar:
             run_bar.done()
         if first_output_s is None:  # unreachable: --iteration >= 1 is checked above
@@ -289,8 +287,6 @@ def run(args) -> int:
         if len(methods) > 1:
             report["latency_ms_per_method"] = {k: latency_stats(v) for k, v in per_method.items() if v}
     finally:
-        if beat is not None:
-            beat.__exit__(None, None, None)
         prog.close()
     add_profiles(report, prog, profiler, args)
     _print_summary(report, method, out_dir, profiler, args)

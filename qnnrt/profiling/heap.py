@@ -254,7 +254,7 @@ class HeapProfiler:
                 continue
             try:
                 values[s.name] = {k: int(v) for k, v in s.sample().items()}
-            except Exception as e:  # a broken source must not break the run
+            except Exception as e:  # noqa: BLE001 - a broken source must not break the run
                 self._stats["sample_errors"] += 1
                 self._warn(f"source {s.name!r} failed to sample: {e!r}")
         return values
@@ -537,7 +537,7 @@ class HeapProfiler:
     @staticmethod
     def _two_lines(final: dict[str, Any]) -> str:
         p = final["file_prefix"]
-        fmt = lambda v: "unavailable" if v is None else str(int(v))  # noqa: E731
+        fmt = lambda v: "unavailable" if v is None else str(int(v))
         return (f"{p}:before_context_created (bytes), {fmt(final['before_context_created'])}\n"
                 f"{p}:after_context_freed (bytes), {fmt(final['after_context_freed'])}\n")
 

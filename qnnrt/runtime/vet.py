@@ -33,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import IO, TYPE_CHECKING, Callable, Literal
 
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.fileio import buffer_sha256, default_cache_dir, loads_json, write_atomic
@@ -63,7 +63,7 @@ def vet_mode(value: bool | str) -> VetMode | None:
     if value is False or value is None:
         return None
     if value in VET_MODES:
-        return value  # type: ignore[return-value]
+        return value
     raise QnnrtError(f"unknown vet mode {value!r}; use True, False or one of {', '.join(VET_MODES)}")
 
 
@@ -300,7 +300,7 @@ def _signal_name(rc: int) -> str:
         return f"signal {-rc}"
 
 
-def _pump(stream, lines: queue.Queue) -> None:
+def _pump(stream: IO[bytes], lines: queue.Queue[str | None]) -> None:
     for raw in stream:
         lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
     lines.put(None)

@@ -19,9 +19,12 @@ import json
 import os
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from qnnrt.errors import QnnrtError
+
+if TYPE_CHECKING:
+    from qnnrt.core.binary import GraphSpec
 
 # test hook, read here only (never by the parent or the user's process): "stage:seconds" makes the
 # child sleep that long at the start of every step of that stage (info, create, execute)
@@ -38,7 +41,7 @@ def hook_delay(stage: str) -> float:
         return 0.0
 
 
-def graph_io_bytes(graph) -> int:
+def graph_io_bytes(graph: GraphSpec) -> int:
     return sum(t.nbytes for t in (*graph.inputs, *graph.outputs))
 
 

@@ -1,4 +1,4 @@
-"""One regression test per cause issue 14 lists (and the fuzzer found): each is a clean QnnrtError
+"""One regression test per crash cause the fuzzer found: each is a clean QnnrtError
 naming the file, before native code or ONNX Runtime sees the input."""
 from __future__ import annotations
 
