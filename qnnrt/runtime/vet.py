@@ -119,7 +119,9 @@ def stall_advice() -> str:
 class VetResult:
     name: str
     sha256: str
-    verdict: str          # ok | rejected | crash | hang | unvetted | watched (worker mode)
+    # ok | rejected | crash | hang | unvetted | watched (worker mode) | partial (the child ran out of
+    # memory or PD: left to this process, which reports that itself if it happens here too)
+    verdict: str
     detail: str = ""
     cached: bool = False
     graphs_executed: int = 0
@@ -282,7 +284,7 @@ class _ChildRun:
         """(verdict, detail, graphs executed, cache it) for item k."""
         if k in self.finished:
             v, detail, ran = self.finished[k]
-            return v, detail, ran, True
+            return v, detail, ran, v != "partial"   # a lack of memory there is no verdict
         where = (describe_step(self.step[1], name, self.step[2])
                  if self.step is not None and self.step[0] == k else None)
         if where is not None and self.ended == "hang":

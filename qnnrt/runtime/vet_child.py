@@ -10,6 +10,7 @@ Protocol (stdout, one line per event, flushed):
     step <i> execute <bytes> <graph name>  before graphExecute of one graph on zeros
     done <i> ok <graphs executed>
     done <i> rejected <message>            QNN refused it cleanly (a QnnrtError)
+    done <i> partial <message>             QNN ran out of memory / PD here: no verdict
 <bytes> is what the step works on (the parent scales the step's stall timeout by it). A crash leaves
 the last `step` line as the step that crashed; a step that never ends is the one that hangs.
 """
@@ -21,7 +22,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from qnnrt.errors import QnnrtError
+from qnnrt.errors import QnnError, QnnrtError
 
 if TYPE_CHECKING:
     from qnnrt.core.binary import GraphSpec
@@ -96,6 +97,10 @@ def _vet_one(rep: _Reporter, i: int, item: dict, job: dict, state: dict) -> int:
         b.close()
 
 
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())[:500]
+
+
 def main(job_path: str) -> int:
     with open(job_path, encoding="utf-8") as f:
         job = json.load(f)
@@ -106,8 +111,11 @@ def main(job_path: str) -> int:
             try:
                 ran = _vet_one(rep, i, item, job, state)
                 rep.line(f"done {i} ok {ran}")
+            except QnnError as e:
+                # out of memory / PD in this child says nothing about the binary: not a verdict
+                rep.line(f"done {i} {'partial' if e.is_out_of_memory else 'rejected'} {_one_line(e)}")
             except QnnrtError as e:
-                rep.line(f"done {i} rejected {' '.join(str(e).split())[:500]}")
+                rep.line(f"done {i} rejected {_one_line(e)}")
     finally:
         if state.get("backend") is not None:
             state["backend"].close()
