@@ -20,6 +20,7 @@ def _no_sdk_root(monkeypatch):
     monkeypatch.delenv("ADSP_LIBRARY_PATH", raising=False)
 
 
+@pytest.mark.slow
 def test_doctor_here_is_green_with_the_json_fields():
     r = qnnrt("doctor", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -45,6 +46,7 @@ def test_doctor_here_is_green_with_the_json_fields():
     assert d["onnxruntime"]["available"] is True
 
 
+@pytest.mark.slow
 def test_doctor_table_and_probe_pd(tmp_path):
     r = qnnrt("doctor", "--probe-pd")
     assert r.returncode == 0, r.stdout + r.stderr
