@@ -20,6 +20,7 @@ from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod
 from qnnrt.runtime.program import Program
 from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.runtime.residency import Residency
+from qnnrt.runtime.vet import StepWatch, VetMode, VetReport, vet_binaries, vet_mode, watch_binaries
 from qnnrt.soc import parse_soc
 
 
@@ -47,10 +48,14 @@ class LoadOptions:
     progress: called as progress(done, total) while an eager load creates contexts.
     pd_budget: the PD budget `auto` plans with (bytes or e.g. "3.4GiB"), instead of the one learned
         for this backend (user cache) or found by failing.
-    vet: check binaries qnnrt did not write (raw .bin, foreign EPContext, .pte delegates) in a
-        short-lived child process before this process hands them to QNN (verdict cached by content
-        hash); binaries of qnnrt programs are checked against the manifest's sha256 instead.
-        "create" vets binary info and context creation only, without running each graph once.
+    vet: how binaries qnnrt did not write (raw .bin, foreign EPContext, .pte delegates) are checked
+        before this process hands them to QNN (runtime/vet.py); binaries of qnnrt programs are
+        checked against the manifest's sha256 instead. True / "auto": binary info and context
+        creation in a short-lived child process, plus one run on zeros of the graphs that are cheap
+        to run; "execute": every graph runs once there; "create": no graph runs; "worker": no child,
+        this process is a disposable worker whose parent reports a crash (the CLI's); False: none.
+        Verdicts are cached by content hash.
+    vet_progress: called as vet_progress(done, total) as the vetting child finishes binaries.
     """
     residency: Residency | str = "auto"
     soc: str | int | None = None
@@ -62,14 +67,14 @@ class LoadOptions:
     exec_profiler: ExecutionRecorder | None = None
     progress: Callable[[int, int], None] | None = None
     pd_budget: int | str | None = None
-    vet: bool | Literal["create"] = True
+    vet: bool | VetMode = True
+    vet_progress: Callable[[int, int], None] | None = None
 
     def __post_init__(self) -> None:
         LogLevel.parse(self.log_level)
         if self.profile_level not in PROFILE_LEVELS:
             raise QnnrtError(f"unknown profile level {self.profile_level!r}; use {', '.join(PROFILE_LEVELS)}")
-        if self.vet not in (True, False, "create"):
-            raise QnnrtError(f"vet must be True, False or 'create', not {self.vet!r}")
+        vet_mode(self.vet)  # an unknown mode is an error here
         object.__setattr__(self, "residency", Residency.parse(self.residency))
         object.__setattr__(self, "soc", parse_soc(self.soc))
         if self.pd_budget is not None:
@@ -115,12 +120,8 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
             undo.callback(_close_heap, heap)
         undo.callback(_close_opened, binaries, owned)
         src = _open_source(p, lib, opts.graph, binaries, owned)
-        vet_reports = []
         untrusted = {k: b for k, b in binaries.items() if k not in src.trusted}
-        if opts.vet and untrusted:  # QNN parses them first in a child: a crash there is an error here
-            from qnnrt.core.vet import vet_binaries
-            vet_reports.append(vet_binaries(untrusted, backend_lib=lib_path, soc=soc or src.built_for,
-                                            execute=opts.vet != "create"))
+        vet_reports, watch = _vet(untrusted, opts, lib_path, soc or src.built_for)
         from qnnrt.core.context import refuse_weight_sharing
         for b in binaries.values():  # before QNN creates one: the simulator crashes on these
             refuse_weight_sharing(b)
@@ -131,7 +132,8 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
         program = Program(p, binaries, src.build, backend, policy, heap=heap,
                           exec_profiler=opts.exec_profiler, profile_level=opts.profile_level,
                           progress=opts.progress, owned=owned, constants=src.constants,
-                          pd_budget=None if opts.pd_budget is None else int(opts.pd_budget))
+                          pd_budget=None if opts.pd_budget is None else int(opts.pd_budget),
+                          watch=watch)
         program.vet_reports = vet_reports
         undo.pop_all()  # the program owns them now
     return program
@@ -156,6 +158,19 @@ def _with_shortcuts(opts: LoadOptions, residency: str | Residency | None, soc: s
     if backend_lib is not None:
         opts = dataclasses.replace(opts, backend_lib=backend_lib)
     return opts
+
+
+def _vet(untrusted: dict[str, ContextBinary], opts: LoadOptions, lib_path: str | None,
+         soc) -> tuple[list[VetReport], StepWatch | None]:
+    """Vet the binaries qnnrt did not write, as `opts.vet` says (before QNN reads them here)."""
+    mode = vet_mode(opts.vet)
+    if mode is None or not untrusted:
+        return [], None
+    watch = StepWatch.from_env() if mode == "worker" else None
+    if watch is not None:
+        return [watch_binaries(untrusted, watch)], watch
+    return [vet_binaries(untrusted, mode="auto" if mode == "worker" else mode, backend_lib=lib_path,
+                         soc=soc, progress=opts.vet_progress)], None
 
 
 def _close_opened(binaries: dict[str, ContextBinary], owned: list) -> None:

@@ -23,8 +23,9 @@ LAYERS = {
     "profiling": {"_capi", "core", "formats"},
     "runtime": {"core", "formats", "profiling"},
     "executorch": {"core", "formats", "runtime"},
-    "llm": {"runtime"},          # generation loops over Program.run: no QNN, no .pte parsing
     "compiler": {"core", "formats", "_capi"},
+    "llm": {"runtime"},                 # drives a loaded Program; never loads one itself
+    "serve": {"llm"},                   # HTTP in front of the LLM runner
     "cli": {"*"},
 }
 SHARED = {"errors", "soc", "units", "fileio", "progress"}  # beneath every layer
@@ -64,6 +65,21 @@ def test_top_level_modules_import_only_downwards(module):
 def test_every_package_has_a_layer():
     packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
     assert packages == set(LAYERS), f"packages without a rule in LAYERS: {sorted(packages - set(LAYERS))}"
+
+def test_the_asgi_stack_is_imported_only_where_it_serves():
+    """`qnnrt` works without the `serve` extra: only serve/app.py and serve/server.py import the ASGI
+    stack, and nothing imports them at module level outside serve/."""
+    stack = {"starlette", "uvicorn", "fastapi"}
+    for f in ROOT.rglob("*.py"):
+        tree = ast.parse(f.read_text())
+        top = {(a.name if isinstance(n, ast.Import) else n.module or "").split(".")[0]
+               for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+               for a in (n.names if isinstance(n, ast.Import) else [n])}
+        rel = str(f.relative_to(ROOT))
+        if rel not in ("serve/app.py", "serve/server.py"):
+            assert not top & stack, rel
+            mods = {n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
+            assert not mods & {"qnnrt.serve.app", "qnnrt.serve.server"}, rel
 
 
 def test_runtime_never_touches_ctypes():

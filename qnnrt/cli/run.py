@@ -57,7 +57,8 @@ def add_runtime_options(p) -> None:
     p.add_argument("--max-input-bytes", help="refuse an inference whose inputs would take more "
                    "(e.g. 2GiB; default: QNNRT_MAX_INPUT_BYTES, else a quarter of the RAM)")
     p.add_argument("--no-vet", action="store_true",
-                   help="do not vet binaries qnnrt did not write in a child process first")
+                   help="do not vet binaries qnnrt did not write (by default the worker notes each "
+                        "risky QNN step on them, so a crash or a stall names the binary and step)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress on stderr (by default: a bar on a terminal, else a line "
                         "every 10 s)")
@@ -68,27 +69,49 @@ def add_runtime_options(p) -> None:
 def open_program(args, graph: str | None = None):
     """(program, execution profiler or None) loaded with the shared runtime options."""
     from qnnrt.loader import LoadOptions, load
+    from qnnrt.runtime.vet import VetMode
     quiet = getattr(args, "quiet", False)
     tty = sys.stderr.isatty()
     bar = ProgressBar("creating contexts") if tty and not quiet else None
     profiler = _exec_profiler(args.profile_level)
-    loading = {"done": 0, "total": 0}
+    vet_bar = ProgressBar("vetting binaries in a child process") if tty and not quiet else None
+    loading = {"done": 0, "total": 0, "vetted": 0, "to_vet": 0}
 
     def load_progress(done: int, total: int) -> None:
         loading.update(done=done, total=total)
         if bar:
             bar.update(done, total)
-    with _heartbeat(quiet or tty, f"qnnrt {args.command}: loading",
-                    lambda: f"contexts created {loading['done']}/{loading['total'] or '?'}"):
+
+    def vet_progress(done: int, total: int) -> None:
+        loading.update(vetted=done, to_vet=total)
+        if vet_bar:
+            vet_bar.update(done, total)
+
+    def status() -> str:
+        if loading["vetted"] < loading["to_vet"]:
+            return f"vetting {loading['vetted']}/{loading['to_vet']} binaries in a child process"
+        return f"contexts created {loading['done']}/{loading['total'] or '?'}"
+    # in the CLI's worker (cli/process.py) vetting costs no child: the worker is the isolation
+    vet: VetMode | bool = False if getattr(args, "no_vet", False) else "worker"
+    with _heartbeat(quiet or tty, f"qnnrt {args.command}: loading", status):
         prog = load(args.path, residency=args.residency, soc=args.soc, backend_lib=args.backend_lib,
                     options=LoadOptions(log_level=args.log_level, graph=graph,
                                         heap_profiling_path=args.heap_profiling_path,
                                         profile_level=args.profile_level, exec_profiler=profiler,
                                         progress=load_progress, pd_budget=args.pd_budget,
-                                        vet=not getattr(args, "no_vet", False)))
+                                        vet=vet, vet_progress=vet_progress))
+    if vet_bar:
+        vet_bar.done()
     if bar:
         bar.done()
     return prog, profiler
+
+
+def vetting_json(prog, args) -> dict:
+    """The report's `vetting` section: what vetting did on this run and what it cost."""
+    if prog.vet_reports:
+        return prog.vet_reports[0].to_json()
+    return {"mode": "off" if getattr(args, "no_vet", False) else "none needed", "binaries": 0}
 
 
 def _profile_paths(path: str) -> list[str]:
@@ -259,6 +282,7 @@ def run(args) -> int:
             "check_repeat": ({"checked": True, "mismatches": len(mismatches)}
                              if args.check_repeat else {"checked": False}),
             "time_breakdown": time_breakdown(parts),
+            "vetting": vetting_json(prog, args),
         }
         if len(methods) > 1:
             report["latency_ms_per_method"] = {k: latency_stats(v) for k, v in per_method.items() if v}
@@ -335,6 +359,14 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
     print(f"  latency over {r['iterations']} iteration(s) (+{r['warm_up']} warm-up): "
           f"min {lat['min']:.3f} ms, median {lat['median']:.3f} ms, p90 {lat['p90']:.3f} ms, "
           f"max {lat['max']:.3f} ms")
+    v = r["vetting"]
+    if v["binaries"]:
+        where = (f"{v['watched_in_worker']} noted in the worker process, no child"
+                 if v["mode"] == "worker" else
+                 f"{v['vetted_in_child']} in {v['children']} child process(es) "
+                 f"({v['child_seconds']:.1f} s, {v['graphs_executed']} graph(s) run on zeros), "
+                 f"{v['cached']} cached")
+        print(f"  vetting {v['mode']}: {v['binaries']} binaries qnnrt did not write: {where}")
     tb = r.get("time_breakdown")
     if tb:
         print(f"  time per iteration (median): inside QNN graph execution {tb['accelerator_ms']:.3f} "

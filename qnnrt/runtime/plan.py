@@ -335,10 +335,10 @@ class MethodPlan(_Residency):
         if self._all_live():
             for step, is_graph in zip(self.steps, self.is_graph):
                 if is_graph:
+                    program.graph_calls += 1  # as they happen: progress lines read it
                     acc += step.run(v, step.handle)
                 else:
                     cpu += step.run(v)
-            program.graph_calls += len(self._graph_steps)
         else:
             pool = program.pool
             pool.set_order(self.order)
@@ -449,6 +449,7 @@ class DelegatePlan(_Residency):
 
     def run_graph(self, step: QnnStep, position: int, arrays: list) -> list:
         d = self.by_step[id(step)]
+        self.program.graph_calls += 1  # as they happen: progress lines read it
         if self._fast:
             out, dt_s = d.run(arrays, d.handle)
         else:
@@ -469,7 +470,6 @@ class DelegatePlan(_Residency):
         if not self._fast:
             self.program.pool.set_order(self.order)
         out = self.method.run(inputs, self.run_graph)
-        self.program.graph_calls += len(self.order)
         self.timing.accelerator_s, self.timing.cpu_ops_s = self._acc, runner.kernel_seconds
         self.timing.graph_calls = len(self.order)
         return out

@@ -17,6 +17,7 @@ from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod, QnnStep, Unava
 from qnnrt.runtime.plan import DelegatePlan, MethodPlan, RunTiming
 from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.residency import ContextPool, Residency
+from qnnrt.runtime.vet import StepWatch, VetReport
 
 
 def predicted_needs(binaries: dict[str, ContextBinary]) -> dict[str, int | None]:
@@ -50,7 +51,8 @@ class Program:
                  method_builder: Callable[["Program"], dict[str, Method]], backend: Backend,
                  residency: "str | Residency" = "auto", heap=None, exec_profiler=None,
                  profile_level: str = "off", progress=None, owned: list | None = None,
-                 constants: dict | None = None, pd_budget: int | None = None):
+                 constants: dict | None = None, pd_budget: int | None = None,
+                 watch: StepWatch | None = None):
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
         self.backend = backend
@@ -65,7 +67,7 @@ class Program:
         self.iterations = 0
         self.pd_budget_cache: str | None = None
         self.graph_calls = 0
-        self.vet_reports: list = []  # set by qnnrt.load: what was vetted (qnnrt.core.vet.VetReport)
+        self.vet_reports: list[VetReport] = []  # set by qnnrt.load: what was vetted
         self.timing = RunTiming()  # the last run: time inside graphExecute and in CPU ops
         self._plans: dict[str, MethodPlan | DelegatePlan | None] = {}
         self.compiled = True  # False: run every method on the step-by-step reference path
@@ -85,7 +87,7 @@ class Program:
                                     predictions=predicted_needs(binaries),
                                     budget_bytes=budget.bytes if budget else None,
                                     budget_source=budget.source if budget else None,
-                                    on_capacity=self._learned)
+                                    on_capacity=self._learned, watch=watch)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)

@@ -24,12 +24,17 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from qnnrt.core import Backend, Context, ContextBinary, LogLevel, Profile, live_contexts_in_process
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.profiling.pd_log import pd_available_from_log
 from qnnrt.runtime.hooks import CreationProfiler, DspProbe, PoolHooks
 from qnnrt.units import SIZE_RE, to_bytes
+
+if TYPE_CHECKING:
+    from qnnrt.runtime.vet import StepWatch
+
 
 class ResidencyKind(enum.StrEnum):
     """The residency policies (module docstring). A StrEnum: `kind == "eager"` still holds."""
@@ -106,7 +111,9 @@ class ContextPool:
 
     `binaries` maps a context key to its ContextBinary. `hooks` (e.g. the heap profiler) get
     before_create(key), after_create(key, ok, pd_estimate_bytes), after_free(key, evicted) and
-    mark(event, context=...). Thread model: one caller thread (the executor) plus one prefetch
+    mark(event, context=...). `watch` ("worker" vetting) notes the creation and the first graph
+    run of the contexts whose keys it holds; until each has run once, `all_live` sends plans through
+    acquire/release, where that note is written. Thread model: one caller thread (the executor) plus one prefetch
     thread; creations are serialized, eviction decisions are made on the caller thread.
     """
 
@@ -115,8 +122,12 @@ class ContextPool:
                  pd_estimate: Callable[[list[str]], int | None] | None = None,
                  profiler: CreationProfiler | None = None, predictions: dict[str, int | None] | None = None,
                  budget_bytes: int | None = None, budget_source: str | None = None,
-                 on_capacity: Callable[[int], None] | None = None):
+                 on_capacity: Callable[[int], None] | None = None,
+                 watch: StepWatch | None = None):
         self.backend = backend
+        self._watch = watch
+        self._unproven: set[str] = set(watch.keys) if watch is not None else set()
+        self._first_run: dict[str, int] = {}  # key -> its note's token while it runs the first time
         self.binaries = binaries
         self.residency = Residency.parse(residency)
         self.hooks = hooks
@@ -190,6 +201,14 @@ class ContextPool:
     def _new_context(self, key: str, profile: Profile | None) -> Context:
         """Create the context; with a heap profiler, DSP memory profiling is probed on the first
         creation (refused with 1000 on the simulator: noted once, then never asked again)."""
+        if self._watch is not None and key in self._watch.keys:
+            from qnnrt.runtime.vet import describe_step, stall_seconds
+            b = self.binaries[key]
+            with self._watch.step("create", describe_step("create", b.where), stall_seconds(b.size)):
+                return self._new_context_now(key, profile)
+        return self._new_context_now(key, profile)
+
+    def _new_context_now(self, key: str, profile: Profile | None) -> Context:
         state = self._dsp_state()
         dsp = self._dsp()
         if state == "off" or dsp is None:
@@ -419,6 +438,8 @@ class ContextPool:
                 ctx = self._live.get(key)
         if ctx is None:
             ctx = self._create_with_room(key, position)
+        if key in self._unproven:
+            self._note_first_run(key)
         with self._lock:
             self._in_use[key] = self._in_use.get(key, 0) + 1
             if key in self._prefetched:
@@ -433,6 +454,10 @@ class ContextPool:
 
     def release(self, key: str, position: int | None = None) -> None:
         """The graph call at `position` that used `key` is done."""
+        if key in self._first_run:
+            self._unproven.discard(key)
+            if self._watch is not None:
+                self._watch.end(self._first_run.pop(key))
         with self._lock:
             n = self._in_use.get(key, 0) - 1
             if n <= 0:
@@ -445,6 +470,16 @@ class ContextPool:
             # `key` is idle now: if it is the best victim, the next context can replace it
             # while the CPU work between graph calls runs
             self._prefetch(position, current=key, current_busy=False)
+
+    def _note_first_run(self, key: str) -> None:
+        """"worker" vetting: the first run of a watched context's graph is a risky step."""
+        if self._watch is None or key in self._first_run:
+            return
+        from qnnrt.runtime.vet import describe_step
+        b = self.binaries[key]
+        graphs = b.info.graphs
+        what = describe_step("first-run", b.where, graphs[0].name if len(graphs) == 1 else "")
+        self._first_run[key] = self._watch.begin("first-run", what, None)
 
     def _wait_pending(self, key: str) -> Context | None:
         with self._lock:
@@ -566,6 +601,8 @@ class ContextPool:
         with self._lock:
             if self._closed or self._pending or any(k not in self._live for k in keys):
                 return None
+            if self._unproven and not self._unproven.isdisjoint(keys):
+                return None  # a watched context's first run goes through acquire / release
             return self.generation
 
     @property
