@@ -111,6 +111,7 @@ def test_unknown_soc_is_a_clear_error():
         resolve_soc("SM9999")
 
 
+@pytest.mark.slow
 def test_run_accepts_sm8850(small_binary):
     r = qnnrt_cli("run", small_binary.path, "--soc", "SM8850", "--iteration", "1")
     assert "unknown SoC" not in r.stderr and "Traceback" not in r.stderr

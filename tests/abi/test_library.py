@@ -59,6 +59,7 @@ def test_explicit_folder_is_searched(tmp_path):
     assert lib.system_path == (package_dir() / "libQnnSystem.so").resolve()
 
 
+@pytest.mark.slow
 def test_cli_bad_backend_lib(small_binary, tmp_path):
     r = qnnrt("run", small_binary.path, "--backend-lib", tmp_path / "nope" / "libQnnHtp.so")
     assert r.returncode == 1 and "explicit path" in r.stderr and "nope" in r.stderr

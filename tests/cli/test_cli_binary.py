@@ -8,6 +8,7 @@ from tests.helpers.cli_helpers import qnnrt
 from tests.helpers.qnn_fixtures import WIDTH, add_relu_mul_ref
 
 
+@pytest.mark.slow
 def test_inspect_table_and_json(small_binary):
     r = qnnrt("inspect", small_binary.path)
     assert r.returncode == 0, r.stderr
@@ -37,6 +38,7 @@ def test_run_outputs_match_reference(small_binary, tmp_path):
     assert rep["iterations"] == 3 and rep["warm_up"] == 1 and len(rep["latency_ms"]["all"]) == 3
 
 
+@pytest.mark.slow
 def test_run_input_list_raw_and_named(small_binary, tmp_path):
     xs = [np.full((1, WIDTH), v, np.float32) for v in (0.5, -1.0)]
     for i, x in enumerate(xs):
@@ -57,6 +59,7 @@ def test_run_random_inputs_says_so(small_binary):
     assert "random inputs" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["missing", "empty", "truncated", "random", "text", "directory"])
 def test_bad_binary_files_exit_1(small_binary, tmp_path, kind):
     p = tmp_path / "bad.bin"
@@ -78,6 +81,7 @@ def test_bad_binary_files_exit_1(small_binary, tmp_path, kind):
         assert str(p.name) in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case,pattern", [
     ("shape", "shape"), ("dtype", "dtype"), ("count", "input"), ("name", "unknown input"),
     ("graph", "no graph named"), ("missing_npy", "does not exist"), ("raw_size", "bytes"),

@@ -10,6 +10,7 @@ REPORT_KEYS = {"method", "iterations", "warm_up", "load_s", "first_output_s", "l
                "residency", "outputs"}
 
 
+@pytest.mark.slow
 def test_run_program_report_fields(chain12, tmp_path):
     rep = tmp_path / "r.json"
     r = qnnrt("run", chain12.model, "--residency", "bounded:3", "--iteration", 4, "--warm-up", 1,
@@ -33,6 +34,7 @@ def test_run_program_report_fields(chain12, tmp_path):
     assert "residency bounded:3" in r.stdout and "check-repeat: 0" in r.stdout
 
 
+@pytest.mark.slow
 def test_run_two_methods_by_name_and_index(two_method_program, tmp_path):
     for sel in (["--method", "second"], ["--method-index", "1"]):
         rep = tmp_path / "r.json"
@@ -58,6 +60,7 @@ def test_pd_program_eager_fails_auto_runs(chain_pd, tmp_path):
     assert "PD capacity found" in r.stdout
 
 
+@pytest.mark.slow
 def test_profiling_files_and_plot(chain12, tmp_path):
     pytest.importorskip("matplotlib")
     heap, prof, rep = tmp_path / "heap.txt", tmp_path / "prof.json", tmp_path / "r.json"
@@ -88,6 +91,7 @@ def test_bad_runner_options(chain12, args, pattern):
     assert r.returncode == 1 and pattern in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_run_reports_time_breakdown(chain12, tmp_path):
     rep = tmp_path / "r.json"
     r = qnnrt("run", chain12.model, "--iteration", 20, "--warm-up", 2, "--report", rep)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import helper
 
 from qnnrt.cli.io_files import read_input_list, write_outputs
@@ -16,6 +17,7 @@ from tests.helpers.qnn_fixtures import WIDTH
 DATA = Path(__file__).parents[1] / "data"
 
 
+@pytest.mark.slow
 def test_crash_inside_qnn_is_exit_1_with_a_message():
     """A .pte whose delegate binary is damaged so that QNN's binary-info reader segfaults."""
     for cmd in ("inspect", "run"):
@@ -24,6 +26,7 @@ def test_crash_inside_qnn_is_exit_1_with_a_message():
         assert "QNN library crashed (SIGSEGV)" in r.stderr and "corrupt" in r.stderr
 
 
+@pytest.mark.slow
 def test_usage_errors_exit_1_and_help_exits_0():
     assert qnnrt("run").returncode == 1
     assert qnnrt("run", "x", "--residency").returncode == 1
@@ -31,6 +34,7 @@ def test_usage_errors_exit_1_and_help_exits_0():
     assert r.returncode == 0 and "inspect" in r.stdout
 
 
+@pytest.mark.slow
 def test_malformed_epcontext_attribute(tmp_path, small_binary):
     (tmp_path / "c.bin").write_bytes(small_binary.path.read_bytes())
     node = epcontext_node(small_binary.graphs[0], "c.bin", ["x"], ["y"])
@@ -45,6 +49,7 @@ def test_malformed_epcontext_attribute(tmp_path, small_binary):
         assert r.returncode == 1 and "embed_mode" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_malformed_reports_for_plot(tmp_path):
     for bad in ({"heap": {"timeline": [1, 2]}}, {"profile": {"graphs": [{"qnn_us": {"total": "5"}}]}}):
         (tmp_path / "r.json").write_text(json.dumps(bad))

@@ -19,6 +19,7 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, step", [
     ("corrupt_delegate.pte", "reading the binary info of corrupt_delegate.pte:segment:1"),
     ("fuzz/bin_00041.bin", "reading the binary info of"),   # (bin_00469 crashes only at times)
@@ -44,6 +45,7 @@ def test_a_stalled_step_in_the_worker_is_stopped_and_named(small_binary, cache, 
     assert "rebuild" not in r.stderr.lower()
 
 
+@pytest.mark.slow
 def test_report_and_summary_say_what_vetting_did(cache, tmp_path, monkeypatch):
     rep = tmp_path / "r.json"
     r = qnnrt("run", MANY, "--report", rep)

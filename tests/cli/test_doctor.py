@@ -20,6 +20,7 @@ def _no_sdk_root(monkeypatch):
     monkeypatch.delenv("ADSP_LIBRARY_PATH", raising=False)
 
 
+@pytest.mark.slow
 def test_doctor_here_is_green_with_the_json_fields():
     r = qnnrt("doctor", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -49,6 +50,7 @@ def test_doctor_here_is_green_with_the_json_fields():
     assert feats["spill-fill groups"]["offered"] is False and "5010" in feats["spill-fill groups"]["detail"]
 
 
+@pytest.mark.slow
 def test_doctor_table_and_probe_pd(tmp_path):
     r = qnnrt("doctor", "--probe-pd")
     assert r.returncode == 0, r.stdout + r.stderr

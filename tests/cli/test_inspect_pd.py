@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.helpers.cli_helpers import qnnrt
 
 
@@ -20,6 +22,7 @@ def test_inspect_pd_json_and_budget(chain12):
     assert m["min_creations_per_iteration"] > 0 and m["peaks"]["auto"] <= 35 << 20
 
 
+@pytest.mark.slow
 def test_inspect_pd_table_on_the_simulator(chain12):
     r = qnnrt("inspect", str(chain12.model), "--pd")
     assert r.returncode == 0, r.stderr

@@ -45,6 +45,7 @@ def read_only_dir(small_fs):
     return small_fs
 
 
+@pytest.mark.slow
 def test_symlink_planted_in_output_dir_is_refused(tmp_path, small_binary):
     out = tmp_path / "out"
     out.mkdir()
@@ -71,6 +72,7 @@ def test_symlink_at_report_path_is_refused_before_load_and_user_temp_kept(tmp_pa
     assert (tmp_path / "r.json.tmp").read_text() == "mine too"
 
 
+@pytest.mark.slow
 def test_report_written_next_to_a_users_temp_files_keeps_them(tmp_path, small_binary):
     (tmp_path / "r.tmp").write_text("mine")
     r = cli("run", small_binary.path, "--report", tmp_path / "r.json")
@@ -125,6 +127,7 @@ def test_enospc_in_write_atomic_leaves_nothing(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--report", "--profile-path", "--heap-profiling-path", "--output-dir"])
 def test_read_only_targets_fail_before_load(read_only_dir, flag):
     target = read_only_dir / ("out" if flag == "--output-dir" else "f.json")

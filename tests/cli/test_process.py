@@ -71,6 +71,7 @@ def _wait_running(out_dir: Path, timeout: float = 60) -> None:
     raise AssertionError("the run never started iterating")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
 def test_stop_signal_to_the_cli_stops_the_worker(tmp_path, small_binary, sig, code):
     out = tmp_path / "out"
@@ -101,6 +102,7 @@ def test_sigkill_to_the_cli_takes_the_worker_with_it(tmp_path, small_binary):
     assert _gone_within(worker, 1.0), "the worker was orphaned"
 
 
+@pytest.mark.slow
 def test_sigint_during_qnn_calls_exits_130_every_time(tmp_path, small_binary):
     """Ctrl-C as a terminal sends it (to the whole process group), at random moments of a run whose
     QNN log callback fires ~20 times per graphExecute (--log-level info): never lost."""

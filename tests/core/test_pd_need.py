@@ -74,6 +74,7 @@ def test_fixed_point_io(verbose_backend, q8_binary):
         check_against_qnn(verbose_backend, b)
 
 
+@pytest.mark.slow
 def test_large_weights_and_activations(verbose_backend, tmp_path_factory):
     width = 1 << 16  # 64K floats: 256 KiB per float32 I/O tensor (kept small: the compile is slow)
     built = compile_models([add_relu_mul(width=width, name="wide")], ["wide"], tmp_path_factory.mktemp("wide"))

@@ -55,6 +55,7 @@ def test_two_methods_interleaved_100_iterations():
         assert prog.pool.summary()["creates"] == 1
 
 
+@pytest.mark.slow
 def test_pte_runner_cli_and_inspect(tmp_path):
     folder = FIXTURES / "many_4_fp16"
     rep = tmp_path / "r.json"
@@ -76,6 +77,7 @@ def test_pte_runner_cli_and_inspect(tmp_path):
     assert len(json.loads(r.stdout)["contexts"]) == 4
 
 
+@pytest.mark.slow
 def test_pte_beyond_pd_budget_runs_under_auto_eager_fails(tmp_path, small_binary):
     # 400 delegates, each its own context: more than the simulator's PD holds at once
     pte = chain_pte(tmp_path / "pd.pte", small_binary.path.read_bytes(), 400, WIDTH)
@@ -94,6 +96,7 @@ def test_pte_beyond_pd_budget_runs_under_auto_eager_fails(tmp_path, small_binary
     assert r.returncode == 1 and "Failed to find available PD" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncate", "identifier"])
 def test_bad_pte_files(tmp_path, damage):
     data = (FIXTURES / "add_relu_mul_fp16" / "model.pte").read_bytes()

@@ -19,6 +19,7 @@ def seeds(tmp_path_factory):
     return make_seeds(tmp_path_factory.mktemp("fuzz"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reader", READERS)
 def test_fuzz_reader(reader, seeds, tmp_path):
     cases = make_cases([reader], PER_READER, SEED, seeds, tmp_path / "cases")

@@ -58,6 +58,7 @@ def _refused(path, *words: str, **kw) -> str:
 
 # -- native crashes: vetting and sha256 ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_corrupt_delegate_is_a_format_error_not_a_crash(tmp_path):
     """QNN segfaults on this .pte's delegate; through the API the process survives."""
     code = ("import qnnrt, sys\ntry:\n    qnnrt.load(sys.argv[1]).close()\nexcept qnnrt.QnnrtError as e:\n"
@@ -278,6 +279,7 @@ def test_invalid_utf8_node_name_from_protobuf(seeds, tmp_path):
 FUZZ_DATA = ROOT / "tests" / "data" / "fuzz"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [
     "bin_00041.bin",                 # QNN's binary-info parse segfaults: it was read in-process before vetting
     "bin_00469.bin",                 # crashes QNN (creation / execute) only some of the times it is read

@@ -27,6 +27,7 @@ def _inputs(method: str) -> str:
     return ",".join(map(str, files))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["prefill_forward", "kv_forward"])
 def test_run_each_method_matches_reference_and_repeats(method, tmp_path):
     out = tmp_path / "out"
@@ -39,6 +40,7 @@ def test_run_each_method_matches_reference_and_repeats(method, tmp_path):
         assert float(np.abs(got - ref).max()) <= TOL, (method, i)
 
 
+@pytest.mark.slow
 def test_run_interleaved_per_method_inputs(tmp_path):
     rep = tmp_path / "r.json"
     assert main(["run", str(FIX / "model.pte"), "--method", "prefill_forward,kv_forward",
@@ -50,6 +52,7 @@ def test_run_interleaved_per_method_inputs(tmp_path):
     assert r["check_repeat"]["mismatches"] == 0
 
 
+@pytest.mark.slow
 def test_run_per_method_inputs_errors(capfd):
     assert main(["run", str(FIX / "model.pte"), "--method", "prefill_forward,kv_forward",
                  "--inputs", _inputs("prefill_forward")]) == 1
@@ -61,6 +64,7 @@ def test_constant_method_is_not_runnable_but_does_not_block(capfd):
     assert "constant method" in capfd.readouterr().err
 
 
+@pytest.mark.slow
 def test_program_constants_and_inspect(meta, capfd):
     import qnnrt
     with qnnrt.load(FIX / "model.pte") as prog:
@@ -76,6 +80,7 @@ def test_program_constants_and_inspect(meta, capfd):
     assert "HTP weight sharing: no" in text
 
 
+@pytest.mark.slow
 def test_llm_generates_the_greedy_continuation(meta, tmp_path, capfd):
     rep = tmp_path / "llm.json"
     n = len(meta["greedy_tokens"])
@@ -93,6 +98,7 @@ def test_llm_generates_the_greedy_continuation(meta, tmp_path, capfd):
     assert "time to first token" in out
 
 
+@pytest.mark.slow
 def test_llm_score_logits_match_step_references(meta, tmp_path, capfd):
     ids = tmp_path / "ids.txt"
     seq = meta["prompt"] + meta["greedy_tokens"]
@@ -131,12 +137,14 @@ def test_llm_stops_at_eos_and_at_the_sequence_limit(meta):
             r.generate(list(range(97)), 1)
 
 
+@pytest.mark.slow
 def test_llm_context_length_message(capfd):
     assert main(["llm", str(FIX / "model.pte"), "--prompt-tokens", ",".join(["5"] * 100)]) == 1
     err = capfd.readouterr().err
     assert "96 tokens" in err and "context 128" in err
 
 
+@pytest.mark.slow
 def test_llm_prompt_longer_than_one_window_is_chunked(meta):
     """40 prompt ids: two prefill calls; the continuation equals a one-call prefill of the last
     32 tokens' context only if chunking is wrong, so compare with score mode's logits instead."""

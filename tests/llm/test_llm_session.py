@@ -30,6 +30,7 @@ class Recorder:
         return int(np.argmax(logits))
 
 
+@pytest.mark.slow
 def test_next_turn_prefills_only_new_tokens_and_matches_a_full_prefill():
     import qnnrt
     from qnnrt.llm import ContextLengthError, LlmRunner
@@ -58,6 +59,7 @@ def test_next_turn_prefills_only_new_tokens_and_matches_a_full_prefill():
         assert gen.tokens == [] and gen.cache.n_past == 0        # a failed call leaves nothing to reuse
 
 
+@pytest.mark.slow
 def test_text_generation_finishes_on_eos_stop_strings_length_and_cancel(text_folder):  # noqa: F811
     import qnnrt
     from qnnrt.llm import LlmRunner
@@ -86,6 +88,7 @@ def test_text_generation_finishes_on_eos_stop_strings_length_and_cancel(text_fol
         assert r.finish_reason == "cancelled" and r.result.tokens == g[:1]   # stops at the first token
 
 
+@pytest.mark.slow
 def test_llm_chat_streams_replies_and_reuses_the_cache(text_folder, tmp_path):  # noqa: F811
     rep = tmp_path / "chat.json"
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -92,6 +92,7 @@ def requires_dist(whl: Path) -> list[str]:
     return [l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("Requires-Dist:")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PLATFORMS)
 def test_markers_select_the_ort_package(wheel, name):
     """No network: the wheel's own Requires-Dist, evaluated for each target."""
@@ -117,6 +118,7 @@ def resolve(wheel: Path, name: str, tmp: Path) -> dict:
     return json.loads(report.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PLATFORMS)
 def test_resolves_with_the_right_ort(index_reachable, wheel, name, tmp_path):
     tags, _, ort = PLATFORMS[name]

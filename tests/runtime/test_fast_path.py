@@ -106,8 +106,8 @@ def _pte_fixtures():
     for root in (Path(__file__).parents[1] / "data" / "executorch",
                  Path("/work/shared/fixtures/executorch")):
         for pte in sorted(root.glob("*/*.pte")):
-            if "llama" not in pte.parent.name:
-                out.append(pte)
+            if "llama" not in pte.parent.name:   # large programs (seed000_fits: 94 MB) are slow
+                out.append(pytest.param(pte, marks=pytest.mark.slow) if pte.stat().st_size > 10 << 20 else pte)
     return out
 
 

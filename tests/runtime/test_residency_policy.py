@@ -89,6 +89,7 @@ def test_one_file_descriptor_per_binary(chain12):
     assert fds() <= before + 2
 
 
+@pytest.mark.slow
 def test_close_while_another_thread_runs_does_not_crash(chain12, tmp_path):
     """close() waits for the run in progress; run in a subprocess so a crash shows as a signal."""
     script = tmp_path / "race.py"
@@ -119,6 +120,7 @@ def test_close_while_another_thread_runs_does_not_crash(chain12, tmp_path):
     assert r.stdout.strip().endswith("ok")
 
 
+@pytest.mark.slow
 def test_more_binaries_than_the_soft_fd_limit(tmp_path, distinct_binaries):
     """A program with more context binaries than `ulimit -n` (soft) allows still opens: qnnrt
     raises the soft limit to the hard one when it runs out of descriptors."""

@@ -60,6 +60,7 @@ def test_a_step_without_progress_is_a_hang_naming_the_step(small_binary, cache, 
     assert _report(small_binary.path).results[0].verdict == "ok"   # a hang is never cached
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, step", [
     ("corrupt_delegate.pte", "reading the binary info of corrupt_delegate.pte:segment:1"),
     ("fuzz/bin_00041.bin", "reading the binary info of"),

@@ -100,6 +100,7 @@ def test_chat_streamed_equals_not_streamed_for_the_same_seed(server):
     assert chunks[-1].usage.completion_tokens == 4 and chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
 
 
+@pytest.mark.slow
 def test_greedy_completion_equals_qnnrt_llm(server, greedy, text_folder, tmp_path):
     rep = tmp_path / "llm.json"
     r = subprocess.run([sys.executable, "-m", "qnnrt.cli", "llm", str(FIX / "model.pte"), "--prompt",
@@ -298,6 +299,7 @@ MALFORMED = [  # (name, path, body, status)
 ]
 
 
+@pytest.mark.slow
 def test_malformed_requests_get_a_4xx_each_and_the_server_lives(server):
     seen = []
     for name, path, body, status in MALFORMED:
@@ -326,6 +328,7 @@ def test_serve_without_the_asgi_stack_says_what_to_install(monkeypatch):
 
 
 # the last test: it stops the module's server
+@pytest.mark.slow
 def test_sigterm_with_a_request_in_flight(server):
     wait_idle(server)
     cl, resp = _stream(server, {"model": MODEL_ID, "prompt": "Once", "max_tokens": LONG})
