@@ -24,7 +24,7 @@ def test_options_are_parsed_when_made():
     (dict(residency="greedy"), "unknown residency 'greedy'"),
     (dict(soc="SM9999"), "unknown SoC 'SM9999'"),
     (dict(pd_budget="lots"), "PD budget"),
-    (dict(vet="maybe"), "vet must be True, False or 'create'"),
+    (dict(vet="maybe"), "unknown vet mode 'maybe'"),
 ])
 def test_a_bad_option_is_a_clear_error(bad, match):
     with pytest.raises(QnnrtError, match=match):
