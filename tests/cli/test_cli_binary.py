@@ -53,6 +53,7 @@ def test_run_input_list_raw_and_named(small_binary, tmp_path):
         np.testing.assert_allclose(y, add_relu_mul_ref(x), rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.slow
 def test_run_random_inputs_says_so(small_binary):
     r = qnnrt("run", small_binary.path, "--check-repeat", "--iteration", 3)
     assert r.returncode == 0, r.stderr

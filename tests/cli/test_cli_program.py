@@ -79,6 +79,7 @@ def test_profiling_files_and_plot(chain12, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,pattern", [
     (["--residency", "bounded:0"], "K must be"),
     (["--residency", "greedy"], "unknown residency"),

@@ -35,6 +35,7 @@ def test_a_crash_in_the_worker_names_the_binary_and_step(cache, case, step):
     assert not (cache / "vet").exists()   # no vetting child ran (it would have cached a verdict)
 
 
+@pytest.mark.slow
 def test_a_stalled_step_in_the_worker_is_stopped_and_named(small_binary, cache, monkeypatch):
     monkeypatch.setenv("QNNRT_VET_STALL_TIMEOUT", "1")
     monkeypatch.setenv("QNNRT_VET_TEST_DELAY", "create:300")
@@ -62,6 +63,7 @@ def test_report_and_summary_say_what_vetting_did(cache, tmp_path, monkeypatch):
     assert v["graphs_executed"] == 4    # tiny graphs: cheap to run, so run once on zeros there
 
 
+@pytest.mark.slow
 def test_progress_line_names_vetting(small_binary, cache, monkeypatch):
     monkeypatch.setenv("QNNRT_NO_FORK", "1")
     monkeypatch.setenv("QNNRT_PROGRESS_INTERVAL", "0.1")
@@ -71,6 +73,7 @@ def test_progress_line_names_vetting(small_binary, cache, monkeypatch):
     assert "qnnrt run: loading: vetting 0/1 binaries in a child process" in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_progress_line_counts_graph_calls_as_they_happen(chain12, cache, monkeypatch):
     monkeypatch.setenv("QNNRT_PROGRESS_INTERVAL", "0.05")
     r = qnnrt("run", chain12.model, "--residency", "sequential")

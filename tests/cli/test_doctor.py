@@ -60,6 +60,7 @@ def test_doctor_table_and_probe_pd(tmp_path):
     assert [v["capacity_bytes"] for v in learned.values()] == [SIMULATOR_CAPACITY]
 
 
+@pytest.mark.slow
 def test_wrong_sdk_root_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("QNN_SDK_ROOT", str(tmp_path / "qairt"))
     r = qnnrt("doctor")

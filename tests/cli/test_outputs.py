@@ -81,6 +81,7 @@ def test_report_written_next_to_a_users_temp_files_keeps_them(tmp_path, small_bi
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r.tmp"]
 
 
+@pytest.mark.slow
 def test_full_disk_stops_the_run_at_the_first_failed_write(small_fs, small_binary):
     """Each 256-byte output takes a 4 KiB tmpfs page: the up-front estimate (payload bytes) passes,
     the disk fills after a few dozen iterations; the run stops there, naming the file."""

@@ -126,6 +126,7 @@ def test_sigint_during_qnn_calls_exits_130_every_time(tmp_path, small_binary):
         assert _gone_within(worker, 1.0)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_from_outside_is_reported_as_such(tmp_path, small_binary):
     out = tmp_path / "out"
     out.mkdir()

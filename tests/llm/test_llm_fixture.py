@@ -59,6 +59,7 @@ def test_run_per_method_inputs_errors(capfd):
     assert "METHOD=" in capfd.readouterr().err
 
 
+@pytest.mark.slow
 def test_constant_method_is_not_runnable_but_does_not_block(capfd):
     assert main(["run", str(FIX / "model.pte"), "--method", "get_n_layers"]) == 1
     assert "constant method" in capfd.readouterr().err
@@ -123,6 +124,7 @@ def test_llm_score_logits_match_step_references(meta, tmp_path, capfd):
     assert "perplexity" in capfd.readouterr().out
 
 
+@pytest.mark.slow
 def test_llm_stops_at_eos_and_at_the_sequence_limit(meta):
     import qnnrt
     from qnnrt.llm import ContextLengthError, LlmRunner

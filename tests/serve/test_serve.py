@@ -23,6 +23,9 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 TIMEOUT = 300
 LONG = 120        # max_tokens of a request meant to be still running when the test acts (of 128 positions)
 
+# each module starts a live `qnnrt serve` with the LLM fixture loaded: not for the inner loop
+pytestmark = pytest.mark.slow
+
 
 def client(server, **kw) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base + "/v1", api_key=kw.pop("api_key", API_KEY), max_retries=0,
