@@ -247,8 +247,8 @@ def _child(job_path: str) -> int:
                         if job.get("execute", True):
                             for g in info.graphs:  # a corrupt binary can also crash in execute
                                 graph = ctx.graph(g.name)
-                                graph.execute_prepared([np.zeros(t.shape, t.dtype) for t in g.inputs],
-                                                       dequantize=False)
+                                graph.execute([np.zeros(t.shape, t.dtype) for t in g.inputs],
+                                              dequantize=False)
                     finally:
                         ctx.close()
                 finally:

@@ -19,7 +19,7 @@ import bisect
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -84,6 +84,13 @@ class ResidencyStats:
     create_seconds: float = 0.0
     wait_seconds: float = 0.0
     ever_created: set = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class LiveContexts:
+    """Contexts that were all live at `generation` (the pool bumps it on every change)."""
+    generation: int
+    contexts: Mapping[str, Context]
 
 
 class ContextPool:
@@ -538,13 +545,13 @@ class ContextPool:
             if progress:
                 progress(i + 1, len(self.binaries))
 
-    def all_live(self, keys) -> int | None:
-        """The current generation when every context in `keys` is live and nothing is pending
-        (the state a compiled plan may run in without acquire/release), else None."""
+    def live_contexts(self, keys: Iterable[str]) -> LiveContexts | None:
+        """The contexts of `keys` and the generation they were read at, when every one is live and
+        nothing is pending (the state a plan may run in without acquire/release), else None."""
         with self._lock:
             if self._closed or self._pending or any(k not in self._live for k in keys):
                 return None
-            return self.generation
+            return LiveContexts(self.generation, {k: self._live[k] for k in keys})
 
     @property
     def live_keys(self) -> list[str]:

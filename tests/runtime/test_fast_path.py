@@ -1,5 +1,5 @@
 """The compiled plan (qnnrt/runtime/plan.py) against the step-by-step reference path
-(Program.compiled = False: Method.run -> Graph.execute_prepared / execute)."""
+(Program.compiled = False: Method.run -> Graph.execute)."""
 from __future__ import annotations
 
 import time
@@ -40,8 +40,7 @@ def test_chain_bit_identical_every_policy(chain12, policy):
     with qnnrt.load(chain12.model, residency=policy) as p:
         outs = [p.run(None, f) for f in x]
         again = p.run(None, x[0])
-        assert isinstance(p._plans["forward" if "forward" in p.methods else p.method().name],
-                          MethodPlan)
+        assert isinstance(p.plan(), MethodPlan)
     for o, r in zip(outs, ref):
         assert _same(o, r)
     assert _same(again, ref[0])
@@ -114,7 +113,7 @@ def _pte_fixtures():
 @pytest.mark.parametrize("pte", _pte_fixtures(), ids=lambda p: f"{p.parent.parent.name[:6]}-{p.parent.name}")
 @pytest.mark.parametrize("policy", ["eager", "auto", "sequential"])
 def test_pte_bit_identical(pte, policy):
-    from qnnrt.runtime.plan import DelegatePlan
+    from qnnrt.executorch.plan import InterpretedPlan, PtePlan
     kinds: set = set()
     with qnnrt.load(pte, residency="eager") as p:
         names = [n for n, m in p.methods.items() if m.inputs]
@@ -127,8 +126,8 @@ def test_pte_bit_identical(pte, policy):
         for n, fs in feeds.items():
             first = p.run(n, fs[0])
             second = p.run(n, fs[1])
-            assert isinstance(p._plans[n], DelegatePlan)
-            kinds.add(type(p._plans[n]).__name__)
+            assert isinstance(p.plan(n), (PtePlan, InterpretedPlan))
+            kinds.add(type(p.plan(n)).__name__)
             assert _same(first, ref[n][0]) and _same(second, ref[n][1]), n
             assert p.timing.graph_calls == len(p.methods[n].graph_order)
 
@@ -149,7 +148,7 @@ def test_llm_pte_bit_identical(policy):
                            key=lambda f: int(f.stem.rsplit("_", 1)[1]))
             xs = [np.load(f) for f in files]
             got = p.run(name, xs)
-            assert isinstance(p._plans[name], PtePlan)
+            assert isinstance(p.plan(name), PtePlan)
             p.compiled = False
             ref = p.run(name, xs)
             p.compiled = True
@@ -162,7 +161,7 @@ def test_raw_binary_graph_method_quantized_bit_identical(q8_binary):
         m = p.method()
         feeds = [_feeds(m, s) for s in (0, 1)]
         got = [p.run(None, f) for f in feeds]
-        assert isinstance(p._plans[m.name], MethodPlan)
+        assert isinstance(p.plan(m.name), MethodPlan)
         p.compiled = False
         ref = [p.run(None, f) for f in feeds]
     assert any(s.is_fixed_point for s in p.binaries[m.steps[0].key].graph(m.steps[0].graph).outputs)
