@@ -29,6 +29,8 @@ from qnnrt.core.tensor import IOTensor, TensorSpec, order_inputs, prepare_input
 from qnnrt.errors import QnnrtError
 
 if TYPE_CHECKING:
+    from _ctypes import CFuncPtr
+
     from qnnrt.core.backend import Backend
     from qnnrt.core.context import Context
     from qnnrt.core.profile import Profile
@@ -39,6 +41,16 @@ ProfileSink = Callable[[list[dict]], None]   # receives the events of one graph 
 _FAST_DEQUANT = {np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16)}
 
 
+def _untyped(fn: CFuncPtr) -> CFuncPtr:
+    """The same C entry without argument types: called with ready ctypes objects only (pointers
+    as c_void_p / byref, counts as c_uint32, NULL as None), it skips the per-call conversion of
+    every argument, the larger part of a ctypes call's cost (bench/RESULTS.md)."""
+    address = C.cast(fn, C.c_void_p).value
+    if not address:
+        raise QnnrtError("graphExecute is a NULL function pointer")
+    return C.CFUNCTYPE(T.ErrorHandle)(address)
+
+
 class BoundCall:
     """One graph's graphExecute over I/O structs made once: the caller points each input and output
     at an array it validated or planned (and keeps alive), sets `handle` to the live graph's handle,
@@ -46,11 +58,13 @@ class BoundCall:
     interrupt the log callback deferred is raised after the call returns."""
 
     __slots__ = ("backend", "name", "handle", "profile_handle", "precise_log", "_tensors", "_ia",
-                 "_oa", "_ni", "_no", "_in", "_out", "_execute")
+                 "_oa", "_in_ref", "_out_ref", "_ni", "_no", "_in", "_out", "_execute")
 
     def __init__(self, backend: Backend, spec: GraphSpec) -> None:
         self.backend, self.name = backend, spec.name
-        self.handle: C.c_void_p | None = None          # the live graph's; re-pointed on re-creation
+        # the live graph's handle (always a c_void_p: the untyped call passes it as a pointer);
+        # re-pointed when the context is re-created
+        self.handle: C.c_void_p | None = None
         self.profile_handle: C.c_void_p | None = None  # a QNN profile to record into, or None
         self.precise_log = False  # a failure quotes only the lines this call logged (one lock more)
         self._tensors = [IOTensor(s) for s in spec.inputs] + [IOTensor(s) for s in spec.outputs]
@@ -64,7 +78,8 @@ class BoundCall:
         self._ni, self._no = C.c_uint32(ni), C.c_uint32(no)
         self._in = [self._ia[i].body.clientBuf for i in range(ni)]
         self._out = [self._oa[j].body.clientBuf for j in range(no)]
-        self._execute = backend.api.graphExecute
+        self._in_ref, self._out_ref = C.byref(self._ia), C.byref(self._oa)
+        self._execute = _untyped(backend.api.graphExecute)
 
     def set_input(self, i: int, arr: np.ndarray) -> None:
         """Input `i` reads `arr` (C-contiguous, the tensor's dtype and shape)."""
@@ -93,7 +108,7 @@ class BoundCall:
         mark = self.backend.log.mark() if self.precise_log else None
         pc = time.perf_counter
         t0 = pc()
-        rc = self._execute(self.handle, self._ia, self._ni, self._oa, self._no,
+        rc = self._execute(self.handle, self._in_ref, self._ni, self._out_ref, self._no,
                            self.profile_handle, None)
         seconds = pc() - t0
         if rc or interrupt_pending():
@@ -220,10 +235,21 @@ class GraphBinding:
     # -- run time -----------------------------------------------------------------------------
     def run(self, values: list) -> float:
         """Bind, execute, collect; returns the seconds spent inside graphExecute."""
+        converted = self._bind(values) if self._trusted or self._checked or self._fresh else None
+        seconds = self.call()
+        for slot, raw, deq, target in self._deq.values():
+            values[slot] = deq(raw, target)
+        if self._after_call is not None:
+            self._after_call()
+        del converted   # the converted inputs were kept alive through the call
+        return seconds
+
+    def _bind(self, values: list) -> list[np.ndarray]:
+        """Point the per-call inputs and outputs; returns the converted inputs (to keep alive)."""
         call = self.call
         for i, slot in self._trusted.items():
             call.point_input(i, values[slot])
-        converted = []  # keeps converted inputs alive until the call returns
+        converted = []
         for i, (slot, dtype, shape, adapt) in self._checked.items():
             a = values[slot]
             if a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
@@ -233,12 +259,7 @@ class GraphBinding:
         for j, (slot, shape, dtype) in self._fresh.items():
             a = values[slot] = np.empty(shape, dtype)
             call.point_output(j, a)
-        seconds = call()
-        for slot, raw, deq, target in self._deq.values():
-            values[slot] = deq(raw, target)
-        if self._after_call is not None:
-            self._after_call()
-        return seconds
+        return converted
 
 
 class Graph:

@@ -135,6 +135,8 @@ class DelegateStep(GraphStep):
 
     def run(self, values: list) -> float:
         seconds = self.binding.run(values)
+        if not self.conversions:
+            return seconds
         for c in self.conversions:
             a, t = values[c.slot], c.tensor
             if t.dtype is not None and a.dtype != t.dtype:
@@ -345,6 +347,7 @@ class _Lowering:
         method and not program-given: one buffer, bound into each of them once."""
         a = self.analysis
         boundary = set(a.input_values) | set(a.output_values)
+        planned: set[int] = set()
         for i, makers in self.makers.items():
             readers = self.readers.get(i, [])
             if (i in boundary or len(makers) != 1 or not readers
@@ -364,6 +367,9 @@ class _Lowering:
             for port in ports[1:]:
                 if isinstance(port.step, DelegateStep):
                     port.step.binding.bind_input(port.index, buf)
+            planned.add(i)
+        # a planned buffer lives as long as the plan: freeing its slot would free nothing
+        self.steps = [s for s in self.steps if not (isinstance(s, FreeStep) and s.slot in planned)]
 
 
 class PtePlan(StepPlan):

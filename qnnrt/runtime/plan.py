@@ -226,7 +226,6 @@ class OrtStep:
         return outs
 
     def _bind(self, plan: MethodPlan) -> bool:
-        import onnxruntime as ort
         seg, sess = self.seg, self.seg.session
         ins = {i.name: i for i in sess.get_inputs()}
         in_kinds = []
@@ -254,9 +253,10 @@ class OrtStep:
                 b = plan.plan_buffer(slot, shape, dt)
             io.bind_output(name, "cpu", 0, dt, list(shape), address_of(b))
             plan.kinds[slot] = (dt, shape)
-        self._io = io  # keeps the binding (and through it the bound buffers' addresses) in use
+        self._io = io
+        # ONNX Runtime's public entry, without RunOptions: given any, it looks up a run config key
+        # that is not set, and the RuntimeError it catches costs ~100x the run (bench/RESULTS.md)
         self._run = sess.run_with_iobinding
-        self._options = ort.RunOptions()
         return True
 
     def run(self, values: list) -> float:
@@ -272,7 +272,7 @@ class OrtStep:
         for b, slot in self.copy_in:
             np.copyto(b, values[slot])
         t0 = pc()
-        self._run(self._io, self._options)
+        self._run(self._io)
         seconds = pc() - t0
         for b, slot in self.copy_out:
             values[slot] = b.copy()
