@@ -26,6 +26,7 @@ from qnnrt.core import Profile
 from qnnrt.core.graph import GraphBinding
 from qnnrt.core.tensor import address_of, order_inputs, prepare_input
 from qnnrt.errors import QnnrtError
+from qnnrt.profiling.exec_profile import ExecutionProfiler
 from qnnrt.runtime.cpu_segment import CpuSegment
 from qnnrt.runtime.method import CpuStep, Inputs, Method, QnnStep
 
@@ -96,13 +97,13 @@ class Profiling:
     """QNN execution profiling of a program's graph calls: one QNN profile, attached to each
     binder, whose events go to the program's ExecutionProfiler after every call."""
 
-    def __init__(self, profile: Profile, record: Callable[..., None],
+    def __init__(self, profile: Profile, profiler: ExecutionProfiler,
                  iteration: Callable[[], int]) -> None:
-        self.profile, self._record, self._iteration = profile, record, iteration
+        self.profile, self.profiler, self._iteration = profile, profiler, iteration
 
     def attach(self, step: GraphStep) -> None:
         key, graph = step.key, step.graph
-        step.binding.attach_profile(self.profile, lambda events: self._record(
+        step.binding.attach_profile(self.profile, lambda events: self.profiler.record(
             "execute", graph, key, events, iteration=self._iteration()))
 
 

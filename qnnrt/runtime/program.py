@@ -95,7 +95,7 @@ class Program:
                                     budget_source=budget.source if budget else None,
                                     on_capacity=self._learned)
             if exec_profiler is not None and profile_level != "off":
-                self.profiling = Profiling(Profile(backend, profile_level), exec_profiler.record,
+                self.profiling = Profiling(Profile(backend, profile_level), exec_profiler,
                                            lambda: self.iterations)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":

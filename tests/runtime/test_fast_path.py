@@ -167,3 +167,40 @@ def test_raw_binary_graph_method_quantized_bit_identical(q8_binary):
     assert any(s.is_fixed_point for s in p.binaries[m.steps[0].key].graph(m.steps[0].graph).outputs)
     for g, r in zip(got, ref):
         assert _same(g, r)
+
+
+def test_a_profiled_run_is_the_plan_with_a_profiler(chain12):
+    """Profiling attaches to the plan's graph calls; it does not switch to another path."""
+    from qnnrt.profiling.exec_profile import ExecutionProfiler
+    x = [{"x": np.random.default_rng(i).standard_normal((1, WIDTH)).astype(np.float32)}
+         for i in range(2)]
+    ref = _reference(chain12.model, x)
+    prof = ExecutionProfiler("basic")
+    opts = qnnrt.LoadOptions(profile_level="basic", exec_profiler=prof)
+    with qnnrt.load(chain12.model, residency="lazy", options=opts) as p:
+        outs = [p.run(None, f) for f in x]
+        assert isinstance(p.plan(), MethodPlan)
+    assert all(_same(o, r) for o, r in zip(outs, ref))
+    graphs = prof.to_json()["graphs"]
+    assert len(graphs) == 12 and all(g["executions"] == 2 for g in graphs)
+
+
+@pytest.mark.parametrize("name", ["many_4_fp16", "two_methods_fp16", "add_relu_mul_q8"])
+def test_interpreted_pte_plan_bit_identical(name):
+    """The .pte plan for methods the planner does not compile (the interpreter, delegates through
+    prepared graph steps), forced on methods it could compile, against the reference path."""
+    from pathlib import Path
+    from qnnrt.executorch.plan import InterpretedPlan
+    pte = Path("/work/shared/fixtures/executorch") / name / "model.pte"
+    if not pte.exists():
+        pytest.skip(f"no {name} fixture")
+    with qnnrt.load(pte, residency="lazy") as p:
+        for n, m in p.methods.items():
+            feeds = [_feeds(m, s) for s in (0, 1)]
+            plan = InterpretedPlan(p, m)
+            got = [plan.run(f) for f in feeds]
+            p.compiled = False
+            ref = [p.run(n, f) for f in feeds]
+            p.compiled = True
+            assert all(_same(g, r) for g, r in zip(got, ref)), n
+            assert plan.timing.graph_calls == len(m.graph_order) and plan.timing.accelerator_s > 0
