@@ -8,6 +8,8 @@ around each graphExecute C call and each CPU op, what `qnnrt run` reports as tim
     runtime cost per graph call = (iteration wall - inside graphExecute - CPU ops) / graph calls
 and ExecuTorch's definition (its et_run.py counts its CPU kernels as runtime):
     (iteration wall - inside graphExecute) / graph calls
+and "all in": the calling thread's CPU time per iteration / graph calls (mean over the timed
+iterations; on a busy machine it is not inflated by waiting for a core, as wall time is).
 
 --reference      the step-by-step path (Program.compiled = False); its CPU segments are timed by a
                  wrapper around session.run (.pte kernels by the interpreter's own counter)
@@ -88,6 +90,7 @@ def main(argv=None) -> dict:
             prog.run(m.name, feed)
         rows = []
         pc = time.perf_counter
+        cpu0, proc0 = time.thread_time(), time.process_time()
         for _ in range(a.iterations):
             cpu_acc[0] = 0.0
             t0 = pc()
@@ -95,6 +98,8 @@ def main(argv=None) -> dict:
             wall = pc() - t0
             t = prog.timing
             rows.append((wall, t.accelerator_s, t.cpu_ops_s + cpu_acc[0], t.graph_calls))
+        cpu_per_iteration = (time.thread_time() - cpu0) / a.iterations
+        proc_per_iteration = (time.process_time() - proc0) / a.iterations
         load = os.getloadavg()
     finally:
         prog.close()
@@ -110,6 +115,8 @@ def main(argv=None) -> dict:
            "runtime_us_per_graph_call": med(rt),
            "runtime_us_per_graph_call_p10_p90": [float(np.percentile(rt, q)) for q in (10, 90)],
            "runtime_plus_cpu_us_per_graph_call": med((r[0] - r[1]) / max(1, r[3]) for r in rows) * 1e6,
+           "cpu_us_per_graph_call": cpu_per_iteration / max(1, calls) * 1e6,
+           "process_cpu_us_per_graph_call": proc_per_iteration / max(1, calls) * 1e6,
            "loadavg": [round(x, 2) for x in load]}
     print(f"{a.path} [{m.name}] {res['path_kind']}{' null-execute' if null_execute else ''}: "
           f"{calls} graph calls/iteration, {a.iterations} iterations, load {res['loadavg']}")
@@ -119,6 +126,9 @@ def main(argv=None) -> dict:
           f"{res['runtime_us_per_graph_call_p10_p90'][0]:.2f}, p90 "
           f"{res['runtime_us_per_graph_call_p10_p90'][1]:.2f}); incl. CPU ops: "
           f"{res['runtime_plus_cpu_us_per_graph_call']:.2f} us")
+    print(f"  all in (this thread's CPU time per iteration, timing included, / graph calls): "
+          f"{res['cpu_us_per_graph_call']:.2f} us (all threads: "
+          f"{res['process_cpu_us_per_graph_call']:.2f} us)")
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
     return res
