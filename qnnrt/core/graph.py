@@ -211,8 +211,16 @@ class GraphBinding:
         """Input i's slot always holds a C-contiguous array of the tensor's dtype and shape."""
         self._trusted[i] = self._checked.pop(i)[0]
 
+    def _check_buffer(self, what: str, buffer: np.ndarray, kind: tuple[np.dtype, tuple[int, ...]]
+                      ) -> None:
+        if (buffer.dtype, buffer.shape) != kind or not buffer.flags.c_contiguous:
+            raise QnnrtError(f"{self.where}: a planned buffer {buffer.dtype}{list(buffer.shape)} "
+                             f"for {what}, which holds {kind[0]}{list(kind[1])}")
+
     def bind_input(self, i: int, buffer: np.ndarray) -> None:
         """Input i always reads `buffer` (the tensor's dtype and shape), bound now, once."""
+        s = self.spec.inputs[i]
+        self._check_buffer(f"input {s.name!r}", buffer, (s.dtype, tuple(s.shape)))
         self._checked.pop(i, None)
         self._trusted.pop(i, None)
         self.call.set_input(i, buffer)
@@ -220,6 +228,7 @@ class GraphBinding:
     def bind_output(self, j: int, buffer: np.ndarray) -> None:
         """Output j is written to `buffer` (of `output_kind(j)`) at every call; the planner puts
         `buffer` in the slot. For a dequantized output, `buffer` receives the float32 values."""
+        self._check_buffer(f"output {self.spec.outputs[j].name!r}", buffer, self.output_kind(j))
         if j in self._deq:
             slot, raw, deq, _ = self._deq[j]
             self._deq[j] = (slot, raw, deq, buffer)
