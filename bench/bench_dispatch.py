@@ -1,51 +1,35 @@
 """Runtime cost per graph call of qnnrt on a .pte, a program folder or an EPContext .onnx.
 
     python bench/bench_dispatch.py PATH [--method M] [--iterations 200] [--warm-up 5]
-        [--residency eager] [--reference] [--null-execute] [--inputs a.npy,b.npy] [--json out.json]
+        [--residency eager] [--reference] [--inputs a.npy,b.npy] [--backend-lib LIB] [--json out.json]
 
 Per iteration (median over >= 200), from the runtime's own counters (Program.timing: a perf_counter
 around each graphExecute C call and each CPU op, what `qnnrt run` reports as time_breakdown):
     runtime cost per graph call = (iteration wall - inside graphExecute - CPU ops) / graph calls
 and ExecuTorch's definition (its et_run.py counts its CPU kernels as runtime):
     (iteration wall - inside graphExecute) / graph calls
+and "all in": the calling thread's CPU time per iteration / graph calls (mean over the timed
+iterations; on a busy machine it is not inflated by waiting for a core, as wall time is).
 
 --reference      the step-by-step path (Program.compiled = False); its CPU segments are timed by a
                  wrapper around session.run (.pte kernels by the interpreter's own counter)
---null-execute   graphExecute replaced by a C no-op (bench/noop.c, built with cc into a temp dir):
-                 qnnrt's cost with an infinitely fast accelerator, free of simulator noise
-                 (outputs are garbage)
-Ported from the issue-10 groundwork (/work/scratch/fastpath/bench_dispatch.py).
+--backend-lib    libQnnHtp to load; with the anchor kit's shim and `QNN_SHIM_NOOP_EXEC=1` graphExecute
+                 returns at once: qnnrt's own cost with an infinitely fast accelerator, free of
+                 simulator noise (outputs are garbage; bench/RESULTS.md has the command)
 """
 from __future__ import annotations
 
 import argparse
-import ctypes as C
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-NOOP_C = ("#include <stdint.h>\nuint64_t qnn_noop_execute(void* g, const void* in, uint32_t nin, "
-          "void* out, uint32_t nout, void* prof, void* sig) { return 0; }\n")
-
-
-def noop_execute(like):
-    d = tempfile.mkdtemp(prefix="qnnrt-noop-")
-    src, lib = Path(d, "noop.c"), Path(d, "libnoop.so")
-    src.write_text(NOOP_C)
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
-    f = C.CDLL(str(lib)).qnn_noop_execute
-    f.argtypes, f.restype = like.argtypes, like.restype
-    return f
-
 
 def make_inputs(method, paths: str | None) -> list[np.ndarray]:
     if paths:
@@ -79,13 +63,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--warm-up", type=int, default=5)
     ap.add_argument("--residency", default="eager")
     ap.add_argument("--reference", action="store_true")
-    ap.add_argument("--null-execute", action="store_true")
+    ap.add_argument("--backend-lib")
     ap.add_argument("--inputs")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     import qnnrt
     from qnnrt.runtime.method import CpuStep
-    prog = qnnrt.load(a.path, residency=a.residency)
+    null_execute = os.environ.get("QNN_SHIM_NOOP_EXEC") == "1"
+    prog = qnnrt.load(a.path, residency=a.residency, backend_lib=a.backend_lib)
     cpu_acc = [0.0]
     try:
         m = prog.method(a.method)
@@ -101,20 +86,11 @@ def main(argv=None) -> dict:
             for s in m.steps:
                 if isinstance(s, CpuStep):
                     s.segment.session = _TimedSession(s.segment.session, cpu_acc)
-        if a.null_execute:
-            ex = prog.backend.api.graphExecute
-            noop = noop_execute(ex)
-            if a.reference:
-                for ctx in prog.pool._live.values():
-                    for g in ctx.graphs():
-                        g._execute = noop
-            else:
-                for st in prog._plans[m.name].graph_steps:
-                    st.execute = noop
         for _ in range(a.warm_up):
             prog.run(m.name, feed)
         rows = []
         pc = time.perf_counter
+        cpu0, proc0 = time.thread_time(), time.process_time()
         for _ in range(a.iterations):
             cpu_acc[0] = 0.0
             t0 = pc()
@@ -122,6 +98,8 @@ def main(argv=None) -> dict:
             wall = pc() - t0
             t = prog.timing
             rows.append((wall, t.accelerator_s, t.cpu_ops_s + cpu_acc[0], t.graph_calls))
+        cpu_per_iteration = (time.thread_time() - cpu0) / a.iterations
+        proc_per_iteration = (time.process_time() - proc0) / a.iterations
         load = os.getloadavg()
     finally:
         prog.close()
@@ -129,7 +107,7 @@ def main(argv=None) -> dict:
     calls = rows[0][3]
     rt = [(r[0] - r[1] - r[2]) / max(1, r[3]) * 1e6 for r in rows]
     res = {"path": a.path, "method": m.name, "path_kind": "reference" if a.reference else "plan",
-           "null_execute": a.null_execute, "iterations": a.iterations, "graph_calls": calls,
+           "null_execute": null_execute, "iterations": a.iterations, "graph_calls": calls,
            "wall_ms": med(r[0] for r in rows) * 1e3,
            "accelerator_ms": med(r[1] for r in rows) * 1e3,
            "cpu_ops_ms": med(r[2] for r in rows) * 1e3,
@@ -137,8 +115,10 @@ def main(argv=None) -> dict:
            "runtime_us_per_graph_call": med(rt),
            "runtime_us_per_graph_call_p10_p90": [float(np.percentile(rt, q)) for q in (10, 90)],
            "runtime_plus_cpu_us_per_graph_call": med((r[0] - r[1]) / max(1, r[3]) for r in rows) * 1e6,
+           "cpu_us_per_graph_call": cpu_per_iteration / max(1, calls) * 1e6,
+           "process_cpu_us_per_graph_call": proc_per_iteration / max(1, calls) * 1e6,
            "loadavg": [round(x, 2) for x in load]}
-    print(f"{a.path} [{m.name}] {res['path_kind']}{' null-execute' if a.null_execute else ''}: "
+    print(f"{a.path} [{m.name}] {res['path_kind']}{' null-execute' if null_execute else ''}: "
           f"{calls} graph calls/iteration, {a.iterations} iterations, load {res['loadavg']}")
     print(f"  wall {res['wall_ms']:.2f} ms | graphExecute {res['accelerator_ms']:.2f} ms | CPU ops "
           f"{res['cpu_ops_ms']:.2f} ms | runtime {res['runtime_ms']:.2f} ms (medians)")
@@ -146,6 +126,9 @@ def main(argv=None) -> dict:
           f"{res['runtime_us_per_graph_call_p10_p90'][0]:.2f}, p90 "
           f"{res['runtime_us_per_graph_call_p10_p90'][1]:.2f}); incl. CPU ops: "
           f"{res['runtime_plus_cpu_us_per_graph_call']:.2f} us")
+    print(f"  all in (this thread's CPU time per iteration, timing included, / graph calls): "
+          f"{res['cpu_us_per_graph_call']:.2f} us (all threads: "
+          f"{res['process_cpu_us_per_graph_call']:.2f} us)")
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
     return res

@@ -178,3 +178,66 @@ def test_public_api_is_importable_and_typed():
                  "QnnError", "FormatError", "InputError", "KernelError"):
         assert hasattr(qnnrt, name), name
     assert (ROOT / "py.typed").exists()
+
+
+# ------------------------------------------------------------------------ runtime/ knows no .pte
+def _members(package: str) -> set[str]:
+    """Names the classes of a package define: methods, class attributes, `self.X = ...`."""
+    names: set[str] = set()
+    for f in (ROOT / package).rglob("*.py"):
+        for cls in (n for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.ClassDef)):
+            for node in ast.walk(cls):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(node.name)
+                elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
+                        and isinstance(node.value, ast.Name) and node.value.id == "self":
+                    names.add(node.attr)
+                elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                    names.add(node.target.id)
+    return names
+
+
+def _attributes_read(package: str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for f in (ROOT / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Attribute):
+                out.setdefault(node.attr, set()).add(str(f.relative_to(ROOT)))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("getattr", "hasattr") and len(node.args) > 1 \
+                    and isinstance(node.args[1], ast.Constant):
+                out.setdefault(str(node.args[1].value), set()).add(str(f.relative_to(ROOT)))
+    return out
+
+
+def test_runtime_names_no_attribute_of_an_executorch_class():
+    """runtime/ runs .pte methods through the Method / Plan interfaces only: it reads no attribute
+    that only an executorch class defines (as it once read `method._calls`, `method._runner`, a
+    duck-typed `compile_plan`). Names library types also have (dict.get, Future.result, ...) are
+    not telling and left out."""
+    from concurrent.futures import Future
+
+    import onnx
+    own = _members("runtime") | _members("core") | _members("profiling") | _members("formats")
+    library = {n for t in (dict, list, str, bytes, set, tuple, np.ndarray, Future) for n in dir(t)}
+    library |= {f.name for m in (onnx.ModelProto, onnx.GraphProto, onnx.NodeProto, onnx.TensorProto,
+                                 onnx.ValueInfoProto) for f in m.DESCRIPTOR.fields}
+    only_executorch = _members("executorch") - own - library
+    assert {"runner", "delegates", "analysis"} <= only_executorch   # the scan sees them
+    read = _attributes_read("runtime")
+    bad = {name: sorted(read[name]) for name in only_executorch | {"compile_plan"} if name in read}
+    assert not bad, f"runtime/ reads executorch-only attributes: {bad}"
+
+
+def test_no_module_reads_a_private_attribute_on_the_fast_path():
+    """The fast path's modules read no `_private` attribute of another object (only `self._x`)."""
+    files = ["core/graph.py", "runtime/plan.py", "runtime/program.py", "runtime/method.py",
+             "executorch/plan.py", "executorch/program.py"]
+    bad = []
+    for rel in files:
+        for node in ast.walk(ast.parse((ROOT / rel).read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+                bad.append(f"{rel}:{node.lineno} .{node.attr}")
+    assert not bad, bad

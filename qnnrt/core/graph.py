@@ -1,112 +1,72 @@
-"""Graph: a graph retrieved from a live context; executes numpy in, numpy out."""
+"""Graph execution: one prepared C call (`BoundCall`), one binder over it (`GraphBinding`), and
+`Graph`, a graph retrieved from a live context, whose checked `execute` runs through that binder.
+
+How a graph call is made, for every caller (a program's plan, a .pte delegate, a core user):
+1. `GraphBinding` is built once per call site from the graph's spec: it owns a `BoundCall` (the
+   Qnn_Tensor_t arrays and the graphExecute arguments, made once) and decides, per input and output,
+   what happens at each call: bound once to a planned buffer, pointed at the array in a slot, or
+   checked (and converted) first; outputs into planned buffers, fresh arrays, or a raw buffer that is
+   dequantized in one float32 pass.
+2. `GraphBinding.run(values)` reads its inputs from and writes its outputs to `values` (a list indexed
+   by slot), then makes the one C call: nothing else is allocated or decided per call.
+3. A profiler is attached, not a second path: `GraphBinding.attach_profile` gives the call a QNN
+   profile handle and a callback for the events after each call.
+"""
 from __future__ import annotations
 
 import ctypes as C
 import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from qnnrt._capi import types as T
 from qnnrt._capi.log import interrupt_pending
 from qnnrt.core.binary import GraphSpec
-from qnnrt.core.tensor import IOTensor, order_inputs, prepare_input
+from qnnrt.core.tensor import IOTensor, TensorSpec, order_inputs, prepare_input
 from qnnrt.errors import QnnrtError
 
 if TYPE_CHECKING:
+    from _ctypes import CFuncPtr
+
+    from qnnrt.core.backend import Backend
     from qnnrt.core.context import Context
     from qnnrt.core.profile import Profile
 
+# an input conversion chosen at plan time: array of another dtype / shape / layout -> the tensor's
+InputAdapter = Callable[[np.ndarray], np.ndarray]
+ProfileSink = Callable[[list[dict]], None]   # receives the events of one graph call
+_FAST_DEQUANT = {np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16)}
 
-class Graph:
-    """Executes one QNN graph. Input/output Qnn_Tensor_t structs and output buffers are allocated
-    once and reused; outputs are returned as fresh arrays, so a later execution never changes what
-    an earlier one returned."""
 
-    def __init__(self, context: Context, spec: GraphSpec, handle: C.c_void_p):
-        self.context = context
-        self.spec = spec
-        self.name = spec.name
-        self.handle = handle
-        self._inputs = [IOTensor(s) for s in spec.inputs]
-        self._outputs = [IOTensor(s) for s in spec.outputs]
-        self._in_array = (T.Tensor * max(1, len(self._inputs)))()
-        self._out_array = (T.Tensor * max(1, len(self._outputs)))()
-        for i, t in enumerate(self._outputs):
-            self._out_array[i] = t.struct
-        self._input_names = [s.name for s in spec.inputs]
-        self._execute = context.backend.api.graphExecute
-        self._lock = threading.Lock()
-        self._valid = True
-        self.last_execute_seconds = 0.0  # time inside graphExecute of the last execution
-
-    @property
-    def inputs(self) -> tuple:
-        return self.spec.inputs
-
-    @property
-    def outputs(self) -> tuple:
-        return self.spec.outputs
-
-    def invalidate(self) -> None:
-        """The context is being freed: wait for a running execution, then refuse new ones."""
-        with self._lock:
-            self._valid = False
-            self.handle = C.c_void_p()
-
-    def execute(self, inputs, profile: Profile | None = None,
-                dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
-        """Run the graph. Fixed-point outputs are dequantized to float32 unless `dequantize` is
-        False (then the raw integers are returned); a sequence decides per output, in order."""
-        where = f"graph {self.name!r}"
-        values = order_inputs(self._input_names, inputs, where)
-        arrays = [prepare_input(s, v, where) for s, v in zip(self.spec.inputs, values)]
-        return self.execute_prepared(arrays, profile, dequantize)
-
-    def execute_prepared(self, arrays: Sequence[np.ndarray], profile: Profile | None = None,
-                         dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
-        """`execute` for callers that already validated: `arrays` in input order, each of the
-        tensor's dtype and shape and C-contiguous (what `prepare_input` returns). No checks."""
-        where = f"graph {self.name!r}"
-        with self._lock:
-            if not self._valid or self.context.closed:
-                raise QnnrtError(f"{where}: its context {self.context.name!r} was freed; "
-                                 f"retrieve the graph again from a live context")
-            for i, (t, a) in enumerate(zip(self._inputs, arrays)):
-                t.bind(a)  # zero copy: QNN reads the caller's (validated) array
-                self._in_array[i] = t.struct
-            backend = self.context.backend
-            mark = backend.log.mark()
-            t0 = time.perf_counter()
-            rc = self._execute(self.handle, self._in_array, len(self._inputs), self._out_array,
-                               len(self._outputs), profile.handle if profile else None, None)
-            self.last_execute_seconds = time.perf_counter() - t0
-            backend.check(rc, "graphExecute", mark, f"for graph {self.name!r}")
-            flags = ([dequantize] * len(self._outputs) if isinstance(dequantize, bool)
-                     else list(dequantize))
-            out = {}
-            for t, deq in zip(self._outputs, flags):
-                s = t.spec
-                out[s.name] = (s.dequantize(t.buffer) if deq and s.is_fixed_point
-                               else t.buffer.copy())
-            return out
-
-    def __repr__(self) -> str:
-        return f"Graph({self.name!r}, {len(self._inputs)} in, {len(self._outputs)} out)"
+def _untyped(fn: Callable[..., int]) -> CFuncPtr:
+    """The same C entry without argument types: called with ready ctypes objects only (pointers
+    as c_void_p / byref, counts as c_uint32, NULL as None), it skips the per-call conversion of
+    every argument, the larger part of a ctypes call's cost (bench/RESULTS.md)."""
+    address = C.cast(fn, C.c_void_p).value  # type: ignore[arg-type]  # a CFuncPtr, typed by its signature
+    if not address:
+        raise QnnrtError("graphExecute is a NULL function pointer")
+    return C.CFUNCTYPE(T.ErrorHandle)(address)
 
 
 class BoundCall:
-    """One graph's execute call over I/O structs made once, for a runtime's prepared plan: the
-    caller points each input and output at an array it already validated or planned, then calls.
-    Nothing is checked here (`Graph.execute` is the checked path); a failed call raises QnnError
-    with QNN's log, and an interrupt the log callback deferred is raised after the call returns."""
+    """One graph's graphExecute over I/O structs made once: the caller points each input and output
+    at an array it validated or planned (and keeps alive), sets `handle` to the live graph's handle,
+    then calls. Nothing is checked here; a failed call raises QnnError with QNN's log, and an
+    interrupt the log callback deferred is raised after the call returns."""
 
-    __slots__ = ("backend", "name", "_tensors", "_ia", "_oa", "_ni", "_no", "_in", "_out", "_execute")
+    __slots__ = ("backend", "name", "handle", "profile_handle", "precise_log", "_tensors", "_ia",
+                 "_oa", "_in_ref", "_out_ref", "_ni", "_no", "_in", "_out", "_execute")
 
-    def __init__(self, backend, spec: GraphSpec):
+    def __init__(self, backend: Backend, spec: GraphSpec) -> None:
         self.backend, self.name = backend, spec.name
+        # the live graph's handle (always a c_void_p: the untyped call passes it as a pointer);
+        # re-pointed when the context is re-created
+        self.handle: C.c_void_p | None = None
+        self.profile_handle: C.c_void_p | None = None  # a QNN profile to record into, or None
+        self.precise_log = False  # a failure quotes only the lines this call logged (one lock more)
         self._tensors = [IOTensor(s) for s in spec.inputs] + [IOTensor(s) for s in spec.outputs]
         ni, no = len(spec.inputs), len(spec.outputs)
         self._ia = (T.Tensor * max(1, ni))()
@@ -118,10 +78,11 @@ class BoundCall:
         self._ni, self._no = C.c_uint32(ni), C.c_uint32(no)
         self._in = [self._ia[i].body.clientBuf for i in range(ni)]
         self._out = [self._oa[j].body.clientBuf for j in range(no)]
-        self._execute = backend.api.graphExecute
+        self._in_ref, self._out_ref = C.byref(self._ia), C.byref(self._oa)
+        self._execute = _untyped(backend.api.graphExecute)
 
     def set_input(self, i: int, arr: np.ndarray) -> None:
-        """Input `i` reads `arr` (C-contiguous, the tensor's dtype and shape; kept alive by the caller)."""
+        """Input `i` reads `arr` (C-contiguous, the tensor's dtype and shape)."""
         cb = self._in[i]
         cb.data, cb.dataSize = arr.ctypes.data, arr.nbytes
 
@@ -142,12 +103,251 @@ class BoundCall:
     def set_output_size(self, j: int, nbytes: int) -> None:
         self._out[j].dataSize = nbytes
 
-    def __call__(self, handle) -> float:
-        """Execute on `handle` (the live graph's, `Graph.handle`); seconds spent inside QNN."""
+    def __call__(self) -> float:
+        """Execute on `handle`; returns the seconds spent inside QNN."""
+        mark = self.backend.log.mark() if self.precise_log else None
         pc = time.perf_counter
         t0 = pc()
-        rc = self._execute(handle, self._ia, self._ni, self._oa, self._no, None, None)
-        dt = pc() - t0
+        rc = self._execute(self.handle, self._in_ref, self._ni, self._out_ref, self._no,
+                           self.profile_handle, None)
+        seconds = pc() - t0
         if rc or interrupt_pending():
-            self.backend.check(rc, "graphExecute", None, f"for graph {self.name!r}")
-        return dt
+            self.backend.check(rc, "graphExecute", mark, f"for graph {self.name!r}")
+        return seconds
+
+
+class Dequantizer:
+    """Raw fixed-point buffer -> float32 in one pass, bit-identical to TensorSpec.dequantize: for
+    8/16-bit codes q + offset is exact in float32, and a float32 x float32 product is exact in
+    float64, so rounding it once to float32 equals the float32 product. Other cases take the
+    float64 path."""
+    __slots__ = ("spec", "offset", "scale", "fast")
+
+    def __init__(self, spec: TensorSpec) -> None:
+        q = spec.quantization
+        if q is None:
+            raise QnnrtError(f"{spec.name}: {spec.data_type_name} tensor has no quantization "
+                             f"parameters (scale / offset) to convert with")
+        self.spec = spec
+        self.offset = np.float32(q.offset)
+        self.scale = np.float32(q.scale)
+        self.fast = (spec.dtype in _FAST_DEQUANT and abs(q.offset) < 2 ** 24
+                     and float(self.offset) == q.offset and float(self.scale) == q.scale)
+
+    def __call__(self, raw: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        if not self.fast:
+            r = self.spec.dequantize(raw)
+            if out is None:
+                return r
+            out[...] = r
+            return out
+        if out is None:
+            out = np.empty(raw.shape, np.float32)
+        np.add(raw, self.offset, out=out, dtype=np.float32)
+        np.multiply(out, self.scale, out=out)
+        return out
+
+
+def _check_and_prepare(spec: TensorSpec, where: str) -> InputAdapter:
+    return lambda a: prepare_input(spec, a, where)
+
+
+class PreparedCall(Protocol):
+    """The calling shape of a prepared graph call: `BoundCall` in this process; a PD worker's
+    remote call (runtime/pd_fleet.py) has the same shape, so one binder serves both."""
+    handle: C.c_void_p | None
+    profile_handle: C.c_void_p | None
+    precise_log: bool
+
+    def set_input(self, i: int, arr: np.ndarray) -> None: ...
+    def point_input(self, i: int, arr: np.ndarray) -> None: ...
+    def set_input_size(self, i: int, nbytes: int) -> None: ...
+    def set_output(self, j: int, arr: np.ndarray) -> None: ...
+    def point_output(self, j: int, arr: np.ndarray) -> None: ...
+    def set_output_size(self, j: int, nbytes: int) -> None: ...
+    def __call__(self) -> float: ...
+
+
+class GraphBinding:
+    """The one binder: graph input i reads `values[in_slots[i]]`, output j lands in
+    `values[out_slots[j]]`, and `run(values)` makes the graph call.
+
+    Built once per call site. By default an input is checked per call (right dtype, shape and
+    C-contiguous, else converted by its adapter, `prepare_input` unless set) and an output goes to a
+    fresh array (a raw buffer and a float32 result when it is dequantized). The planner may instead
+    `trust_input` (the slot always holds the right array: pointed, no check), `bind_input` or
+    `bind_output` a planned buffer once. Re-create safe: only `call.handle` changes when the graph's
+    context is re-created."""
+
+    __slots__ = ("call", "spec", "where", "in_slots", "out_slots", "dequantized", "_trusted",
+                 "_checked", "_fresh", "_deq", "_after_call")
+
+    def __init__(self, call: PreparedCall, spec: GraphSpec, in_slots: Sequence[int],
+                 out_slots: Sequence[int], dequantize: bool | Sequence[bool], where: str) -> None:
+        if len(in_slots) != len(spec.inputs) or len(out_slots) != len(spec.outputs):
+            raise QnnrtError(f"{where}: {len(in_slots)} input / {len(out_slots)} output slots for "
+                             f"a graph of {len(spec.inputs)} / {len(spec.outputs)}")
+        self.call = call
+        self.spec, self.where = spec, where
+        self.in_slots, self.out_slots = list(in_slots), list(out_slots)
+        flags = ([dequantize] * len(spec.outputs) if isinstance(dequantize, bool)
+                 else list(dequantize))
+        # whether output j reaches its slot as float32 (dequantized) rather than as stored
+        self.dequantized = [s.is_fixed_point and f for s, f in zip(spec.outputs, flags)]
+        self._after_call: Callable[[], None] | None = None   # the attached profiler, if any
+        # per-call work lists (a planner moves entries between them before the first run)
+        self._trusted: dict[int, int] = {}                   # input -> slot: pointed
+        self._checked: dict[int, tuple[int, np.dtype, tuple[int, ...], InputAdapter]] = {}
+        self._fresh: dict[int, tuple[int, tuple[int, ...], np.dtype]] = {}  # output -> slot, ...
+        self._deq: dict[int, tuple[int, np.ndarray, Dequantizer, np.ndarray | None]] = {}
+        for i, (s, slot) in enumerate(zip(spec.inputs, in_slots)):
+            call.set_input_size(i, s.nbytes)
+            self._checked[i] = (slot, s.dtype, tuple(s.shape), _check_and_prepare(s, where))
+        for j, (s, slot) in enumerate(zip(spec.outputs, out_slots)):
+            if self.dequantized[j]:
+                raw = np.zeros(s.shape, s.dtype)
+                call.set_output(j, raw)
+                self._deq[j] = (slot, raw, Dequantizer(s), None)
+            else:
+                call.set_output_size(j, s.nbytes)
+                self._fresh[j] = (slot, tuple(s.shape), s.dtype)
+
+    # -- plan time ----------------------------------------------------------------------------
+    def output_kind(self, j: int) -> tuple[np.dtype, tuple[int, ...]]:
+        """(dtype, shape) of what output j puts in its slot."""
+        s = self.spec.outputs[j]
+        return (np.dtype(np.float32) if self.dequantized[j] else s.dtype), tuple(s.shape)
+
+    def adapt_input(self, i: int, adapter: InputAdapter) -> None:
+        """Input i, when its array is not already right, is converted by `adapter`."""
+        slot, dtype, shape, _ = self._checked[i]
+        self._checked[i] = (slot, dtype, shape, adapter)
+
+    def trust_input(self, i: int) -> None:
+        """Input i's slot always holds a C-contiguous array of the tensor's dtype and shape."""
+        self._trusted[i] = self._checked.pop(i)[0]
+
+    def _check_buffer(self, what: str, buffer: np.ndarray, kind: tuple[np.dtype, tuple[int, ...]]
+                      ) -> None:
+        if (buffer.dtype, buffer.shape) != kind or not buffer.flags.c_contiguous:
+            raise QnnrtError(f"{self.where}: a planned buffer {buffer.dtype}{list(buffer.shape)} "
+                             f"for {what}, which holds {kind[0]}{list(kind[1])}")
+
+    def bind_input(self, i: int, buffer: np.ndarray) -> None:
+        """Input i always reads `buffer` (the tensor's dtype and shape), bound now, once."""
+        s = self.spec.inputs[i]
+        self._check_buffer(f"input {s.name!r}", buffer, (s.dtype, tuple(s.shape)))
+        self._checked.pop(i, None)
+        self._trusted.pop(i, None)
+        self.call.set_input(i, buffer)
+
+    def bind_output(self, j: int, buffer: np.ndarray) -> None:
+        """Output j is written to `buffer` (of `output_kind(j)`) at every call; the planner puts
+        `buffer` in the slot. For a dequantized output, `buffer` receives the float32 values."""
+        self._check_buffer(f"output {self.spec.outputs[j].name!r}", buffer, self.output_kind(j))
+        if j in self._deq:
+            slot, raw, deq, _ = self._deq[j]
+            self._deq[j] = (slot, raw, deq, buffer)
+        else:
+            del self._fresh[j]
+            self.call.set_output(j, buffer)
+
+    def attach_profile(self, profile: Profile, sink: ProfileSink) -> None:
+        """Record every call into `profile` and hand its events to `sink` after each call."""
+        self.call.profile_handle = profile.handle
+        self._after_call = lambda: sink(profile.events())
+
+    # -- run time -----------------------------------------------------------------------------
+    def run(self, values: list) -> float:
+        """Bind, execute, collect; returns the seconds spent inside graphExecute."""
+        converted = self._bind(values) if self._trusted or self._checked or self._fresh else None
+        seconds = self.call()
+        for slot, raw, deq, target in self._deq.values():
+            values[slot] = deq(raw, target)
+        if self._after_call is not None:
+            self._after_call()
+        del converted   # the converted inputs were kept alive through the call
+        return seconds
+
+    def _bind(self, values: list) -> list[np.ndarray]:
+        """Point the per-call inputs and outputs; returns the converted inputs (to keep alive)."""
+        call = self.call
+        for i, slot in self._trusted.items():
+            call.point_input(i, values[slot])
+        converted = []
+        for i, (slot, dtype, shape, adapt) in self._checked.items():
+            a = values[slot]
+            if a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
+                a = adapt(a)
+                converted.append(a)
+            call.point_input(i, a)
+        for j, (slot, shape, dtype) in self._fresh.items():
+            a = values[slot] = np.empty(shape, dtype)
+            call.point_output(j, a)
+        return converted
+
+
+class Graph:
+    """Executes one QNN graph with checks, for direct core users: inputs are validated and converted
+    on every call, outputs are fresh arrays (a later execution never changes an earlier result)."""
+
+    def __init__(self, context: Context, spec: GraphSpec, handle: C.c_void_p) -> None:
+        self.context = context
+        self.spec = spec
+        self.name = spec.name
+        self.handle = handle
+        self._input_names = [s.name for s in spec.inputs]
+        self._bindings: dict[tuple[bool, ...], GraphBinding] = {}
+        self._lock = threading.Lock()
+        self._valid = True
+        self.last_execute_seconds = 0.0  # time inside graphExecute of the last execution
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self.spec.inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self.spec.outputs
+
+    def invalidate(self) -> None:
+        """The context is being freed: wait for a running execution, then refuse new ones."""
+        with self._lock:
+            self._valid = False
+            self.handle = C.c_void_p()
+
+    def _binding(self, dequantize: bool | Sequence[bool]) -> GraphBinding:
+        no = len(self.spec.outputs)
+        flags = (dequantize,) * no if isinstance(dequantize, bool) else tuple(dequantize)
+        b = self._bindings.get(flags)
+        if b is None:
+            ni = len(self.spec.inputs)
+            b = GraphBinding(BoundCall(self.context.backend, self.spec), self.spec, range(ni),
+                             range(ni, ni + no), flags, f"graph {self.name!r}")
+            for i in range(ni):
+                b.trust_input(i)   # execute prepares every input first
+            b.call.precise_log = True
+            self._bindings[flags] = b
+        return b
+
+    def execute(self, inputs: object, profile: Profile | None = None,
+                dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
+        """Run the graph. Fixed-point outputs are dequantized to float32 unless `dequantize` is
+        False (then the raw integers are returned); a sequence decides per output, in order."""
+        where = f"graph {self.name!r}"
+        values: list = [prepare_input(s, v, where) for s, v in
+                        zip(self.spec.inputs, order_inputs(self._input_names, inputs, where))]
+        values += [None] * len(self.spec.outputs)
+        with self._lock:
+            if not self._valid or self.context.closed:
+                raise QnnrtError(f"{where}: its context {self.context.name!r} was freed; "
+                                 f"retrieve the graph again from a live context")
+            b = self._binding(dequantize)
+            b.call.handle = self.handle
+            b.call.profile_handle = profile.handle if profile is not None else None
+            self.last_execute_seconds = b.run(values)
+        ni = len(self.spec.inputs)
+        return {s.name: values[ni + j] for j, s in enumerate(self.spec.outputs)}
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, {len(self.spec.inputs)} in, {len(self.spec.outputs)} out)"

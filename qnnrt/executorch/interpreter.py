@@ -18,18 +18,19 @@ graph inputs sorted by the number in their names (see :func:`qnnrt.executorch.re
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from qnnrt.errors import FormatError, InputError, QnnrtError
 from qnnrt.executorch.reader import (DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall,
-                               PteMethod, TensorInfo)
+                               Instruction, PteIOSpec, PteMethod, PteValue, TensorInfo)
 from qnnrt.executorch import kernels as K
 from qnnrt.executorch.describe import describe_pte, qnn_graph_lister  # moved to describe.py
 
-__all__ = ["PteMethodRunner", "DelegateRunner", "check_operators", "describe_pte",
-           "qnn_graph_lister"]
+__all__ = ["PteMethodRunner", "DelegateRunner", "MethodAnalysis", "UNDEFINED", "shape_fits",
+           "check_operators", "describe_pte", "qnn_graph_lister"]
 
 DelegateRunner = Callable[[int, list], list]
 
@@ -42,6 +43,34 @@ class _Undefined:
 
 
 _UNDEF = _Undefined()
+UNDEFINED = _UNDEF  # MethodAnalysis.static's mark for a value only an instruction or input defines
+
+
+@dataclass(frozen=True)
+class MethodAnalysis:
+    """What the interpreter decides about a method at load, for planners that compile it
+    (executorch/plan.py): read-only, indexed like the program's values and instructions."""
+    name: str
+    instructions: tuple[Instruction, ...]
+    values: tuple[PteValue, ...]
+    static: tuple[Any, ...]                    # program-given value, or UNDEFINED
+    kernels: Mapping[int, K.KernelDef]         # instruction index -> kernel of a KernelCall
+    delegate_inputs: Mapping[int, int]         # instruction index -> inputs of a DelegateCall
+    free_after: Mapping[int, tuple[int, ...]]  # instruction index -> values dead after it
+    input_values: tuple[int, ...]
+    output_values: tuple[int, ...]
+    constant_values: frozenset[int]            # tensors stored in the program (never written)
+    has_mutable_state: bool                    # values the program updates in place across runs
+
+
+def shape_fits(shape: Sequence[int], t: TensorInfo) -> bool:
+    """Does an array of `shape` fit tensor `t` (equal when static, within bounds when bounded)?"""
+    shape = tuple(int(s) for s in shape)
+    if t.shape_dynamism == 0:
+        return shape == t.shape
+    if t.shape_dynamism == 1:
+        return len(shape) == len(t.shape) and all(a <= b for a, b in zip(shape, t.shape))
+    return True
 
 
 def check_operators(method: PteMethod) -> None:
@@ -144,6 +173,11 @@ class PteMethodRunner:
 
         self._split = self._plan_delegate_args(dict(delegate_num_inputs or {}))
         self._free_after = self._plan_frees() if free_values else {}
+        self.analysis = MethodAnalysis(
+            self.name, tuple(self._instrs), tuple(values), tuple(self._static),
+            dict(self._kernels), dict(self._split),
+            {k: tuple(v) for k, v in self._free_after.items()}, tuple(self._input_idx),
+            tuple(self._output_idx), frozenset(self._const_idx), bool(self._mutable_init))
 
     # -- planning ---------------------------------------------------------------------------
     def _refs(self, idx: int) -> list[int]:
@@ -155,7 +189,7 @@ class PteMethodRunner:
             return [idx, *(j for j in v.value if j != -1)]
         return [idx]
 
-    def _instr_refs(self, ins) -> list[int]:
+    def _instr_refs(self, ins: Instruction) -> list[int]:
         if isinstance(ins, (KernelCall, DelegateCall)):
             out = []
             for a in ins.args:
@@ -221,11 +255,11 @@ class PteMethodRunner:
 
     # -- public info ------------------------------------------------------------------------
     @property
-    def input_specs(self):
+    def input_specs(self) -> list[PteIOSpec]:
         return self.method.inputs
 
     @property
-    def output_specs(self):
+    def output_specs(self) -> list[PteIOSpec]:
         return self.method.outputs
 
     def delegate_call_order(self) -> list[int]:
@@ -256,7 +290,7 @@ class PteMethodRunner:
         return out
 
     # -- execution --------------------------------------------------------------------------
-    def _prepare_inputs(self, inputs) -> dict[int, Any]:
+    def _prepare_inputs(self, inputs: Sequence[Any] | Mapping[str, Any]) -> dict[int, Any]:
         specs = self.method.inputs
         if isinstance(inputs, Mapping):
             unknown = [k for k in inputs if k not in {s.name for s in specs}]
@@ -287,7 +321,7 @@ class PteMethodRunner:
                     raise InputError(f"method {self.name!r} {spec.name}: expected {t.dtype}, got "
                                      f"{a.dtype} (which does not convert without changing kind)")
                 a = a.astype(t.dtype)
-            if not self._shape_ok(a.shape, t):
+            if not shape_fits(a.shape, t):
                 raise InputError(f"method {self.name!r} {spec.name}: expected shape "
                                  f"{list(t.shape)}{' (upper bound)' if t.shape_dynamism else ''}, "
                                  f"got {list(a.shape)}")
@@ -296,14 +330,6 @@ class PteMethodRunner:
             slots[i] = a
         return slots
 
-    @staticmethod
-    def _shape_ok(shape, t: TensorInfo) -> bool:
-        shape = tuple(int(s) for s in shape)
-        if t.shape_dynamism == 0:
-            return shape == t.shape
-        if t.shape_dynamism == 1:
-            return len(shape) == len(t.shape) and all(a <= b for a, b in zip(shape, t.shape))
-        return True
 
     def run(self, inputs: Sequence[Any] | Mapping[str, Any], *, trace: list | None = None) -> list:
         """Execute the method; returns its outputs (numpy arrays for tensors) in order.
@@ -318,7 +344,7 @@ class PteMethodRunner:
         instrs = self._instrs
         name = self.name
 
-        def get(i: int):
+        def get(i: int) -> Any:
             v = slots.get(i, _UNDEF)
             if v is _UNDEF:
                 v = static[i]
@@ -393,7 +419,8 @@ class PteMethodRunner:
 
     __call__ = run
 
-    def _run_kernel(self, pc, ins: KernelCall, kd: K.KernelDef, get, slots) -> None:
+    def _run_kernel(self, pc: int, ins: KernelCall, kd: K.KernelDef, get: Callable[[int], Any],
+                    slots: dict[int, Any]) -> None:
         args = ins.args
         n_in = kd.n_inputs
         xs = [get(a) for a in args[:n_in]]
@@ -416,14 +443,14 @@ class PteMethodRunner:
                 f"arguments it cannot take ({type(e).__name__}: {e}; arguments {shapes!r:.300}). The "
                 f".pte is malformed or uses the operator in a way qnnrt does not support; re-export "
                 f"it.") from None
-        if not self._shape_ok(r.shape, t):
+        if not shape_fits(r.shape, t):
             raise QnnrtError(f"method {self.name!r} instruction {pc} ({kd.name}): the result has "
                              f"shape {list(r.shape)} but the program's out tensor (value {out_i}) "
                              f"is {list(t.shape)}")
         for o in args[n_in:]:
             slots[o] = r
 
-    def _physical(self, idx: int, x):
+    def _physical(self, idx: int, x: Any) -> Any:
         """A tensor in the memory layout its dim order describes (what a delegate reads)."""
         v = self._values[idx]
         if v.kind == "tensor" and isinstance(x, np.ndarray):
@@ -432,7 +459,8 @@ class PteMethodRunner:
                 return np.ascontiguousarray(np.transpose(x, t.dim_order))
         return x
 
-    def _run_delegate(self, pc, ins: DelegateCall, get, slots) -> None:
+    def _run_delegate(self, pc: int, ins: DelegateCall, get: Callable[[int], Any],
+                      slots: dict[int, Any]) -> None:
         n_in = self._split[pc]
         args = ins.args
         xs = [self._physical(a, get(a)) for a in args[:n_in]]
@@ -457,7 +485,7 @@ class PteMethodRunner:
                 phys = tuple(t.shape[d] for d in t.dim_order)
                 if a.size == t.numel:      # the delegate wrote the physical layout
                     a = a.reshape(phys).transpose(np.argsort(t.dim_order))
-            if not self._shape_ok(a.shape, t):
+            if not shape_fits(a.shape, t):
                 if t.shape_dynamism == 0 and a.size == t.numel:
                     a = a.reshape(t.shape)
                 else:

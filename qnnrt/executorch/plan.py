@@ -1,299 +1,469 @@
-"""A .pte method compiled at load for the runtime's fast path (runtime/plan.py): instructions over
-a slot list, kernels as bound closures, delegates through prepared graph steps."""
+""".pte methods as plans (runtime/plan.py runs them): a straight-line method of static tensors
+becomes named steps over a slot list, one per instruction:
+
+- `KernelStep`  a CPU kernel (numpy) on slot arguments, its result in its out slots;
+- `MatmulStep`  `aten::mm.out` by a constant float32 weight, as np.matmul(a, W, out=...) into a
+                planned buffer when the result never leaves the method;
+- `DelegateStep` a QNN delegate: a runtime GraphStep (the one binder) whose outputs are converted
+                to what the program declares when the graph's differ;
+- `MoveStep`, `FreeStep`  ExecuTorch's MoveCall / FreeCall (and frees after last use).
+
+Arguments are `Slot` (a value made at run time) or `Const` (a program-given value, put in a slot of
+its own at plan time), so a step reads only `values[slot]`. Values made by one bindable producer and
+read only by bindable consumers of the same dtype and shape live in planned buffers bound into the
+graph calls once. Other methods (jumps, dynamic shapes, mutable state) run on `InterpretedPlan`: the
+interpreter, with each delegate through a prepared graph step. The planner reads the interpreter's
+load-time `MethodAnalysis`, nothing private.
+"""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from qnnrt.core.tensor import prepare_input
 from qnnrt.errors import QnnrtError
-from qnnrt.runtime.plan import DelegatePlan, NotCompilable
+from qnnrt.executorch import kernels as K
+from qnnrt.executorch.interpreter import UNDEFINED, MethodAnalysis, shape_fits
+from qnnrt.executorch.kernels.dtypes import _astype
+from qnnrt.executorch.program import DelegateSite, PteMethodAdapter, size1_reshape
+from qnnrt.executorch.reader import DelegateCall, FreeCall, KernelCall, MoveCall, TensorInfo
+from qnnrt.runtime.method import QnnStep, validate_inputs
+from qnnrt.runtime.plan import (GraphStep, Inputs, LiveGraphs, Plan, RunTiming, Step, StepPlan,
+                                graph_step)
 
 if TYPE_CHECKING:
+    from qnnrt.core.binary import GraphSpec
+    from qnnrt.core.tensor import TensorSpec
     from qnnrt.runtime.program import Program
 
+Kind = tuple[np.dtype, tuple[int, ...]]   # what a buffer holds: dtype and shape
+_F32 = np.dtype(np.float32)
 
-class PtePlan(DelegatePlan):
-    """A .pte method compiled at load: instructions over a slot list (no dict, no name lookups),
-    kernels as bound closures (aten::mm.out as np.matmul(a, W, out=) when the dtypes allow it,
-    decided at load), delegates by slot through prepared graph steps. Only straight-line methods
-    (kernel / delegate / move / free instructions) of static, default-dim-order tensors without
-    mutable state compile; `PtePlan.compile` returns None for the others (DelegatePlan runs them)."""
 
-    @classmethod
-    def compile(cls, program: "Program", method) -> "DelegatePlan":
+class NotCompilable(Exception):
+    """The method is not straight-line and static: it runs on InterpretedPlan."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """An argument made at run time: the value in this slot."""
+    index: int
+
+
+@dataclass(frozen=True)
+class Const:
+    """An argument the program gives (a scalar, a list, a constant tensor)."""
+    value: object
+
+
+Arg = Slot | Const
+
+
+# ------------------------------------------------------------------------------------- the steps
+class KernelStep:
+    """A CPU kernel: result = kernel(*values[inputs]), cast to the out tensor, in every out slot."""
+    __slots__ = ("fn", "inputs", "outs", "info", "tensor", "name", "cast", "where")
+    on_accelerator: ClassVar[bool] = False
+
+    def __init__(self, kernel: K.KernelDef, inputs: list[int], outs: list[int], tensor: TensorInfo,
+                 where: str) -> None:
+        self.fn, self.name, self.cast = kernel.fn, kernel.name, kernel.cast
+        self.inputs, self.outs, self.tensor, self.where = inputs, outs, tensor, where
+        self.info = K.OutInfo(tensor.dtype, tensor.shape)
+
+    def run(self, values: list) -> float:
+        t0 = time.perf_counter()
+        xs = [values[i] for i in self.inputs]
         try:
-            return cls(program, method)
-        except NotCompilable:
-            return DelegatePlan(program, method)
+            res = K.cast_to_out(self.fn(*xs, out=self.info), self.info, self.name, self.cast)
+        except K.KernelError as e:
+            raise K.KernelError(f"{self.where}: {e}") from None
+        except QnnrtError:
+            raise
+        except Exception as e:  # noqa: BLE001 - as the interpreter: bad arguments
+            raise K.KernelError(f"{self.where}: the program gives this operator arguments it "
+                                f"cannot take ({type(e).__name__}: {e})") from None
+        if not shape_fits(res.shape, self.tensor):
+            raise QnnrtError(f"{self.where}: the result has shape {list(res.shape)} but the "
+                             f"program's out tensor is {list(self.tensor.shape)}")
+        for o in self.outs:
+            values[o] = res
+        return time.perf_counter() - t0
 
-    def __init__(self, program: "Program", method):
-        super().__init__(program, method)
-        from qnnrt.executorch.interpreter import _UNDEF, DelegateCall, FreeCall, KernelCall, MoveCall
-        from qnnrt.executorch import kernels as K
-        r = method._runner
-        if r._mutable_init:
+
+class MatmulStep:
+    """aten::mm.out by a constant float32 weight: np.matmul(values[a], weight, out=result), the
+    result a planned buffer (`result`) when it never leaves the method, else a fresh array."""
+    __slots__ = ("a", "weight", "outs", "shape", "result")
+    on_accelerator: ClassVar[bool] = False
+
+    def __init__(self, a: int, weight: np.ndarray, outs: list[int], shape: tuple[int, ...]) -> None:
+        self.a, self.weight, self.outs, self.shape = a, weight, outs, shape
+        self.result: np.ndarray | None = None
+
+    def run(self, values: list) -> float:
+        t0 = time.perf_counter()
+        res = self.result
+        if res is None:
+            res = np.empty(self.shape, np.float32)
+        np.matmul(values[self.a], self.weight, out=res)
+        for o in self.outs:
+            values[o] = res
+        return time.perf_counter() - t0
+
+
+@dataclass(frozen=True)
+class OutputConversion:
+    """A graph output whose dtype or shape is not the one the program declares for its value."""
+    slot: int
+    output: int            # the graph's output position
+    tensor: TensorInfo     # what the program declares
+
+
+class DelegateStep(GraphStep):
+    """A QNN delegate call: the graph step, then the outputs the program declares otherwise
+    converted (dtype cast, reshape of the same size)."""
+    __slots__ = ("conversions", "where")
+
+    def __init__(self, step: GraphStep, conversions: list[OutputConversion], where: str) -> None:
+        super().__init__(step.key, step.graph, step.position, step.binding)
+        self.conversions, self.where = conversions, where
+
+    def run(self, values: list) -> float:
+        seconds = self.binding.run(values)
+        if not self.conversions:
+            return seconds
+        for c in self.conversions:
+            a, t = values[c.slot], c.tensor
+            if t.dtype is not None and a.dtype != t.dtype:
+                a = _astype(a, t.dtype)
+            if a.shape != tuple(t.shape):
+                if a.size != t.numel:
+                    raise QnnrtError(f"{self.where}: output {c.output} of graph {self.graph!r} has "
+                                     f"shape {list(a.shape)}, the program expects {list(t.shape)}")
+                a = a.reshape(t.shape)
+            values[c.slot] = a
+        return seconds
+
+
+class MoveStep:
+    """ExecuTorch's MoveCall: the value in `source` is also the value in `target`."""
+    __slots__ = ("source", "target")
+    on_accelerator: ClassVar[bool] = False
+
+    def __init__(self, source: int, target: int) -> None:
+        self.source, self.target = source, target
+
+    def run(self, values: list) -> float:
+        values[self.target] = values[self.source]
+        return 0.0
+
+
+class FreeStep:
+    """ExecuTorch's FreeCall, or a value dead after its last use: the slot lets go of it."""
+    __slots__ = ("slot",)
+    on_accelerator: ClassVar[bool] = False
+
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+
+    def run(self, values: list) -> float:
+        values[self.slot] = None
+        return 0.0
+
+
+def _pte_adapter(spec_input: TensorSpec, shape: tuple[int, ...],
+                 where: str) -> Callable[[np.ndarray], np.ndarray]:
+    """A delegate input that is not already right: size-1 dims reshaped as ExecuTorch accepts, then
+    checked and converted like any graph input."""
+    return lambda a: prepare_input(spec_input, size1_reshape(a, shape), where)
+
+
+def _adapt_delegate_inputs(step: GraphStep) -> None:
+    b = step.binding
+    for i, s in enumerate(b.spec.inputs):
+        b.adapt_input(i, _pte_adapter(s, tuple(s.shape), b.where))
+
+
+# ---------------------------------------------------------------------------- compiling a method
+@dataclass(frozen=True)
+class Port:
+    """A place a planned buffer can be bound once: a delegate step's graph input / output, a matmul
+    step's left operand / result. `None` in a port list: a user that takes whatever it is given."""
+    step: DelegateStep | MatmulStep
+    index: int          # graph input / output position (0 for a matmul)
+    kind: Kind
+
+
+class _Lowering:
+    """Turns a method's instructions into steps (one function per instruction kind), then plans
+    buffers for the values that can live in one."""
+
+    def __init__(self, program: Program, method: PteMethodAdapter) -> None:
+        a: MethodAnalysis = method.runner.analysis
+        if a.has_mutable_state:
             raise NotCompilable
-        values, static = r._values, r._static
-        self.n = len(values)
-        self.template: list = [None] * self.n
-        for i, s in enumerate(static):
-            if s is not _UNDEF:
-                self.template[i] = s
-
-        def tensor(i: int):
-            v = values[i]
-            if v.kind != "tensor":
-                return None
-            t = v.value
-            if t.shape_dynamism != 0 or not t.is_contiguous_order or t.dtype is None:
-                raise NotCompilable
-            return t
-
-        def arg(i: int):
-            """('s', slot) for a value produced at run time, ('c', value) for a static one."""
-            if static[i] is not _UNDEF:
-                return ("c", static[i])
-            k = values[i].kind
-            if k == "tensor":
-                return ("s", i)
-            if k == "int_list" and all(static[j] is not _UNDEF for j in values[i].value):
-                return ("c", [int(static[j]) for j in values[i].value])
-            raise NotCompilable
-
-        self.ops: list[Any] = []   # (kind, payload): 0 kernel closure, 1 delegate, 2 move, 3 free
-        self._mm: dict[int, tuple] = {}
-        reads: dict[int, list] = {}     # value -> its readers: ("mm", pc) / ("d", step, position) / ("x",)
-        makers: dict[int, list] = {}    # value -> its producers: ("mm", pc) / ("d", step, position)
-        self.kernel_steps = 0
-        calls = method._calls
-        for pc, ins in enumerate(r._instrs):
-            if isinstance(ins, KernelCall):
-                kd = r._kernels[pc]
-                n_in = kd.n_inputs
-                args = [arg(a) for a in ins.args[:n_in]]
-                outs = list(ins.args[n_in:])
-                t = tensor(outs[0])
-                if t is None:
-                    raise NotCompilable
-                self.ops.append((0, self._kernel(pc, kd, args, outs, t, K, r)))
-                self.kernel_steps += 1
-                is_mm = pc in self._mm
-                for k, x in args:
-                    if k == "s":
-                        reads.setdefault(x, []).append(("mm", pc) if is_mm and x == args[0][1]
-                                                       else ("x",))
-                for oi in dict.fromkeys(outs):
-                    makers.setdefault(oi, []).append(("mm", pc) if is_mm else ("x",))
-            elif isinstance(ins, DelegateCall):
-                step, in_pos, out_pos = calls[ins.delegate_index]
-                n_in = r._split[pc]
-                a_in, a_out = list(ins.args[:n_in]), list(ins.args[n_in:])
-                for a in a_in + a_out:
-                    if tensor(a) is None:
-                        raise NotCompilable
-                src = [arg(a) for a in a_in]
-                order: list[Any] = [None] * len(step.inputs)
-                for p, s in zip(in_pos, src):
-                    order[p] = s
-                if any(o is None for o in order) or len(out_pos) != len(a_out):
-                    raise NotCompilable
-                d = self.by_step[id(step)]
-                post = []
-                for k, p in enumerate(out_pos):
-                    t = tensor(a_out[k])
-                    _, shape, dt, deq, _ = d.outs[p]
-                    got = np.dtype(np.float32) if deq is not None else dt
-                    conv = t is not None and (got != t.dtype or shape != tuple(t.shape))
-                    post.append((a_out[k], p, t if conv else None))
-                    makers.setdefault(a_out[k], []).append(
-                        ("d", step, p) if not conv and deq is None else ("x",))
-                for p, (k, x) in enumerate(order):
-                    if k == "s":
-                        reads.setdefault(x, []).append(("d", step, p))
-                shapes = [tuple(values[a].value.shape) for a in a_in]
-                reshape = any(shapes[k] != d.ins[p][2] for k, p in enumerate(in_pos))
-                self.ops.append((1, [d, step, order, post, reshape]))
-            elif isinstance(ins, MoveCall):
-                mv = arg(ins.move_from)
-                if mv[0] == "s":
-                    reads.setdefault(mv[1], []).append(("x",))
-                makers.setdefault(ins.move_to, []).append(("x",))
-                self.ops.append((2, (mv, ins.move_to)))
-            elif isinstance(ins, FreeCall):
-                self.ops.append((3, ins.value_index))
-            else:
-                raise NotCompilable
-            for fv in r._free_after.get(pc, ()):
-                self.ops.append((3, fv))
-        self._plan_buffers(r, reads, makers, _UNDEF)
-        self.in_specs = list(method.inputs)
-        self.in_idx = list(r._input_idx)
-        self.outs = [(s.value_index, s.value_index in r._const_idx or s.value_index in self.in_idx)
-                     for s in r.method.outputs]
-        self.out_names = [s.name for s in method.outputs]
+        self.program, self.method, self.analysis = program, method, a
         self.where = f"method {method.name!r}"
+        self.template: list[Any] = [None if s is UNDEFINED else s for s in a.static]
+        self.steps: list[Step] = []
+        self.graph_steps: list[GraphStep] = []
+        self.makers: dict[int, list[Port | None]] = {}
+        self.readers: dict[int, list[Port | None]] = {}
 
-    def _plan_buffers(self, r, reads: dict, makers: dict, undef) -> None:
-        """Values made by one delegate / float32 mm and read only by delegates / float32 mm's,
-        never leaving the method, live in planned buffers bound into the graph structs once."""
-        uses: dict[int, int] = {}
-        for step, _, _ in self.method._calls.values():
-            uses[id(step)] = 0
-        for s in self.method.steps:
-            uses[id(s)] = uses.get(id(s), 0) + 1
-        boundary = set(r._input_idx) | set(r._output_idx)
-        fix_in: dict[int, dict] = {}
-        fix_out: dict[int, dict] = {}
+    # -- arguments --------------------------------------------------------------------------
+    def tensor(self, i: int) -> TensorInfo | None:
+        """The static tensor value `i` is, None when it is no tensor; else not compilable."""
+        v = self.analysis.values[i]
+        if v.kind != "tensor":
+            return None
+        t: TensorInfo = v.value
+        if t.shape_dynamism != 0 or not t.is_contiguous_order or t.dtype is None:
+            raise NotCompilable
+        return t
 
-        def made(op):   # (dtype, shape) the producer writes
-            if op[0] == "mm":
-                return np.dtype(np.float32), self._mm[op[1]][2]
-            o = self.by_step[id(op[1])].outs[op[2]]
-            return np.dtype(o[2]), o[1]
+    def arg(self, i: int) -> Arg:
+        static, values = self.analysis.static, self.analysis.values
+        if static[i] is not UNDEFINED:
+            return Const(static[i])
+        if values[i].kind == "tensor":
+            return Slot(i)
+        if values[i].kind == "int_list" and all(static[j] is not UNDEFINED for j in values[i].value):
+            return Const([int(static[j]) for j in values[i].value])
+        raise NotCompilable
 
-        def read(op):   # (dtype, shape) the reader binds without a check
-            if op[0] == "mm":
-                return np.dtype(np.float32), self._mm[op[1]][4]
-            x = self.by_step[id(op[1])].ins[op[2]]
-            return np.dtype(x[1]), x[2]
+    def slot_of(self, arg: Arg) -> int:
+        """The slot a step reads: a Const gets one of its own, filled at plan time."""
+        if isinstance(arg, Slot):
+            return arg.index
+        self.template.append(arg.value)
+        return len(self.template) - 1
 
-        for i, mk in makers.items():
-            rd = reads.get(i, [])
-            if i in boundary or len(mk) != 1 or not rd or r._static[i] is not undef:
+    def _note(self, table: dict[int, list[Port | None]], i: int, port: Port | None) -> None:
+        table.setdefault(i, []).append(port)
+
+    # -- one function per instruction kind --------------------------------------------------
+    def kernel(self, pc: int, ins: KernelCall) -> None:
+        kd = self.analysis.kernels[pc]
+        args = [self.arg(a) for a in ins.args[:kd.n_inputs]]
+        outs = list(ins.args[kd.n_inputs:])
+        t = self.tensor(outs[0])
+        if t is None:
+            raise NotCompilable
+        w = args[1].value if len(args) == 2 and isinstance(args[1], Const) else None
+        a0 = args[0] if args else None
+        if (kd.name == "aten::mm.out" and isinstance(a0, Slot) and isinstance(w, np.ndarray)
+                and w.ndim == 2 and w.dtype == _F32 and t.dtype == _F32 and len(t.shape) == 2
+                and t.shape[1] == w.shape[1] and self._is_f32(a0.index, (t.shape[0], w.shape[0]))):
+            mm = MatmulStep(a0.index, w, outs, tuple(t.shape))
+            self.steps.append(mm)
+            self._note(self.readers, a0.index, Port(mm, 0, (_F32, (t.shape[0], w.shape[0]))))
+            for o in dict.fromkeys(outs):
+                self._note(self.makers, o, Port(mm, 0, (_F32, tuple(t.shape))))
+            return
+        where = f"{self.where} instruction {pc} ({kd.name})"
+        self.steps.append(KernelStep(kd, [self.slot_of(x) for x in args], outs, t, where))
+        for x in args:
+            if isinstance(x, Slot):
+                self._note(self.readers, x.index, None)
+        for o in dict.fromkeys(outs):
+            self._note(self.makers, o, None)
+
+    def _is_f32(self, i: int, shape: tuple[int, ...]) -> bool:
+        t = self.analysis.values[i].value
+        return isinstance(t, TensorInfo) and t.dtype == _F32 and tuple(t.shape) == shape
+
+    def delegate(self, pc: int, ins: DelegateCall) -> None:
+        site: DelegateSite = self.method.delegates[ins.delegate_index]
+        n_in = self.analysis.delegate_inputs[pc]
+        a_in, a_out = list(ins.args[:n_in]), list(ins.args[n_in:])
+        if any(self.tensor(a) is None for a in a_in + a_out):
+            raise NotCompilable
+        spec: GraphSpec = self.program.binaries[site.step.key].graph(site.step.graph)
+        in_slots: list[int | None] = [None] * len(spec.inputs)
+        for p, a in zip(site.input_positions, a_in):
+            in_slots[p] = self.slot_of(self.arg(a))
+        out_slots: list[int | None] = [None] * len(spec.outputs)
+        for p, a in zip(site.output_positions, a_out):
+            out_slots[p] = a
+        if None in in_slots or len(site.output_positions) != len(a_out):
+            raise NotCompilable
+        for p, s in enumerate(out_slots):
+            if s is None:   # a graph output the program does not use: a scratch slot
+                out_slots[p] = self.slot_of(Const(None))
+        g = graph_step(self.program, site.step, len(self.graph_steps),
+                       [s for s in in_slots if s is not None],
+                       [s for s in out_slots if s is not None], f"graph {site.step.graph!r}")
+        _adapt_delegate_inputs(g)
+        conversions = []
+        for p, a in zip(site.output_positions, a_out):
+            t = self.tensor(a)
+            assert t is not None
+            kind = g.binding.output_kind(p)
+            if kind != (t.dtype, tuple(t.shape)):
+                conversions.append(OutputConversion(a, p, t))
+        step = DelegateStep(g, conversions, self.where)
+        self.steps.append(step)
+        self.graph_steps.append(step)
+        converted = {c.slot for c in conversions}
+        for p, a in zip(site.output_positions, a_out):
+            bindable = a not in converted and not step.binding.dequantized[p]
+            self._note(self.makers, a, Port(step, p, step.binding.output_kind(p))
+                       if bindable else None)
+        for p, s in enumerate(in_slots):
+            x = spec.inputs[p]
+            if s is not None and s < len(self.analysis.values):
+                self._note(self.readers, s, Port(step, p, (x.dtype, tuple(x.shape))))
+
+    def move(self, ins: MoveCall) -> None:
+        source = self.slot_of(self.arg(ins.move_from))
+        if source < len(self.analysis.values):
+            self._note(self.readers, source, None)
+        self._note(self.makers, ins.move_to, None)
+        self.steps.append(MoveStep(source, ins.move_to))
+
+    def lower(self) -> None:
+        for pc, ins in enumerate(self.analysis.instructions):
+            if isinstance(ins, KernelCall):
+                self.kernel(pc, ins)
+            elif isinstance(ins, DelegateCall):
+                self.delegate(pc, ins)
+            elif isinstance(ins, MoveCall):
+                self.move(ins)
+            elif isinstance(ins, FreeCall):
+                self.steps.append(FreeStep(ins.value_index))
+            else:
+                raise NotCompilable
+            for dead in self.analysis.free_after.get(pc, ()):
+                self.steps.append(FreeStep(dead))
+
+    # -- planned buffers --------------------------------------------------------------------
+    def plan_buffers(self) -> None:
+        """A value made by one port and read only by ports, all of one kind, never leaving the
+        method and not program-given: one buffer, bound into each of them once."""
+        a = self.analysis
+        boundary = set(a.input_values) | set(a.output_values)
+        planned: set[int] = set()
+        for i, makers in self.makers.items():
+            readers = self.readers.get(i, [])
+            if (i in boundary or len(makers) != 1 or not readers
+                    or a.static[i] is not UNDEFINED):
                 continue
-            if any(op[0] == "x" or (op[0] == "d" and uses.get(id(op[1])) != 1) for op in mk + rd):
+            ports = [p for p in makers + readers if p is not None]
+            if len(ports) != len(makers) + len(readers) or len({p.kind for p in ports}) != 1:
                 continue
-            want = {made(mk[0])} | {read(op) for op in rd}
-            if len(want) != 1:
-                continue
-            dt, shape = want.pop()
-            buf = np.zeros(shape, dt)
+            dtype, shape = ports[0].kind
+            buf = self.program.buffer(shape, dtype)
             self.template[i] = buf
-            op = mk[0]
-            if op[0] == "mm":
-                self._mm[op[1]][3][0] = buf
+            made = ports[0]
+            if isinstance(made.step, MatmulStep):
+                made.step.result = buf
             else:
-                fix_out.setdefault(id(op[1]), {})[op[2]] = buf
-            for op in rd:
-                if op[0] == "d":
-                    fix_in.setdefault(id(op[1]), {})[op[2]] = buf
-        for key in set(fix_in) | set(fix_out):
-            self.by_step[key].fix(fix_in.get(key, {}), fix_out.get(key, {}))
+                made.step.binding.bind_output(made.index, buf)
+            for port in ports[1:]:
+                if isinstance(port.step, DelegateStep):
+                    port.step.binding.bind_input(port.index, buf)
+            planned.add(i)
+        # a planned buffer lives as long as the plan: freeing its slot would free nothing
+        self.steps = [s for s in self.steps if not (isinstance(s, FreeStep) and s.slot in planned)]
 
-    def _kernel(self, pc, kd, args, outs, t, K, r):
-        info = K.OutInfo(t.dtype, t.shape)
-        name, cast = kd.name, kd.cast
-        if (kd.name == "aten::mm.out" and args[0][0] == "s" and args[1][0] == "c"
-                and isinstance(args[1][1], np.ndarray) and args[1][1].ndim == 2
-                and t.dtype == np.float32 and args[1][1].dtype == np.float32
-                and len(t.shape) == 2 and t.shape[1] == args[1][1].shape[1]
-                and r._values[args[0][1]].value.dtype == np.float32
-                and tuple(r._values[args[0][1]].value.shape) == (t.shape[0], args[1][1].shape[0])):
-            a_i, w, shape, o = args[0][1], args[1][1], tuple(t.shape), outs
-            mm, empty = np.matmul, np.empty
-            cell: list = [None]  # a planned out buffer, when the result never leaves the method
 
-            def run_mm(v):
-                res = cell[0]
-                if res is None:
-                    res = empty(shape, np.float32)
-                mm(v[a_i], w, out=res)
-                for oi in o:
-                    v[oi] = res
-            self._mm[pc] = (a_i, o, shape, cell, (t.shape[0], w.shape[0]))
-            return run_mm
-        fn = kd.fn
-        shape_ok = r._shape_ok
-        where = f"method {r.name!r} instruction {pc} ({name})"
+class PtePlan(StepPlan):
+    """A straight-line .pte method of static tensors as named steps over a slot list."""
 
-        def run_kernel(v):
-            xs = [v[x] if k == "s" else x for k, x in args]
-            try:
-                res = K.cast_to_out(fn(*xs, out=info), info, name, cast)
-            except K.KernelError as e:
-                raise K.KernelError(f"{where}: {e}") from None
-            except QnnrtError:
-                raise
-            except Exception as e:  # noqa: BLE001 - as the interpreter: bad arguments
-                raise K.KernelError(f"{where}: the program gives this operator arguments it "
-                                    f"cannot take ({type(e).__name__}: {e})") from None
-            if not shape_ok(res.shape, t):
-                raise QnnrtError(f"{where}: the result has shape {list(res.shape)} but the "
-                                 f"program's out tensor is {list(t.shape)}")
-            for oi in outs:
-                v[oi] = res
-        return run_kernel
+    def __init__(self, program: Program, method: PteMethodAdapter) -> None:
+        lowering = _Lowering(program, method)
+        lowering.lower()
+        lowering.plan_buffers()
+        super().__init__(program, lowering.graph_steps)
+        a = lowering.analysis
+        self.method = method
+        self.where = lowering.where
+        self.steps = lowering.steps
+        self.template = lowering.template
+        self.in_specs = list(method.inputs)
+        self.in_values = list(a.input_values)
+        keep = a.constant_values | set(a.input_values)
+        # (name, value, copy: the output is the program's or the caller's memory)
+        self.outputs = [(s.name, i, i in keep) for s, i in zip(method.outputs, a.output_values)]
 
-    def run(self, inputs) -> dict[str, np.ndarray]:
-        from qnnrt.executorch.kernels.dtypes import _astype
-        from qnnrt.executorch.program import size1_reshape
-        from qnnrt.runtime.method import validate_inputs
-        vals = validate_inputs(self.in_specs, inputs, self.where)
-        v = self.template.copy()
-        given = []
-        for i, s in zip(self.in_idx, self.in_specs):
-            v[i] = x = vals[s.name]
-            given.append(x)
-        fast = self._all_live()
-        program = self.program
-        pool = program.pool
-        if not fast:
-            pool.set_order(self.order)
-        acc = cpu = 0.0
-        pc = time.perf_counter
-        position = 0
-        for kind, op in self.ops:
-            if kind == 0:
-                t0 = pc()
-                op(v)
-                cpu += pc() - t0
-            elif kind == 1:
-                d, step, order, post, reshape = op
-                if d.dyn_ins:
-                    xs = [v[x] if k == "s" else x for k, x in order]
-                    if reshape:
-                        for j, (x, (_, _, shape, _)) in enumerate(zip(xs, d.ins)):
-                            if isinstance(x, np.ndarray) and x.shape != shape:
-                                xs[j] = size1_reshape(x, shape)
-                else:
-                    xs = order
-                program.graph_calls += 1  # as they happen: progress lines read it
-                if fast:
-                    res, dt_s = d.run(xs, d.handle)
-                else:
-                    ctx = pool.acquire(step.key, position)
-                    try:
-                        res, dt_s = d.run(xs, ctx.graph(step.graph).handle)
-                    finally:
-                        pool.release(step.key, position)
-                acc += dt_s
-                position += 1
-                for oi, p, t in post:
-                    a = res[p]
-                    if t is not None:
-                        if a.dtype != t.dtype:
-                            a = _astype(a, t.dtype)
-                        if a.shape != tuple(t.shape):
-                            if a.size != t.numel:
-                                raise QnnrtError(
-                                    f"{self.where}: output {p} of graph {step.graph!r} has shape "
-                                    f"{list(a.shape)}, the program expects {list(t.shape)}")
-                            a = a.reshape(t.shape)
-                    v[oi] = a
-            elif kind == 2:
-                (k, x), to = op
-                v[to] = v[x] if k == "s" else x
-            else:
-                v[op] = None
-        tm = self.timing
-        tm.accelerator_s, tm.cpu_ops_s, tm.graph_calls = acc, cpu, len(self.order)
+    def run(self, inputs: Inputs) -> dict[str, np.ndarray]:
+        given = validate_inputs(self.in_specs, inputs, self.where)
+        values = self.template.copy()
+        arrays = []
+        for i, s in zip(self.in_values, self.in_specs):
+            values[i] = x = given[s.name]
+            arrays.append(x)
+        self.run_steps(values)
         out = {}
-        for name, (i, copy) in zip(self.out_names, self.outs):
-            x = v[i]
+        for name, i, copy in self.outputs:
+            x = values[i]
             if isinstance(x, np.ndarray) and (copy or not x.flags.writeable
-                                              or any(np.shares_memory(x, g) for g in given)):
+                                              or any(np.shares_memory(x, g) for g in arrays)):
                 x = np.array(x, copy=True)
             out[name] = x
         return out
+
+
+class InterpretedPlan:
+    """A .pte method the planner does not compile: the interpreter runs it, each delegate call
+    through a prepared graph step (one per delegate)."""
+
+    def __init__(self, program: Program, method: PteMethodAdapter) -> None:
+        self.program, self.method = program, method
+        self.by_step: dict[int, GraphStep] = {}
+        graph_steps: list[GraphStep] = []
+        for site in method.delegates.values():
+            g = self._delegate_step(program, site, len(graph_steps))
+            self.by_step[id(site.step)] = g
+            graph_steps.append(g)
+        self.live = LiveGraphs(program.pool, graph_steps, order=method.graph_order)
+        self.timing = RunTiming()
+        self._accelerator = 0.0
+        self._all_live = False
+
+    @staticmethod
+    def _delegate_step(program: Program, site: DelegateSite, position: int) -> GraphStep:
+        ni, no = len(site.step.inputs), len(site.step.outputs)
+        g = graph_step(program, site.step, position, range(ni), range(ni, ni + no),
+                       f"graph {site.step.graph!r}")
+        _adapt_delegate_inputs(g)
+        return g
+
+    def _run_graph(self, step: QnnStep, position: int,
+                   arrays: list[np.ndarray]) -> list[np.ndarray]:
+        g = self.by_step[id(step)]
+        values: list = list(arrays) + [None] * len(step.outputs)
+        self.program.graph_calls += 1  # as they happen: progress lines read it
+        if self._all_live:
+            self._accelerator += g.run(values)
+        else:
+            self._accelerator += self.live.run_pooled(g, values, position)
+        return values[len(arrays):]
+
+    def run(self, inputs: Inputs) -> dict[str, np.ndarray]:
+        runner = self.method.runner
+        self._accelerator = 0.0
+        runner.kernel_seconds = 0.0
+        self._all_live = self.live.all_live()
+        if not self._all_live:
+            self.program.pool.set_order(self.live.order)
+        out = self.method.run(inputs, self._run_graph)
+        t = self.timing
+        t.accelerator_s, t.cpu_ops_s, t.graph_calls = (self._accelerator, runner.kernel_seconds,
+                                                       len(self.live.order))
+        return out
+
+
+def pte_plan(program: Program, method: PteMethodAdapter) -> Plan:
+    """The compiled plan when the method is straight-line and static, else the interpreted one."""
+    try:
+        return PtePlan(program, method)
+    except NotCompilable:
+        return InterpretedPlan(program, method)
+
+

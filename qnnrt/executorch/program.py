@@ -3,19 +3,38 @@ DelegateCalls run QNN graphs through the program's context pool (so residency, p
 runner work the same as for qnnrt's own programs)."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qnnrt.core import ContextBinary
+from qnnrt.core import ContextBinary, QnnLibrary
+from qnnrt.core.binary import GraphSpec
 from qnnrt.errors import FormatError, QnnrtError
-from qnnrt.executorch.reader import (PteMethod, constant_method_value, is_constant_method,
+from qnnrt.executorch.reader import (PteIOSpec, PteMethod, PteProgram, constant_method_value,
+                                     is_constant_method,
                                      parse_qnn_compile_spec, qnn_context_binary, qnn_graph_io_order,
                                      read_pte)
-from qnnrt.runtime.method import IOSpec, Method, QnnStep, UnavailableMethod, validate_inputs
+from qnnrt.runtime.method import (GraphRunner, Inputs, IOSpec, Method, QnnStep, UnavailableMethod,
+                                  validate_inputs)
 from qnnrt.executorch.interpreter import PteMethodRunner
 from qnnrt.executorch.compile_spec import runtime_options
+
+if TYPE_CHECKING:
+    from qnnrt.runtime.plan import Plan
+    from qnnrt.runtime.program import Program
+
+
+@dataclass(frozen=True)
+class DelegateSite:
+    """How a .pte delegate maps onto its QNN graph: the graph call, and for each DelegateCall
+    input / output (in arg order) its position among the graph's inputs / outputs."""
+    step: QnnStep
+    input_positions: tuple[int, ...]
+    output_positions: tuple[int, ...]
+    input_shapes: tuple[tuple[int, ...], ...]   # the graph's input shapes, in arg order
 
 
 def context_key(blob_key: tuple[str, int]) -> str:
@@ -23,13 +42,13 @@ def context_key(blob_key: tuple[str, int]) -> str:
     return f"{blob_key[0]}:{blob_key[1]}"
 
 
-def _iospecs(specs, method: str, what: str) -> list[IOSpec]:
+def _iospecs(specs: Sequence[PteIOSpec], method: str, what: str) -> list[IOSpec]:
     out = []
     for s in specs:
         if s.kind != "tensor" or s.dtype is None:
             raise FormatError(f"method {method!r} has a non-tensor {what} {s.name!r} ({s.kind}); "
                               f"qnnrt runs methods whose inputs and outputs are tensors")
-        out.append(IOSpec(s.name, tuple(s.shape), np.dtype(s.dtype)))
+        out.append(IOSpec(s.name, tuple(s.shape or ()), np.dtype(s.dtype)))
     return out
 
 
@@ -43,7 +62,7 @@ def size1_reshape(x: np.ndarray, want: tuple) -> np.ndarray:
     return x
 
 
-def _graph_for(binary: ContextBinary, name: str):
+def _graph_for(binary: ContextBinary, name: str) -> GraphSpec:
     """ExecuTorch runs the graph named after the method; a binary with a single graph of another
     name (e.g. one qnnrt or ORT compiled) runs that graph."""
     if len(binary.graphs) == 1 and binary.graphs[0].name != name:
@@ -58,11 +77,10 @@ class PteMethodAdapter(Method):
         self.name = method.name
         self.inputs = _iospecs(method.inputs, method.name, "input")
         self.outputs = _iospecs(method.outputs, method.name, "output")
-        self._runner = PteMethodRunner(method, self._delegate)
-        signatures = self._runner.delegate_signatures()
-        self._calls: dict[int, tuple[QnnStep, list[int], list[int]]] = {}
-        self._in_shapes: dict[int, list[tuple]] = {}
-        for i in set(self._runner.delegate_call_order()):
+        self.runner = PteMethodRunner(method, self._delegate)
+        signatures = self.runner.delegate_signatures()
+        self.delegates: dict[int, DelegateSite] = {}   # by delegate index
+        for i in set(self.runner.delegate_call_order()):
             d = method.delegates[i]
             key = context_key(d.key)
             spec = _graph_for(binaries[key], method.graph_name(i))
@@ -82,50 +100,54 @@ class PteMethodAdapter(Method):
                 t = values[k] if k < len(values) else None
                 if t is not None and t.dtype is not None and t.dtype.kind in "iu":
                     dequant[p] = False
-            self._in_shapes[i] = [tuple(spec.inputs[p].shape) for p in in_pos]
             step = QnnStep(key, spec.name, [t.name for t in spec.inputs],
                            [t.name for t in spec.outputs], tuple(dequant))
-            self._calls[i] = (step, in_pos, out_pos)
-        self.steps = [self._calls[i][0] for i in self._runner.delegate_call_order()]
-        self._run_graph: Callable[[QnnStep, int, list], list] | None = None
+            self.delegates[i] = DelegateSite(step, tuple(in_pos), tuple(out_pos),
+                                             tuple(tuple(spec.inputs[p].shape) for p in in_pos))
+        self.steps = [self.delegates[i].step for i in self.runner.delegate_call_order()]
+        self._run_graph: GraphRunner | None = None
         self._position = 0
 
-    def compile_plan(self, program):
-        """The runtime's fast path for this method (executorch/plan.py), built at its first run."""
-        from qnnrt.executorch.plan import PtePlan
-        return PtePlan.compile(program, self)
+    def plan(self, program: Program) -> Plan:
+        """Compiled to named steps when it is straight-line and static (executorch/plan.py), else
+        the interpreter with prepared delegate calls."""
+        from qnnrt.executorch.plan import pte_plan
+        return pte_plan(program, self)
 
-    def _delegate(self, index: int, xs: list) -> list:
-        step, in_pos, out_pos = self._calls[index]
-        ordered = [None] * len(step.inputs)
-        for p, x, want in zip(in_pos, xs, self._in_shapes[index]):
+    def _delegate(self, index: int, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        site = self.delegates[index]
+        ordered: list[np.ndarray] = [np.empty(0)] * len(site.step.inputs)
+        for p, x, want in zip(site.input_positions, xs, site.input_shapes):
             if x.shape != want:
                 x = size1_reshape(x, want)
             ordered[p] = x if x.flags.c_contiguous else x.copy(order="C")
         if self._run_graph is None:
             raise QnnrtError(f"method {self.name!r}: delegate {index} called outside run()")
-        outs = self._run_graph(step, self._position, ordered)
+        outs = self._run_graph(site.step, self._position, ordered)
         self._position += 1
-        return [outs[p] for p in out_pos]
+        return [outs[p] for p in site.output_positions]
 
-    def run(self, inputs, run_graph) -> dict[str, np.ndarray]:
+    def run(self, inputs: Inputs, run_graph: GraphRunner) -> dict[str, np.ndarray]:
+        """The interpreter over validated inputs, each delegate through `run_graph`."""
         values = validate_inputs(self.inputs, inputs, f"method {self.name!r}")
         self._run_graph, self._position = run_graph, 0
         try:
-            outs = self._runner.run([values[s.name] for s in self.inputs])
+            outs = self.runner.run([values[s.name] for s in self.inputs])
         finally:
             self._run_graph = None
         return {s.name: o for s, o in zip(self.outputs, outs)}
 
 
-def pte_runtime_options(prog) -> dict:
+def pte_runtime_options(prog: PteProgram) -> dict:
     """What the .pte's QNN delegates ask of the runtime (compile_spec.RUNTIME_FIELDS), merged."""
     specs = [parse_qnn_compile_spec(d) for users in prog.unique_delegate_blobs().values()
              for d in users[:1]]
     return runtime_options(specs)
 
 
-def pte_methods(path: Path, lib):
+def pte_methods(path: Path, lib: QnnLibrary | None) -> tuple[
+        dict[str, ContextBinary], Callable[[Program], dict[str, Method]], str | None, PteProgram,
+        dict[str, object]]:
     """(binaries by pool key, method builder, target SoC, the open PteProgram to close last,
     constant-method values by name)."""
     prog = read_pte(path, require_qnn=True)
@@ -143,7 +165,7 @@ def pte_methods(path: Path, lib):
         prog.close()
         raise
 
-    def build(program) -> dict[str, Method]:
+    def build(program: Program) -> dict[str, Method]:
         """Every method that is not a constant; one that cannot run says why when it is run."""
         methods: dict[str, Method] = {}
         for name, m in prog.methods.items():

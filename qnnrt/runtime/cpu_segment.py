@@ -2,6 +2,9 @@
 weights loaded once)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 import numpy as np
 import onnx
 from onnx import helper
@@ -9,8 +12,11 @@ from onnx import helper
 from qnnrt.errors import FormatError
 from qnnrt.formats.onnx_graph import Dims, node_reads, tensor_type
 
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
-def _session_options():
+
+def _session_options() -> "ort.SessionOptions":
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -28,7 +34,7 @@ class CpuSegment:
 
     def __init__(self, name: str, graph: onnx.GraphProto, nodes: list[onnx.NodeProto],
                  inputs: list[str], outputs: list[str], types: dict[str, tuple[int, Dims | None]],
-                 opsets, ir_version: int, where: str):
+                 opsets: Iterable[onnx.OperatorSetIdProto], ir_version: int, where: str) -> None:
         self.name = name
         self.inputs = inputs
         self.outputs = outputs
@@ -64,10 +70,10 @@ class CpuSegment:
         except Exception as e:
             raise FormatError(f"{where}: ONNX Runtime cannot build the CPU segment "
                               f"{self.node_names[:5]}...: {e}") from e
-        self._feed_names = [i.name for i in self.session.get_inputs()]
-        self._out_names = list(outputs)
+        # what the session is fed: `inputs` less those the sub-model holds as initializers
+        self.feed_names: list[str] = [i.name for i in self.session.get_inputs()]
 
     def run(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        feeds = {k: values[k] for k in self._feed_names}
-        res = self.session.run(self._out_names, feeds)
-        return dict(zip(self._out_names, res))
+        feeds = {k: values[k] for k in self.feed_names}
+        res = self.session.run(self.outputs, feeds)
+        return dict(zip(self.outputs, res))

@@ -2,19 +2,26 @@
 segments) over named tensors; its graph call order is known ahead, which the residency policy uses."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Callable, Sequence, Union
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from qnnrt.core import ContextBinary
+from qnnrt.core.binary import GraphSpec
 from qnnrt.core.tensor import TensorSpec, order_inputs, prepare_input
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.formats.epcontext import EPContextModel, is_epcontext
 from qnnrt.formats.onnx_graph import Dims, node_reads, tensor_type
 from qnnrt.runtime.cpu_segment import CpuSegment
+
+if TYPE_CHECKING:
+    from qnnrt.runtime.plan import Plan
+    from qnnrt.runtime.program import Program
 
 
 @dataclass(frozen=True)
@@ -54,20 +61,29 @@ class CpuStep:
 
 # a function that executes graph `step.graph` of context `step.key` (the program wires residency in)
 GraphRunner = Callable[[QnnStep, int, list[np.ndarray]], list[np.ndarray]]
+# a method's inputs: a dict by name, a sequence in order, or one array (core.tensor.order_inputs)
+Inputs = Union[Mapping[str, object], Sequence[object], np.ndarray]
 
 
-def validate_inputs(specs: Sequence[IOSpec], inputs, where: str) -> dict[str, np.ndarray]:
+def validate_inputs(specs: Sequence[IOSpec], inputs: Inputs, where: str) -> dict[str, np.ndarray]:
     """Inputs by name (mapping) or in order (sequence) -> validated arrays by name."""
     values = order_inputs([s.name for s in specs], inputs, where)
     return {s.name: prepare_input(s, v, where) for s, v in zip(specs, values)}
 
 
 class Method:
-    """Base: `inputs`, `outputs` (IOSpec lists), `graph_order` (context keys in call order)."""
+    """Base: `inputs`, `outputs` (IOSpec lists), `graph_order` (context keys in call order),
+    `constants` (method outputs that are model constants), and `plan`, how a Program runs it."""
     name: str
     inputs: list[IOSpec]
     outputs: list[IOSpec]
     steps: list
+    constants: Mapping[str, np.ndarray] = MappingProxyType({})
+
+    def plan(self, program: Program) -> Plan:
+        """The plan `program` runs this method with (runtime/plan.py), built at its first run."""
+        from qnnrt.runtime.plan import MethodPlan
+        return MethodPlan(program, self)
 
     @property
     def graph_order(self) -> list[str]:
@@ -77,9 +93,9 @@ class Method:
     def graph_calls(self) -> list[QnnStep]:
         return [s for s in self.steps if isinstance(s, QnnStep)]
 
-    def run(self, inputs, run_graph: GraphRunner) -> dict[str, np.ndarray]:
+    def run(self, inputs: Inputs, run_graph: GraphRunner) -> dict[str, np.ndarray]:
         values = validate_inputs(self.inputs, inputs, f"method {self.name!r}")
-        values.update(getattr(self, "_constants", {}))
+        values.update(self.constants)
         keep = {o.name for o in self.outputs}
         position = 0
         for i, step in enumerate(self.steps):
@@ -92,15 +108,15 @@ class Method:
             for name in self._dead_after[i]:
                 if name not in keep:
                     values.pop(name, None)
-        inputs = {s.name for s in self.inputs}
-        return {o.name: (values[o.name].copy() if o.name in inputs else values[o.name])
+        names = {s.name for s in self.inputs}
+        return {o.name: (values[o.name].copy() if o.name in names else values[o.name])
                 for o in self.outputs}
 
     def _check_dataflow(self) -> None:
         """Every tensor a step reads and every method output is a method input, a constant or the
         output of an earlier step (a model naming a tensor it does not have is a FormatError here,
         not a KeyError in the middle of a run)."""
-        have = {s.name for s in self.inputs} | set(getattr(self, "_constants", {}))
+        have = {s.name for s in self.inputs} | set(self.constants)
         for i, step in enumerate(self.steps):
             ins = step.inputs if isinstance(step, QnnStep) else step.segment.inputs
             missing = [n for n in ins if n and n not in have]
@@ -144,7 +160,10 @@ class UnavailableMethod(Method):
         self.inputs, self.outputs, self.steps = [], [], []
         self._dead_after = []
 
-    def run(self, inputs, run_graph: GraphRunner) -> dict[str, np.ndarray]:
+    def run(self, inputs: Inputs, run_graph: GraphRunner) -> dict[str, np.ndarray]:
+        raise FormatError(self.reason)
+
+    def plan(self, program: Program) -> Plan:
         raise FormatError(self.reason)
 
     def describe(self) -> dict:
@@ -244,9 +263,9 @@ class OnnxMethod(Method):
             self.steps.append(QnnStep(key, ep.graph_name, ins, outs, tuple(dequant)))
         flush()
         # graph outputs that are initializers (constants) come straight from the model
-        self._constants = {t.name: numpy_helper.to_array(t) for t in g.initializer
-                           if t.name in graph_outputs}
-        for name, arr in self._constants.items():
+        self.constants = {t.name: numpy_helper.to_array(t) for t in g.initializer
+                          if t.name in graph_outputs}
+        for name, arr in self.constants.items():
             types.setdefault(name, (_elem_of(arr.dtype), list(arr.shape)))
         self.outputs = [_iospec(o.name, types.get(o.name), where) for o in g.output]
         self._plan_lifetimes()
@@ -266,7 +285,7 @@ class OnnxMethod(Method):
 class GraphMethod(Method):
     """A method that is one graph of a raw context binary (`qnnrt run model.bin --graph G`)."""
 
-    def __init__(self, key: str, spec, name: str | None = None):
+    def __init__(self, key: str, spec: GraphSpec, name: str | None = None) -> None:
         self.name = name or spec.name
         self.inputs = [IOSpec(s.name, s.shape, s.dtype, s) for s in spec.inputs]
         self.outputs = [IOSpec(s.name, s.shape,

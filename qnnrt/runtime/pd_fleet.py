@@ -25,7 +25,7 @@ from qnnrt.errors import QnnrtError
 from qnnrt.runtime import pd_channel as ch
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.pd_plan import Placement
-from qnnrt.runtime.residency import Residency
+from qnnrt.runtime.residency import LiveContexts, Residency
 from qnnrt.runtime.pd_worker import KEY_ENV, PARENT_ENV
 
 STOP_GRACE_S = 2.0   # a worker asked to close and still alive after this is killed
@@ -168,6 +168,10 @@ class RemoteCall:
         self.pool, self.worker, self.call_id = pool, worker, call_id
         self.key, self.name = key, spec.name
         self._msg = ch.call_message(call_id)
+        # BoundCall's attributes, unused here: the worker holds the graph and its log
+        self.handle: Any = None
+        self.profile_handle: Any = None
+        self.precise_log = False
         self._ins: list[np.ndarray] = []
         self._outs: list[np.ndarray] = []
         ins, outs = [], []
@@ -233,8 +237,8 @@ class RemoteCall:
     def set_output_size(self, j: int, nbytes: int) -> None:
         pass
 
-    def __call__(self, handle: object = None) -> float:
-        """Execute on the worker; seconds inside graphExecute (there). `handle` is unused."""
+    def __call__(self) -> float:
+        """Execute on the worker; seconds inside graphExecute (there)."""
         for a, src in zip(self._ins, self._src):
             if src is not None:
                 np.copyto(a, src.reshape(a.shape), casting="no")
@@ -399,8 +403,11 @@ class MultiPdPool:
         self._calls += 1
         return c
 
-    def all_live(self, keys: Iterable[str]) -> int | None:
-        return None if self._closed or self.failure else self.generation
+    def live_contexts(self, keys: Iterable[str]) -> LiveContexts | None:
+        """Every context is resident: all of `keys`, unless the pool is closed or broken."""
+        if self._closed or self.failure:
+            return None
+        return LiveContexts(self.generation, {k: self._live[k] for k in keys})
 
     def set_order(self, order: list[str]) -> None:
         pass  # nothing is ever evicted

@@ -67,11 +67,13 @@ class _Call:
 
     def __call__(self) -> float:
         if self.resident:
-            return self.call(self.handle)
+            self.call.handle = self.handle
+            return self.call()
         pool = self.pool
         ctx = pool.acquire(self.key, self.position)
         try:
-            return self.call(ctx.graph(self.graph).handle)
+            self.call.handle = ctx.graph(self.graph).handle
+            return self.call()
         finally:
             pool.release(self.key, self.position)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -15,14 +15,20 @@ from qnnrt.core.graph import BoundCall
 from qnnrt.core.spill_fill import SpillFillGroup
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
-from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod, QnnStep, UnavailableMethod
-from qnnrt.runtime.plan import DelegatePlan, MethodPlan, RunTiming
+from qnnrt.runtime.hooks import ExecutionRecorder
+from qnnrt.profiling.heap import HeapProfiler
+from qnnrt.runtime.method import Inputs, Method, UnavailableMethod
+from qnnrt.runtime.plan import Plan, Profiling, ReferencePlan, RunTiming
 from qnnrt.runtime.performance import Performance
 from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.pd_fleet import MultiPdPool, RemoteCall
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, Placement, first_use_order, place
 from qnnrt.runtime.residency import ContextPool, Residency
 from qnnrt.runtime.vet import StepWatch, VetReport
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
 
 
 def predicted_needs(binaries: dict[str, ContextBinary]) -> dict[str, int | None]:
@@ -78,12 +84,14 @@ class Program:
     """Methods sharing a pool of contexts. Use as a context manager, or call close()."""
 
     def __init__(self, path: Path, binaries: dict[str, ContextBinary],
-                 method_builder: Callable[["Program"], dict[str, Method]], backend: Backend,
-                 residency: "str | Residency" = "auto", heap=None, exec_profiler=None,
-                 profile_level: str = "off", progress=None, owned: list | None = None,
-                 constants: dict | None = None, pd_budget: int | None = None,
-                 watch: StepWatch | None = None, max_pds: int = DEFAULT_MAX_PDS,
-                 log_level: str = "warn", spill_fill_group: SpillFillGroup | None = None):
+                 method_builder: Callable[[Program], dict[str, Method]], backend: Backend,
+                 residency: str | Residency = "auto", heap: HeapProfiler | None = None,
+                 exec_profiler: ExecutionRecorder | None = None, profile_level: str = "off",
+                 progress: Callable[[int, int], None] | None = None,
+                 owned: list[Closable] | None = None, constants: dict[str, object] | None = None,
+                 pd_budget: int | None = None, watch: StepWatch | None = None,
+                 max_pds: int = DEFAULT_MAX_PDS, log_level: str = "warn",
+                 spill_fill_group: SpillFillGroup | None = None) -> None:
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
         self.backend = backend
@@ -93,14 +101,14 @@ class Program:
         self.profile_level = profile_level
         self._lock = threading.RLock()
         self._closed = False
-        self._exec_profile: Profile | None = None
+        self.profiling: Profiling | None = None   # attached to every graph call when profiling
         self._owned = list(owned or [])   # closed after the binaries (e.g. the mapped .pte file)
         self.iterations = 0
         self.pd_budget_cache: str | None = None
         self.graph_calls = 0
         self.vet_reports: list[VetReport] = []  # set by qnnrt.load: what was vetted
         self.timing = RunTiming()  # the last run: time inside graphExecute and in CPU ops
-        self._plans: dict[str, MethodPlan | DelegatePlan | None] = {}
+        self._plans: dict[tuple[str, bool], Plan] = {}
         self.compiled = True  # False: run every method on the step-by-step reference path
         self.performance: Performance | None = None  # set by qnnrt.load: votes, shared buffers, groups
         try:
@@ -130,6 +138,9 @@ class Program:
                                         budget_source=budget.source if budget else None,
                                         on_capacity=self._learned, watch=watch,
                                         spill_fill_group=spill_fill_group)
+            if exec_profiler is not None and profile_level != "off":
+                self.profiling = Profiling(Profile(backend, profile_level), exec_profiler,
+                                           lambda: self.iterations)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)
@@ -179,7 +190,8 @@ class Program:
             raise QnnrtError(f"no method {name!r}; methods: {list(self.methods)}")
         return self.methods[name]
 
-    def run(self, method: str | int | None = None, inputs=None, **named) -> dict[str, np.ndarray]:
+    def run(self, method: str | int | None = None, inputs: Inputs | None = None,
+            **named: np.ndarray) -> dict[str, np.ndarray]:
         """Run a method: inputs as a dict by name, a sequence in order, or keyword arguments."""
         if inputs is None:
             inputs = named
@@ -188,54 +200,27 @@ class Program:
             if self._closed:
                 raise QnnrtError("program is closed")
             try:
-                plan = self._plan(m)
-                if plan is not None:
-                    out = plan.run(inputs)
-                    self.timing = plan.timing
-                    return out
-                self.timing = RunTiming()
-                self.pool.set_order(m.graph_order)
-                out = m.run(inputs, self._run_graph)
-                self.timing.graph_calls = len(m.graph_order)
+                plan = self._plan_of(m)
+                out = plan.run(inputs)
+                self.timing = plan.timing
                 return out
             finally:
                 self.iterations += 1
 
-    def _plan(self, m: Method) -> MethodPlan | DelegatePlan | None:
-        """The method's compiled plan (built at its first run), or None for the reference path:
-        profiling on, or a method kind the planner does not compile."""
-        if not self.compiled or (self.exec_profiler is not None and self.profile_level != "off"):
-            return None
-        if m.name not in self._plans:
-            compile_plan = getattr(m, "compile_plan", None)  # a method kind with its own planner
-            self._plans[m.name] = (compile_plan(self) if compile_plan is not None
-                                   else MethodPlan(self, m) if type(m) in (OnnxMethod, GraphMethod)
-                                   else None)
-        plan = self._plans[m.name]
-        return plan if plan is not None and plan.method is m else None
+    def plan(self, method: str | int | None = None) -> Plan:
+        """The plan `run` runs `method` with (built now, when it was not yet)."""
+        m = self.method(method)
+        with self._lock:
+            return self._plan_of(m)
 
-    def _run_graph(self, step: QnnStep, position: int, arrays: list[np.ndarray]) -> list:
-        self.graph_calls += 1  # read by progress reporters on other threads
-        ctx = self.pool.acquire(step.key, position)
-        try:
-            g = ctx.graph(step.graph)
-            prof = None
-            if self.exec_profiler is not None and self.profile_level != "off":
-                if self._exec_profile is None:
-                    self._exec_profile = Profile(self.backend, self.profile_level)
-                prof = self._exec_profile
-            if all(a.dtype == t.dtype and a.shape == t.shape and a.flags.c_contiguous
-                   for a, t in zip(arrays, g.spec.inputs)):  # validated at method entry
-                out = g.execute_prepared(arrays, profile=prof, dequantize=step.dequantize)
-            else:  # an intermediate from a CPU op of another dtype / layout: convert and check
-                out = g.execute(arrays, profile=prof, dequantize=step.dequantize)
-            self.timing.accelerator_s += g.last_execute_seconds
-            if prof is not None:
-                self.exec_profiler.record("execute", step.graph, step.key, prof.events(),
-                                          iteration=self.iterations)
-            return [out[s.name] for s in g.spec.outputs]
-        finally:
-            self.pool.release(step.key, position)
+    def _plan_of(self, m: Method) -> Plan:
+        """The method's plan, built at its first run: the method's own (`Method.plan`), or the
+        step-by-step reference path when `compiled` is False."""
+        key = (m.name, self.compiled)
+        plan = self._plans.get(key)
+        if plan is None or plan.method is not m:
+            plan = self._plans[key] = m.plan(self) if self.compiled else ReferencePlan(self, m)
+        return plan
 
     # -- lifetime ----------------------------------------------------------------------------
     def close(self) -> None:
@@ -250,8 +235,8 @@ class Program:
         pool = getattr(self, "pool", None)
         if pool is not None:
             pool.close()
-        if self._exec_profile is not None:
-            self._exec_profile.close()
+        if self.profiling is not None:
+            self.profiling.profile.close()
         for b in self.binaries.values():
             b.close()
         for c in self._owned:
@@ -264,7 +249,7 @@ class Program:
     def __enter__(self) -> "Program":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -21,10 +21,10 @@ import enum
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from qnnrt.core import Backend, Context, ContextBinary, LogLevel, Profile, live_contexts_in_process
 from qnnrt.core.spill_fill import SpillFillGroup
@@ -116,13 +116,47 @@ class ResidencyStats:
     ever_created: set = field(default_factory=set)
 
 
+class GraphHandle(Protocol):
+    """What a plan reads of a live graph: the handle its calls go to."""
+    @property
+    def handle(self) -> Any: ...
+
+
+class LiveContext(Protocol):
+    """What a plan reads of a live context: a `Context` here, a PD worker's context elsewhere."""
+    @property
+    def closed(self) -> bool: ...
+
+    def graph(self, name: str) -> GraphHandle: ...
+
+
+class ContextSource(Protocol):
+    """What plans ask of a pool (`ContextPool`, or the multi-PD pool of runtime/pd_fleet.py)."""
+    generation: int
+
+    def live_contexts(self, keys: Iterable[str]) -> LiveContexts | None: ...
+
+    def set_order(self, order: list[str]) -> None: ...
+
+    def acquire(self, key: str, position: int = 0) -> LiveContext: ...
+
+    def release(self, key: str, position: int | None = None) -> None: ...
+
+
+@dataclass(frozen=True)
+class LiveContexts:
+    """Contexts that were all live at `generation` (the pool bumps it on every change)."""
+    generation: int
+    contexts: Mapping[str, LiveContext]
+
+
 class ContextPool:
     """Owns the live contexts of a program and applies a residency policy to them.
 
     `binaries` maps a context key to its ContextBinary. `hooks` (e.g. the heap profiler) get
     before_create(key), after_create(key, ok, pd_estimate_bytes), after_free(key, evicted) and
     mark(event, context=...). `watch` ("worker" vetting) notes the creation and the first graph
-    run of the contexts whose keys it holds; until each has run once, `all_live` sends plans through
+    run of the contexts whose keys it holds; until each has run once, `live_contexts` sends plans through
     acquire/release, where that note is written. Thread model: one caller thread (the executor) plus one prefetch
     thread; creations are serialized, eviction decisions are made on the caller thread.
     """
@@ -610,15 +644,15 @@ class ContextPool:
             if progress:
                 progress(i + 1, len(self.binaries))
 
-    def all_live(self, keys: Iterable[str]) -> int | None:
-        """The current generation when every context in `keys` is live and nothing is pending
-        (the state a compiled plan may run in without acquire/release), else None."""
+    def live_contexts(self, keys: Iterable[str]) -> LiveContexts | None:
+        """The contexts of `keys` and the generation they were read at, when every one is live and
+        nothing is pending (the state a plan may run in without acquire/release), else None."""
         with self._lock:
             if self._closed or self._pending or any(k not in self._live for k in keys):
                 return None
             if self._unproven and not self._unproven.isdisjoint(keys):
                 return None  # a watched context's first run goes through acquire / release
-            return self.generation
+            return LiveContexts(self.generation, {k: self._live[k] for k in keys})
 
     @property
     def live_keys(self) -> list[str]:

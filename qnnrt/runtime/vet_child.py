@@ -89,7 +89,7 @@ def _vet_one(rep: _Reporter, i: int, item: dict, job: dict, state: dict) -> int:
                 if not executes(job["mode"], size, io, int(job["execute_bytes"])):
                     continue
                 rep.step(i, "execute", size + io, g.name)
-                ctx.graph(g.name).execute_prepared([np.zeros(t.shape, t.dtype) for t in g.inputs],
+                ctx.graph(g.name).execute([np.zeros(t.shape, t.dtype) for t in g.inputs],
                                                    dequantize=False)
                 ran += 1
         return ran

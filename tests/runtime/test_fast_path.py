@@ -1,5 +1,5 @@
 """The compiled plan (qnnrt/runtime/plan.py) against the step-by-step reference path
-(Program.compiled = False: Method.run -> Graph.execute_prepared / execute)."""
+(Program.compiled = False: Method.run -> Graph.execute)."""
 from __future__ import annotations
 
 import time
@@ -40,8 +40,7 @@ def test_chain_bit_identical_every_policy(chain12, policy):
     with qnnrt.load(chain12.model, residency=policy) as p:
         outs = [p.run(None, f) for f in x]
         again = p.run(None, x[0])
-        assert isinstance(p._plans["forward" if "forward" in p.methods else p.method().name],
-                          MethodPlan)
+        assert isinstance(p.plan(), MethodPlan)
     for o, r in zip(outs, ref):
         assert _same(o, r)
     assert _same(again, ref[0])
@@ -114,7 +113,7 @@ def _pte_fixtures():
 @pytest.mark.parametrize("pte", _pte_fixtures(), ids=lambda p: f"{p.parent.parent.name[:6]}-{p.parent.name}")
 @pytest.mark.parametrize("policy", ["eager", "auto", "sequential"])
 def test_pte_bit_identical(pte, policy):
-    from qnnrt.runtime.plan import DelegatePlan
+    from qnnrt.executorch.plan import InterpretedPlan, PtePlan
     kinds: set = set()
     with qnnrt.load(pte, residency="eager") as p:
         names = [n for n, m in p.methods.items() if m.inputs]
@@ -127,8 +126,8 @@ def test_pte_bit_identical(pte, policy):
         for n, fs in feeds.items():
             first = p.run(n, fs[0])
             second = p.run(n, fs[1])
-            assert isinstance(p._plans[n], DelegatePlan)
-            kinds.add(type(p._plans[n]).__name__)
+            assert isinstance(p.plan(n), (PtePlan, InterpretedPlan))
+            kinds.add(type(p.plan(n)).__name__)
             assert _same(first, ref[n][0]) and _same(second, ref[n][1]), n
             assert p.timing.graph_calls == len(p.methods[n].graph_order)
 
@@ -149,7 +148,7 @@ def test_llm_pte_bit_identical(policy):
                            key=lambda f: int(f.stem.rsplit("_", 1)[1]))
             xs = [np.load(f) for f in files]
             got = p.run(name, xs)
-            assert isinstance(p._plans[name], PtePlan)
+            assert isinstance(p.plan(name), PtePlan)
             p.compiled = False
             ref = p.run(name, xs)
             p.compiled = True
@@ -162,9 +161,46 @@ def test_raw_binary_graph_method_quantized_bit_identical(q8_binary):
         m = p.method()
         feeds = [_feeds(m, s) for s in (0, 1)]
         got = [p.run(None, f) for f in feeds]
-        assert isinstance(p._plans[m.name], MethodPlan)
+        assert isinstance(p.plan(m.name), MethodPlan)
         p.compiled = False
         ref = [p.run(None, f) for f in feeds]
     assert any(s.is_fixed_point for s in p.binaries[m.steps[0].key].graph(m.steps[0].graph).outputs)
     for g, r in zip(got, ref):
         assert _same(g, r)
+
+
+def test_a_profiled_run_is_the_plan_with_a_profiler(chain12):
+    """Profiling attaches to the plan's graph calls; it does not switch to another path."""
+    from qnnrt.profiling.exec_profile import ExecutionProfiler
+    x = [{"x": np.random.default_rng(i).standard_normal((1, WIDTH)).astype(np.float32)}
+         for i in range(2)]
+    ref = _reference(chain12.model, x)
+    prof = ExecutionProfiler("basic")
+    opts = qnnrt.LoadOptions(profile_level="basic", exec_profiler=prof)
+    with qnnrt.load(chain12.model, residency="lazy", options=opts) as p:
+        outs = [p.run(None, f) for f in x]
+        assert isinstance(p.plan(), MethodPlan)
+    assert all(_same(o, r) for o, r in zip(outs, ref))
+    graphs = prof.to_json()["graphs"]
+    assert len(graphs) == 12 and all(g["executions"] == 2 for g in graphs)
+
+
+@pytest.mark.parametrize("name", ["many_4_fp16", "two_methods_fp16", "add_relu_mul_q8"])
+def test_interpreted_pte_plan_bit_identical(name):
+    """The .pte plan for methods the planner does not compile (the interpreter, delegates through
+    prepared graph steps), forced on methods it could compile, against the reference path."""
+    from pathlib import Path
+    from qnnrt.executorch.plan import InterpretedPlan
+    pte = Path("/work/shared/fixtures/executorch") / name / "model.pte"
+    if not pte.exists():
+        pytest.skip(f"no {name} fixture")
+    with qnnrt.load(pte, residency="lazy") as p:
+        for n, m in p.methods.items():
+            feeds = [_feeds(m, s) for s in (0, 1)]
+            plan = InterpretedPlan(p, m)
+            got = [plan.run(f) for f in feeds]
+            p.compiled = False
+            ref = [p.run(n, f) for f in feeds]
+            p.compiled = True
+            assert all(_same(g, r) for g, r in zip(got, ref)), n
+            assert plan.timing.graph_calls == len(m.graph_order) and plan.timing.accelerator_s > 0

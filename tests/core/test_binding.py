@@ -1,0 +1,67 @@
+"""The one binder (core.graph.GraphBinding) on its own, against the real simulator: slots in, slots
+out, planned buffers bound once, conversions only where asked, and wrong planned buffers refused."""
+import numpy as np
+import pytest
+
+from qnnrt.core import Backend, Context, ContextBinary
+from qnnrt.core.graph import GraphBinding
+from qnnrt.errors import QnnrtError
+from tests.helpers.qnn_fixtures import WIDTH
+
+
+@pytest.fixture(scope="module")
+def live(small_binary):
+    with Backend(soc="SM8550") as be, Context(be, ContextBinary(small_binary.path)) as ctx:
+        yield be, ctx.graph(small_binary.graphs[0])
+
+
+def test_binding_over_slots_equals_graph_execute(live):
+    backend, graph = live
+    x = np.random.default_rng(3).standard_normal((1, WIDTH)).astype(np.float32)
+    want = graph.execute([x])["y"]
+    b = GraphBinding(backend, graph.spec, [2], [0], True, "test")
+    b.call.handle = graph.handle
+    values: list = [None, None, x]
+    assert b.run(values) > 0
+    assert np.array_equal(values[0], want) and values[2] is x
+    first = values[0]
+    b.run(values)
+    assert values[0] is not first            # a fresh output array per call by default
+
+
+def test_planned_buffers_are_bound_once(live):
+    backend, graph = live
+    x = np.random.default_rng(4).standard_normal((1, WIDTH)).astype(np.float32)
+    want = graph.execute([x])["y"]
+    b = GraphBinding(backend, graph.spec, [0], [1], True, "test")
+    b.call.handle = graph.handle
+    xin, yout = np.empty((1, WIDTH), np.float32), np.empty((1, WIDTH), np.float32)
+    b.bind_input(0, xin)
+    b.bind_output(0, yout)
+    xin[...] = x
+    values: list = [None, yout]               # the planner puts the output buffer in its slot
+    b.run(values)
+    assert values[1] is yout and np.array_equal(yout, want)
+
+
+def test_checked_input_is_converted_by_its_adapter(live):
+    backend, graph = live
+    x64 = np.random.default_rng(5).standard_normal((1, WIDTH))      # float64: converted
+    b = GraphBinding(backend, graph.spec, [0], [1], True, "test")
+    b.call.handle = graph.handle
+    values: list = [x64, None]
+    b.run(values)
+    assert np.array_equal(values[1], graph.execute([x64.astype(np.float32)])["y"])
+    with pytest.raises(QnnrtError, match="shape"):
+        b.run([np.zeros((1, WIDTH + 1), np.float32), None])
+
+
+def test_a_planned_buffer_of_another_kind_is_refused(live):
+    backend, graph = live
+    b = GraphBinding(backend, graph.spec, [0], [1], True, "test")
+    with pytest.raises(QnnrtError, match="planned buffer"):
+        b.bind_input(0, np.zeros((1, WIDTH + 1), np.float32))
+    with pytest.raises(QnnrtError, match="planned buffer"):
+        b.bind_output(0, np.zeros((1, WIDTH), np.float16))
+    with pytest.raises(QnnrtError, match="slots"):
+        GraphBinding(backend, graph.spec, [0, 1], [2], True, "test")
