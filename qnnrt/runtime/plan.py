@@ -284,6 +284,7 @@ class MethodPlan(StepPlan):
     """A Method of QNN steps and ONNX Runtime CPU segments, compiled for one Program."""
 
     def __init__(self, program: Program, method: Method) -> None:
+        self.program = program   # before the steps: planned buffers come from it
         self.method = method
         self.where = f"method {method.name!r}"
         self.slots: dict[str, int] = {}
