@@ -2,7 +2,7 @@
 bench/RESULTS.md and docs/RELIABILITY.md, "Vetting cost").
 
   python bench/vet_cost.py ARTIFACT [--inputs a.npy,b.npy] [--via api,cli] [--modes off,default]
-                           [--rounds 1] [--json out.json]
+                           [--rounds 1] [--json out.json] [--load-only]
 
 Each measurement is a fresh process on a fresh QNNRT_CACHE_DIR (no cached verdict, no learned PD
 budget), timing load + the first iteration:
@@ -36,6 +36,11 @@ import qnnrt
 path, inputs, vet = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 prog = qnnrt.load(path, options=qnnrt.LoadOptions(vet=vet))
 t1 = time.perf_counter()
+if inputs == "-":  # --load-only
+    rep = prog.vet_reports[0].to_json() if prog.vet_reports else {}
+    prog.close()
+    print(json.dumps({"load_s": t1 - t0, "first_iteration_s": 0.0, "total_s": t1 - t0, "vetting": rep}))
+    sys.exit(0)
 m = prog.method()
 feed = ([np.load(f) for f in inputs.split(",")] if inputs else
         {s.name: np.zeros([d or 1 for d in s.shape], s.dtype) for s in m.inputs})
@@ -86,7 +91,10 @@ def main() -> int:
     ap.add_argument("--modes", default="off,default")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--json")
+    ap.add_argument("--load-only", action="store_true", help="api: time qnnrt.load only (no run)")
     args = ap.parse_args()
+    if args.load_only:
+        args.inputs, args.via = "-", "api"
     rows = []
     print(f"load average before: {os.getloadavg()}", flush=True)
     for rnd in range(args.rounds):
