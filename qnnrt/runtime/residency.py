@@ -47,7 +47,7 @@ class ResidencyKind(enum.StrEnum):
     MULTI_PD = "multi-pd"    # contexts spread over PD worker processes (runtime/pd_fleet.py)
 
 
-POLICIES = tuple(k.value for k in ResidencyKind)
+POLICIES = tuple(str(k) for k in ResidencyKind)
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Residency:
         if self.kind == ResidencyKind.MULTI_PD:
             return f"multi-pd:{self.pds}" if self.pds else "multi-pd"
         if self.kind != ResidencyKind.BOUNDED:
-            return self.kind.value
+            return str(self.kind)
         return f"bounded:{self.max_live}" if self.max_live else f"bounded:{self.max_bytes}B"
 
     @property

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from qnnrt.core import Backend, Context, ContextBinary
-from qnnrt.core.graph import GraphBinding
+from qnnrt.core.graph import BoundCall, GraphBinding
 from qnnrt.errors import QnnrtError
 from tests.helpers.qnn_fixtures import WIDTH
 
@@ -19,7 +19,7 @@ def test_binding_over_slots_equals_graph_execute(live):
     backend, graph = live
     x = np.random.default_rng(3).standard_normal((1, WIDTH)).astype(np.float32)
     want = graph.execute([x])["y"]
-    b = GraphBinding(backend, graph.spec, [2], [0], True, "test")
+    b = GraphBinding(BoundCall(backend, graph.spec), graph.spec, [2], [0], True, "test")
     b.call.handle = graph.handle
     values: list = [None, None, x]
     assert b.run(values) > 0
@@ -33,7 +33,7 @@ def test_planned_buffers_are_bound_once(live):
     backend, graph = live
     x = np.random.default_rng(4).standard_normal((1, WIDTH)).astype(np.float32)
     want = graph.execute([x])["y"]
-    b = GraphBinding(backend, graph.spec, [0], [1], True, "test")
+    b = GraphBinding(BoundCall(backend, graph.spec), graph.spec, [0], [1], True, "test")
     b.call.handle = graph.handle
     xin, yout = np.empty((1, WIDTH), np.float32), np.empty((1, WIDTH), np.float32)
     b.bind_input(0, xin)
@@ -47,7 +47,7 @@ def test_planned_buffers_are_bound_once(live):
 def test_checked_input_is_converted_by_its_adapter(live):
     backend, graph = live
     x64 = np.random.default_rng(5).standard_normal((1, WIDTH))      # float64: converted
-    b = GraphBinding(backend, graph.spec, [0], [1], True, "test")
+    b = GraphBinding(BoundCall(backend, graph.spec), graph.spec, [0], [1], True, "test")
     b.call.handle = graph.handle
     values: list = [x64, None]
     b.run(values)
@@ -58,10 +58,10 @@ def test_checked_input_is_converted_by_its_adapter(live):
 
 def test_a_planned_buffer_of_another_kind_is_refused(live):
     backend, graph = live
-    b = GraphBinding(backend, graph.spec, [0], [1], True, "test")
+    b = GraphBinding(BoundCall(backend, graph.spec), graph.spec, [0], [1], True, "test")
     with pytest.raises(QnnrtError, match="planned buffer"):
         b.bind_input(0, np.zeros((1, WIDTH + 1), np.float32))
     with pytest.raises(QnnrtError, match="planned buffer"):
         b.bind_output(0, np.zeros((1, WIDTH), np.float16))
     with pytest.raises(QnnrtError, match="slots"):
-        GraphBinding(backend, graph.spec, [0, 1], [2], True, "test")
+        GraphBinding(BoundCall(backend, graph.spec), graph.spec, [0, 1], [2], True, "test")

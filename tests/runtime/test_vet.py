@@ -109,8 +109,8 @@ def test_worker_mode_notes_steps_and_runs_watched_contexts_through_the_pool(
         (rep,) = p.vet_reports
         assert rep.mode == "worker" and rep.children == 0
         assert rep.to_json()["watched_in_worker"] == 12
-        assert p.pool.all_live(p.pool.live_keys) is None   # first runs go through acquire/release
+        assert p.pool.live_contexts(p.pool.live_keys) is None   # first runs go through acquire/release
         y = p.run(None, {"x": x})
-        assert p.pool.all_live(p.pool.live_keys) is not None   # then the fast path
+        assert p.pool.live_contexts(p.pool.live_keys) is not None   # then the fast path
         np.testing.assert_allclose(y["t11"], chain12.reference(x), rtol=0.02, atol=0.02)
     assert note.read_text() == ""   # every noted step ended
