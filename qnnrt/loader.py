@@ -15,6 +15,7 @@ from qnnrt.units import parse_size
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod
 from qnnrt.runtime.program import Program
+from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES
 from qnnrt.runtime.residency import Residency
 
 
@@ -34,6 +35,9 @@ class LoadOptions:
         short-lived child process before this process hands them to QNN (verdict cached by content
         hash); binaries of qnnrt programs are checked against the manifest's sha256 instead.
         "create" vets binary info and context creation only, without running each graph once.
+    max_recoveries: how many graph calls failing with an error a device raises transiently (1100,
+        1007, 1011) the program recovers in all, by re-creating their contexts (or backend) and
+        calling again (runtime/recovery.py); 0 turns recovery off.
     """
     log_level: str = "warn"
     graph: str | None = None
@@ -43,6 +47,7 @@ class LoadOptions:
     progress: Callable[[int, int], None] | None = None
     pd_budget: int | str | None = None
     vet: bool | str = True
+    max_recoveries: int = DEFAULT_MAX_RECOVERIES
 
 
 @dataclass
@@ -66,6 +71,8 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
     p = _existing_path(path)
     if opts.profile_level not in PROFILE_LEVELS:
         raise QnnrtError(f"unknown profile level {opts.profile_level!r}; use {', '.join(PROFILE_LEVELS)}")
+    if opts.max_recoveries < 0:
+        raise QnnrtError(f"max_recoveries {opts.max_recoveries}: give 0 (no recovery) or more")
     policy = Residency.parse(residency)
     lib_path = os.fspath(backend_lib) if backend_lib is not None else None
     lib = open_library(lib_path)
@@ -91,7 +98,8 @@ def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: s
         program = Program(p, binaries, src.build, backend, policy, heap=heap,
                           exec_profiler=opts.exec_profiler, profile_level=opts.profile_level,
                           progress=opts.progress, owned=owned, constants=src.constants,
-                          pd_budget=None if opts.pd_budget is None else parse_size(opts.pd_budget, "PD budget"))
+                          pd_budget=None if opts.pd_budget is None else parse_size(opts.pd_budget, "PD budget"),
+                          max_recoveries=opts.max_recoveries)
         program.vet_reports = vet_reports
         return program
     except BaseException:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, latency_stats, open_program,
-                           write_report)
+                           print_recoveries, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.fileio import check_output_path, write_atomic
 from qnnrt.units import format_bytes
@@ -142,6 +142,7 @@ def run(args) -> int:
                 report["text"] = tokenizer.decode(res.tokens)
         report["method_calls"] = dict(runner.calls)
         report["residency"] = prog.pool.summary()
+        report["recoveries"] = prog.recovery.summary()
     finally:
         prog.close()
     add_profiles(report, prog, profiler, args)
@@ -206,6 +207,7 @@ def _print_summary(r: dict, profiler, args) -> None:
           f"{res['contexts_total']}, creates {res['creates']}, evictions {res['evictions']}")
     if res.get("pd_estimate_total_bytes"):
         print(f"  PD (QNN's estimates): {format_bytes(res['pd_estimate_total_bytes'])}")
+    print_recoveries(r["recoveries"])
     if "heap" in r and args.heap_profiling_path:
         print(f"  heap profile: {args.heap_profiling_path} (+ .json)")
     if profiler is not None:

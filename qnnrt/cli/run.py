@@ -15,6 +15,7 @@ from qnnrt.errors import QnnrtError
 from qnnrt.units import format_bytes
 from qnnrt.fileio import check_free_space, check_output_dir, check_writable, write_atomic
 from qnnrt.progress import Heartbeat, ProgressBar
+from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES
 
 
 def add_parser(sub) -> None:
@@ -55,6 +56,10 @@ def add_runtime_options(p) -> None:
     p.add_argument("--profile-path", help="write the execution profile (JSON + CSV)")
     p.add_argument("--max-input-bytes", help="refuse an inference whose inputs would take more "
                    "(e.g. 2GiB; default: QNNRT_MAX_INPUT_BYTES, else a quarter of the RAM)")
+    p.add_argument("--max-recoveries", type=int, default=DEFAULT_MAX_RECOVERIES, metavar="N",
+                   help="graph calls failing with a transient device error (1100, 1007, 1011) to "
+                        f"recover per run by re-creating their contexts (default "
+                        f"{DEFAULT_MAX_RECOVERIES}; 0: none)")
     p.add_argument("--no-vet", action="store_true",
                    help="do not vet binaries qnnrt did not write in a child process first")
     p.add_argument("--quiet", action="store_true",
@@ -84,7 +89,8 @@ def open_program(args, graph: str | None = None):
                                         heap_profiling_path=args.heap_profiling_path,
                                         profile_level=args.profile_level, exec_profiler=profiler,
                                         progress=load_progress, pd_budget=args.pd_budget,
-                                        vet=not getattr(args, "no_vet", False)))
+                                        vet=not getattr(args, "no_vet", False),
+                                        max_recoveries=args.max_recoveries))
     if bar:
         bar.done()
     return prog, profiler
@@ -261,6 +267,7 @@ def run(args) -> int:
             "check_repeat": ({"checked": True, "mismatches": len(mismatches)}
                              if args.check_repeat else {"checked": False}),
             "time_breakdown": time_breakdown(parts),
+            "recoveries": prog.recovery.summary(),
         }
         if len(methods) > 1:
             report["latency_ms_per_method"] = {k: latency_stats(v) for k, v in per_method.items() if v}
@@ -331,6 +338,17 @@ def _heartbeat(off: bool, label: str, status):
     return Heartbeat(label, status, float(os.environ.get("QNNRT_PROGRESS_INTERVAL", "10")))
 
 
+def print_recoveries(rec: dict) -> None:
+    """The summary's count of recovered graph-call failures (each was a warning when it happened)."""
+    if not rec["tried"]:
+        return
+    print(f"  recoveries: {rec['succeeded']} of {rec['tried']} succeeded (budget {rec['max_recoveries']})")
+    for x in rec["records"]:
+        print(f"    graph {x['graph']!r} iteration {x['iteration']}: QNN error {x['code']} ({x['code_name']}), "
+              f"re-created {x['recreated']} ({', '.join(x['contexts'])}) in {x['seconds'] * 1e3:.1f} ms"
+              f"{'' if x['succeeded'] else ', failed again'}")
+
+
 def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
     lat, res = r["latency_ms"], r["residency"]
     print(f"{r['path']}: method {r['method']} ({len(method.graph_calls)} QNN graph call(s) per "
@@ -363,6 +381,7 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
                "learned": "learned on this backend earlier", "override": "given by --pd-budget"}
         print(f"  PD budget {res['pd_budget_bytes']} B ({format_bytes(res['pd_budget_bytes'])}, "
               f"{src.get(res.get('pd_budget_source') or '', res.get('pd_budget_source') or 'bounded')})")
+    print_recoveries(r["recoveries"])
     if args.check_repeat:
         print(f"  check-repeat: {r['check_repeat']['mismatches']} mismatching iteration(s)")
     if out_dir is not None:

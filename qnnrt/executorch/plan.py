@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qnnrt.errors import QnnrtError
+from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime.plan import DelegatePlan, NotCompilable
 
 if TYPE_CHECKING:
@@ -259,11 +259,17 @@ class PtePlan(DelegatePlan):
                 else:
                     xs = order
                 if fast:
-                    res, dt_s = d.run(xs, d.handle)
+                    try:
+                        res, dt_s = d.run(xs, d.handle)
+                    except QnnError as e:
+                        res, dt_s = self._rerun(step.key, step.graph, e, True, d.run, xs)
                 else:
                     ctx = pool.acquire(step.key, position)
                     try:
-                        res, dt_s = d.run(xs, ctx.graph(step.graph).handle)
+                        try:
+                            res, dt_s = d.run(xs, ctx.graph(step.graph).handle)
+                        except QnnError as e:
+                            res, dt_s = self._rerun(step.key, step.graph, e, False, d.run, xs)
                     finally:
                         pool.release(step.key, position)
                 acc += dt_s

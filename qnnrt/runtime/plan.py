@@ -19,13 +19,14 @@ step).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from qnnrt.core.graph import BoundCall
 from qnnrt.core.tensor import address_of, order_inputs, prepare_input
-from qnnrt.errors import QnnrtError
+from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime.method import CpuStep, Method, QnnStep
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
 _FAST_DEQUANT = {np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16)}
 
 Meta = "tuple[np.dtype, tuple] | None"  # what a slot is known to hold (dtype, static shape)
+R = TypeVar("R")
 
 
 class RunTiming:
@@ -257,6 +259,20 @@ class _Residency:
         self._gen = gen
         return True
 
+    def _rerun(self, key: str, graph: str, error: QnnError, fast: bool,
+               run: "Callable[..., R]", *args: Any) -> R:
+        """The graph call `run(*args, handle)` failed with `error`: the program's recovery policy
+        (runtime/recovery.py) re-creates what the error calls for, or raises, and the call runs
+        again on the new graph handle. Then every step is re-bound to the new handles, so the rest
+        of a fast-path run goes on."""
+        out = self.program.recovery.rerun(key, graph, error,
+                                          lambda c: run(*args, c.graph(graph).handle))
+        self._gen = None
+        if not self._all_live() and fast:  # recreate keeps the live set: never expected
+            raise QnnrtError(f"after recovering graph {graph!r}, a context of the method is not "
+                             f"live; run again")
+        return out
+
 
 class MethodPlan(_Residency):
     """A Method (QNN steps and ONNX Runtime CPU segments) compiled for one Program."""
@@ -335,7 +351,10 @@ class MethodPlan(_Residency):
         if self._all_live():
             for step, is_graph in zip(self.steps, self.is_graph):
                 if is_graph:
-                    acc += step.run(v, step.handle)
+                    try:
+                        acc += step.run(v, step.handle)
+                    except QnnError as e:
+                        acc += self._rerun(step.key, step.graph_name, e, True, step.run, v)
                 else:
                     cpu += step.run(v)
             program.graph_calls += len(self._graph_steps)
@@ -349,7 +368,10 @@ class MethodPlan(_Residency):
                 program.graph_calls += 1
                 ctx = pool.acquire(step.key, step.position)
                 try:
-                    acc += step.run(v, ctx.graph(step.graph_name).handle)
+                    try:
+                        acc += step.run(v, ctx.graph(step.graph_name).handle)
+                    except QnnError as e:
+                        acc += self._rerun(step.key, step.graph_name, e, False, step.run, v)
                 finally:
                     pool.release(step.key, step.position)
         timing.accelerator_s, timing.cpu_ops_s = acc, cpu
@@ -450,12 +472,18 @@ class DelegatePlan(_Residency):
     def run_graph(self, step: QnnStep, position: int, arrays: list) -> list:
         d = self.by_step[id(step)]
         if self._fast:
-            out, dt_s = d.run(arrays, d.handle)
+            try:
+                out, dt_s = d.run(arrays, d.handle)
+            except QnnError as e:
+                out, dt_s = self._rerun(step.key, step.graph, e, True, d.run, arrays)
         else:
             pool = self.program.pool
             ctx = pool.acquire(step.key, position)
             try:
-                out, dt_s = d.run(arrays, ctx.graph(step.graph).handle)
+                try:
+                    out, dt_s = d.run(arrays, ctx.graph(step.graph).handle)
+                except QnnError as e:
+                    out, dt_s = self._rerun(step.key, step.graph, e, False, d.run, arrays)
             finally:
                 pool.release(step.key, position)
         self._acc += dt_s

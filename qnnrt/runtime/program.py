@@ -11,11 +11,12 @@ from typing import Callable
 import numpy as np
 
 from qnnrt.core import Backend, ContextBinary, Profile
-from qnnrt.errors import FormatError, QnnrtError
+from qnnrt.errors import FormatError, QnnError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod, QnnStep, UnavailableMethod
 from qnnrt.runtime.plan import DelegatePlan, MethodPlan, RunTiming
 from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
+from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES, Recovery
 from qnnrt.runtime.residency import ContextPool, Residency
 
 
@@ -50,7 +51,8 @@ class Program:
                  method_builder: Callable[["Program"], dict[str, Method]], backend: Backend,
                  residency: "str | Residency" = "auto", heap=None, exec_profiler=None,
                  profile_level: str = "off", progress=None, owned: list | None = None,
-                 constants: dict | None = None, pd_budget: int | None = None):
+                 constants: dict | None = None, pd_budget: int | None = None,
+                 max_recoveries: int = DEFAULT_MAX_RECOVERIES):
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
         self.backend = backend
@@ -86,6 +88,7 @@ class Program:
                                     budget_bytes=budget.bytes if budget else None,
                                     budget_source=budget.source if budget else None,
                                     on_capacity=self._learned)
+            self.recovery = Recovery(self.pool, max_recoveries, lambda: self.iterations)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)
@@ -160,24 +163,32 @@ class Program:
         self.graph_calls += 1  # read by progress reporters on other threads
         ctx = self.pool.acquire(step.key, position)
         try:
-            g = ctx.graph(step.graph)
-            prof = None
-            if self.exec_profiler is not None and self.profile_level != "off":
-                if self._exec_profile is None:
-                    self._exec_profile = Profile(self.backend, self.profile_level)
-                prof = self._exec_profile
-            if all(a.dtype == t.dtype and a.shape == t.shape and a.flags.c_contiguous
-                   for a, t in zip(arrays, g.spec.inputs)):  # validated at method entry
-                out = g.execute_prepared(arrays, profile=prof, dequantize=step.dequantize)
-            else:  # an intermediate from a CPU op of another dtype / layout: convert and check
-                out = g.execute(arrays, profile=prof, dequantize=step.dequantize)
-            self.timing.accelerator_s += g.last_execute_seconds
-            if prof is not None:
-                self.exec_profiler.record("execute", step.graph, step.key, prof.events(),
-                                          iteration=self.iterations)
-            return [out[s.name] for s in g.spec.outputs]
+            try:
+                return self._execute(ctx, step, arrays)
+            except QnnError as e:
+                return self.recovery.rerun(step.key, step.graph, e,
+                                           lambda c: self._execute(c, step, arrays))
         finally:
             self.pool.release(step.key, position)
+
+    def _execute(self, ctx, step: QnnStep, arrays: list[np.ndarray]) -> list:
+        """The reference path's graph call on live context `ctx` (profiled when asked)."""
+        g = ctx.graph(step.graph)
+        prof = None
+        if self.exec_profiler is not None and self.profile_level != "off":
+            if self._exec_profile is None or self._exec_profile.closed:  # a backend restart closes it
+                self._exec_profile = Profile(self.backend, self.profile_level)
+            prof = self._exec_profile
+        if all(a.dtype == t.dtype and a.shape == t.shape and a.flags.c_contiguous
+               for a, t in zip(arrays, g.spec.inputs)):  # validated at method entry
+            out = g.execute_prepared(arrays, profile=prof, dequantize=step.dequantize)
+        else:  # an intermediate from a CPU op of another dtype / layout: convert and check
+            out = g.execute(arrays, profile=prof, dequantize=step.dequantize)
+        self.timing.accelerator_s += g.last_execute_seconds
+        if prof is not None:
+            self.exec_profiler.record("execute", step.graph, step.key, prof.events(),
+                                      iteration=self.iterations)
+        return [out[s.name] for s in g.spec.outputs]
 
     # -- lifetime ----------------------------------------------------------------------------
     def close(self) -> None:
