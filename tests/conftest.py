@@ -2,6 +2,7 @@
 from tests.helpers.program_fixtures import (chain12, chain_pd, distinct_binaries,  # noqa: F401
                                     two_method_program)
 from tests.helpers.qnn_fixtures import q8_binary, small_binary, two_graph_binary  # noqa: F401
+from tests.helpers.fault_shim import fault_shim  # noqa: F401
 
 try:
     from tests.helpers.build_fixtures import *  # noqa: F401,F403  (demo programs, from the builder)
