@@ -183,3 +183,19 @@ def test_transient_codes_come_from_the_one_code_table():
 def test_negative_budget_is_refused():
     with pytest.raises(qnnrt.QnnrtError, match="max_recoveries"):
         _load(TWO / "model.pte", max_recoveries=-1)
+
+
+@pytest.mark.parametrize("residency", ["eager", "sequential"])  # the plan's fast path / the pool path
+def test_epcontext_program_recovers_on_both_plan_paths(inject, fault_shim, chain12, residency):
+    """An EPContext program (12 contexts, CPU segments between them) runs as a MethodPlan."""
+    from qnnrt.runtime.plan import MethodPlan
+    x = np.linspace(-2, 2, 64, dtype=np.float32)[None]
+    with qnnrt.load(chain12.model, residency="eager") as p:
+        clean = [p.run(None, [x]) for _ in range(2)]
+    with qnnrt.load(chain12.model, residency=residency, backend_lib=fault_shim.folder) as p:
+        inject("15")                          # graph 3 of iteration 1
+        got = [p.run(None, [x]) for _ in range(2)]
+        assert isinstance(p._plans[p.method().name], MethodPlan)
+        (r,) = p.recovery.records
+        assert r.succeeded and r.iteration == 1 and r.context == p.method().steps[2 * 2].key
+    assert all(_equal(a, b) for a, b in zip(got, clean))
