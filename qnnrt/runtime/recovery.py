@@ -62,7 +62,7 @@ class RecoveryRecord:
     """One recovery: which graph call failed, how, what was re-created and what it cost."""
     graph: str
     context: str
-    iteration: int
+    iteration: int          # the program's run index, from 0 (every Program.run counts, warm-up too)
     code: int
     code_name: str
     recreated: str          # "context", "contexts" or "backend"
