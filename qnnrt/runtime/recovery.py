@@ -114,15 +114,16 @@ class Recovery:
                         "re-creating %s and running it again (recovery %d of at most %d)",
                         graph, key, error.code, error.code_name, rec.iteration, _describe(what, key),
                         self.used, self.max_recoveries)
+            keys = self.pool.live_keys + [key] if what == "contexts" else [key]
             try:
-                rec.contexts = self.pool.recreate([key], restart_backend=what == "backend") \
-                    if what != "contexts" else self.pool.recreate(self.pool.live_keys + [key])
+                rec.contexts = self.pool.recreate(keys, restart_backend=what == "backend")
                 result = call(self.pool.live_context(key))
             except QnnError as e:
                 rec.seconds = time.perf_counter() - t0
                 if not is_transient(e):
                     raise
-                error, step = e, step + 1
+                # the next step, or the one the new code calls for when that goes further
+                error, step = e, max(step + 1, STEPS.index(FIRST_STEP[e.code]))
                 continue
             rec.seconds = time.perf_counter() - t0
             rec.succeeded = True
