@@ -199,3 +199,18 @@ def test_epcontext_program_recovers_on_both_plan_paths(inject, fault_shim, chain
         (r,) = p.recovery.records
         assert r.succeeded and r.iteration == 1 and r.context == p.method().steps[2 * 2].key
     assert all(_equal(a, b) for a, b in zip(got, clean))
+
+
+def test_heap_timeline_shows_the_recovery_and_stays_consistent(inject, fault_shim, tmp_path):
+    heap = tmp_path / "heap.txt"
+    with _load(TWO / "model.pte", fault_shim.folder, heap_profiling_path=str(heap)) as p:
+        inject("2")
+        _interleaved(p, PLAN[:3], TWO)
+        assert p.recovery.succeeded == 1
+        h = p.heap
+    data = h.to_json()
+    events = [e["event"] for e in data["timeline"]]
+    (mark,) = [e for e in data["timeline"] if e["event"] == "recovered"]
+    assert mark["info"]["contexts"] == list(p.binaries) and mark["info"]["backend_restarted"] is False
+    assert events.count("create") == 2 and events.count("free") == 2   # load, re-create; free, close
+    assert data["warnings"] == [] and data["ok"]
