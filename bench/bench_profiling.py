@@ -1,4 +1,4 @@
-"""Profiling overhead at each level vs off (issue 5), on a built program.
+"""Profiling overhead at each level vs off, on a built program.
 
     python bench/bench_profiling.py PROGRAM_DIR [--iterations 10] [--rounds 2]
 

@@ -1,4 +1,4 @@
-"""Runtime benchmarks on a built program (issue 4): qnnrt vs ONNX Runtime, qnnrt's overhead over
+"""Runtime benchmarks on a built program: qnnrt vs ONNX Runtime, qnnrt's overhead over
 QNN's own execute time, bounded:K vs lazy (latency and peak RSS), and time to first output.
 
     python bench/bench_runtime.py PROGRAM_DIR [--iterations 20] [--rounds 3] [--skip-ort]

@@ -23,8 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import qnnrt  # noqa: E402
-from qnnrt.errors import QnnrtError  # noqa: E402
+import qnnrt
+from qnnrt.errors import QnnrtError
 
 
 def counts() -> dict:

@@ -3,26 +3,45 @@ ExecuTorch .pte) and hand the runtime a Program. It sits above runtime/ and exec
 chooses between them; files are read and checked before QNN is initialised."""
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from qnnrt.core import Backend, ContextBinary, open_library
+from qnnrt.core import Backend, ContextBinary, LogLevel, LogLevelName, QnnLibrary, open_library
 from qnnrt.core.profile import PROFILE_LEVELS
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.units import parse_size
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod
 from qnnrt.runtime.program import Program
+from qnnrt.runtime.hooks import ExecutionRecorder
+from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES
 from qnnrt.runtime.residency import Residency
+from qnnrt.runtime.vet import StepWatch, VetMode, VetReport, vet_binaries, vet_mode, watch_binaries
+from qnnrt.soc import parse_soc
 
 
-@dataclass
+ProfileLevelName = Literal["off", "basic", "detailed"]
+
+if TYPE_CHECKING:
+    from qnnrt.formats.program import ProgramManifest
+
+logger = logging.getLogger("qnnrt.loader")
+
+
+@dataclass(frozen=True)
 class LoadOptions:
-    """How `qnnrt.load` opens a program (everything but the residency, the SoC and the library).
+    """How `qnnrt.load` opens a program; validated when made (a bad value is a QnnrtError here,
+    not a surprise at load). Immutable: derive variants with `dataclasses.replace`.
 
+    residency: auto, eager, lazy, sequential, bounded:K or bounded:<size> (or a `Residency`).
+    soc: the SoC (model number or name) instead of the one the artifact was built for.
+    backend_lib: libQnnHtp (a file or its folder) instead of discovery.
     log_level: QNN's log level (error, warn, info, verbose, debug).
     graph: for a .bin with several graphs, run only this one.
     heap_profiling_path: write the heap profile (two lines + JSON timeline) here at close.
@@ -31,23 +50,52 @@ class LoadOptions:
     progress: called as progress(done, total) while an eager load creates contexts.
     pd_budget: the PD budget `auto` plans with (bytes or e.g. "3.4GiB"), instead of the one learned
         for this backend (user cache) or found by failing.
-    vet: check binaries qnnrt did not write (raw .bin, foreign EPContext, .pte delegates) in a
-        short-lived child process before this process hands them to QNN (verdict cached by content
-        hash); binaries of qnnrt programs are checked against the manifest's sha256 instead.
-        "create" vets binary info and context creation only, without running each graph once.
+    vet: how binaries qnnrt did not write (raw .bin, foreign EPContext, .pte delegates) are checked
+        before this process hands them to QNN (runtime/vet.py); binaries of qnnrt programs are
+        checked against the manifest's sha256 instead. True / "auto": binary info and context
+        creation in a short-lived child process, plus one run on zeros of the graphs that are cheap
+        to run; "execute": every graph runs once there; "create": no graph runs; "worker": no child,
+        this process is a disposable worker whose parent reports a crash (the CLI's); False: none.
+        Verdicts are cached by content hash.
+    vet_progress: called as vet_progress(done, total) as the vetting child finishes binaries.
+    max_pds: `auto` spreads a program whose contexts do not fit one PD over at most this many PD
+        worker processes, every context resident (runtime/pd_fleet.py); beyond it, each PD evicts;
+        1: one PD that evicts. `multi-pd:N` forces N.
     max_recoveries: how many graph calls failing with an error a device raises transiently (1100,
         1007, 1011) the program recovers in all, by re-creating their contexts (or backend) and
         calling again (runtime/recovery.py); 0 turns recovery off.
     """
-    log_level: str = "warn"
+    residency: Residency | str = "auto"
+    soc: str | int | None = None
+    backend_lib: str | os.PathLike[str] | None = None
+    log_level: LogLevelName | LogLevel = "warn"
     graph: str | None = None
     heap_profiling_path: str | None = None
-    profile_level: str = "off"
-    exec_profiler: Any = None
+    profile_level: ProfileLevelName = "off"
+    exec_profiler: ExecutionRecorder | None = None
     progress: Callable[[int, int], None] | None = None
     pd_budget: int | str | None = None
-    vet: bool | str = True
+    vet: bool | VetMode = True
+    vet_progress: Callable[[int, int], None] | None = None
+    max_pds: int = DEFAULT_MAX_PDS
     max_recoveries: int = DEFAULT_MAX_RECOVERIES
+
+    def __post_init__(self) -> None:
+        LogLevel.parse(self.log_level)
+        if self.profile_level not in PROFILE_LEVELS:
+            raise QnnrtError(f"unknown profile level {self.profile_level!r}; use {', '.join(PROFILE_LEVELS)}")
+        vet_mode(self.vet)  # an unknown mode is an error here
+        object.__setattr__(self, "residency", Residency.parse(self.residency))
+        object.__setattr__(self, "soc", parse_soc(self.soc))
+        if self.pd_budget is not None:
+            object.__setattr__(self, "pd_budget", parse_size(self.pd_budget, "PD budget"))
+        if self.max_recoveries < 0:
+            raise QnnrtError(f"max_recoveries {self.max_recoveries}: give 0 (no recovery) or more")
+
+    @property
+    def policy(self) -> Residency:
+        """The residency, parsed."""
+        return Residency.parse(self.residency)
 
 
 @dataclass
@@ -60,58 +108,83 @@ class Source:
     trusted: set = field(default_factory=set)
 
 
-def load(path: str | os.PathLike, *, residency: str | Residency = "auto", soc: str | int | None = None,
-         backend_lib: str | os.PathLike | None = None, options: LoadOptions | None = None) -> Program:
+def load(path: str | os.PathLike[str], *, residency: str | Residency | None = None,
+         soc: str | int | None = None, backend_lib: str | os.PathLike[str] | None = None,
+         options: LoadOptions | None = None) -> Program:
     """Open a program folder, an EPContext .onnx, a context binary .bin or an ExecuTorch .pte.
 
-    `soc` defaults to the SoC the artifact was built for; `backend_lib` names libQnnHtp (a file or
-    its folder) instead of discovery; `residency` is auto, eager, lazy, sequential, bounded:K or
-    bounded:<size>."""
-    opts = options or LoadOptions()
+    `residency`, `soc` and `backend_lib` are shortcuts for the `LoadOptions` fields of those names
+    (given, they win over `options`'): `soc` defaults to the SoC the artifact was built for,
+    `backend_lib` names libQnnHtp (a file or its folder) instead of discovery, `residency` is auto
+    (the default), eager, lazy, sequential, bounded:K or bounded:<size>."""
+    opts = _with_shortcuts(options or LoadOptions(), residency=residency, soc=soc, backend_lib=backend_lib)
     p = _existing_path(path)
-    if opts.profile_level not in PROFILE_LEVELS:
-        raise QnnrtError(f"unknown profile level {opts.profile_level!r}; use {', '.join(PROFILE_LEVELS)}")
-    if opts.max_recoveries < 0:
-        raise QnnrtError(f"max_recoveries {opts.max_recoveries}: give 0 (no recovery) or more")
-    policy = Residency.parse(residency)
-    lib_path = os.fspath(backend_lib) if backend_lib is not None else None
+    policy = opts.policy
+    soc = opts.soc
+    lib_path = os.fspath(opts.backend_lib) if opts.backend_lib is not None else None
     lib = open_library(lib_path)
-    # the heap profiler exists first: whatever fails later, its file is written (zero contexts)
-    heap = HeapProfiler(path=opts.heap_profiling_path) if opts.heap_profiling_path else None
     binaries: dict[str, ContextBinary] = {}   # filled as opened: closed here if anything fails
     owned: list = []
-    backend = None
-    try:
+    with contextlib.ExitStack() as undo:  # a failure closes what was opened, newest first
+        # the heap profiler exists first: whatever fails later, its file is written (zero contexts)
+        heap = HeapProfiler(path=opts.heap_profiling_path) if opts.heap_profiling_path else None
+        if heap is not None:
+            undo.callback(_close_heap, heap)
+        undo.callback(_close_opened, binaries, owned)
         src = _open_source(p, lib, opts.graph, binaries, owned)
-        vet_reports = []
         untrusted = {k: b for k, b in binaries.items() if k not in src.trusted}
-        if opts.vet and untrusted:  # QNN parses them first in a child: a crash there is an error here
-            from qnnrt.core.vet import vet_binaries
-            vet_reports.append(vet_binaries(untrusted, backend_lib=lib_path, soc=soc or src.built_for,
-                                            execute=opts.vet != "create"))
+        vet_reports, watch = _vet(untrusted, opts, lib_path, soc or src.built_for)
         from qnnrt.core.context import refuse_weight_sharing
         for b in binaries.values():  # before QNN creates one: the simulator crashes on these
             refuse_weight_sharing(b)
         if soc is None:
             soc = src.built_for or _soc_of(binaries)
         backend = Backend(backend_lib=lib_path, soc=soc, log_level=opts.log_level)
+        undo.callback(backend.close)
         program = Program(p, binaries, src.build, backend, policy, heap=heap,
                           exec_profiler=opts.exec_profiler, profile_level=opts.profile_level,
                           progress=opts.progress, owned=owned, constants=src.constants,
-                          pd_budget=None if opts.pd_budget is None else parse_size(opts.pd_budget, "PD budget"),
+                          pd_budget=None if opts.pd_budget is None else int(opts.pd_budget),
+                          watch=watch, max_pds=opts.max_pds,
+                          log_level=LogLevel.parse(opts.log_level).name.lower(),
                           max_recoveries=opts.max_recoveries)
         program.vet_reports = vet_reports
-        return program
-    except BaseException:
-        if heap is not None:
-            try:
-                heap.close()  # a failed load still leaves its heap file (both checkpoints)
-            except QnnrtError:
-                pass
-        _close_opened(binaries, owned)
-        if backend is not None:
-            backend.close()
-        raise
+        undo.pop_all()  # the program owns them now
+    return program
+
+
+def _close_heap(heap: HeapProfiler) -> None:
+    """A failed load still leaves its heap file (both checkpoints); failing to write it must not
+    hide the error that stopped the load."""
+    try:
+        heap.close()
+    except QnnrtError as e:
+        logger.warning("the heap profile of the failed load was not written: %s", e)
+
+
+def _with_shortcuts(opts: LoadOptions, residency: str | Residency | None, soc: str | int | None,
+                    backend_lib: str | os.PathLike[str] | None) -> LoadOptions:
+    """`opts` with the keyword shortcuts of `load` that were given (not None) in place."""
+    if residency is not None:
+        opts = dataclasses.replace(opts, residency=residency)
+    if soc is not None:
+        opts = dataclasses.replace(opts, soc=soc)
+    if backend_lib is not None:
+        opts = dataclasses.replace(opts, backend_lib=backend_lib)
+    return opts
+
+
+def _vet(untrusted: dict[str, ContextBinary], opts: LoadOptions, lib_path: str | None,
+         soc) -> tuple[list[VetReport], StepWatch | None]:
+    """Vet the binaries qnnrt did not write, as `opts.vet` says (before QNN reads them here)."""
+    mode = vet_mode(opts.vet)
+    if mode is None or not untrusted:
+        return [], None
+    watch = StepWatch.from_env() if mode == "worker" else None
+    if watch is not None:
+        return [watch_binaries(untrusted, watch)], watch
+    return [vet_binaries(untrusted, mode="auto" if mode == "worker" else mode, backend_lib=lib_path,
+                         soc=soc, progress=opts.vet_progress)], None
 
 
 def _close_opened(binaries: dict[str, ContextBinary], owned: list) -> None:
@@ -151,7 +224,7 @@ def _relkey(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _check_against_manifest(manifest, models: dict[str, Path], parsed: dict) -> None:
+def _check_against_manifest(manifest: ProgramManifest, models: dict[str, Path], parsed: dict) -> None:
     """A program's methods may only name binaries (and graphs) its program.json lists: the
     manifest's size and graph checks must never be skipped by a node pointing elsewhere."""
     listed = {c.file.resolve(): c for c in manifest.contexts}
@@ -173,16 +246,11 @@ def _check_against_manifest(manifest, models: dict[str, Path], parsed: dict) -> 
                                   f"{manifest.manifest_path} lists for {ctx.path}. Rebuild the program.")
 
 
-def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, ContextBinary],
-                  manifest=None) -> Source:
-    """Binaries referenced by EPContext models (opened into `binaries`), and a builder for their
-    methods. With a program's `manifest`, every node must name a binary and graph the manifest
-    lists, and binaries with a recorded sha256 are checked against it before QNN reads them."""
-    from qnnrt.formats.epcontext import read_epcontext_model
-    parsed = {name: read_epcontext_model(p, root=root) for name, p in models.items()}
-    if manifest is not None:
-        _check_against_manifest(manifest, models, parsed)
-    node_key: dict[tuple[str, int], str] = {}   # (method, node index) -> pool key
+def _open_node_binaries(models: dict[str, Path], parsed: dict[str, Any], root: Path, lib: QnnLibrary,
+                        binaries: dict[str, ContextBinary]) -> dict[tuple[str, int], str]:
+    """Open the binary each EPContext node names or embeds into `binaries` (once per file); the
+    pool key of each such node by (method, node index)."""
+    node_key: dict[tuple[str, int], str] = {}
     for name, em in parsed.items():
         for n in em.epcontext_nodes:
             if n.binary_path is not None:
@@ -195,6 +263,30 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, 
             else:
                 continue
             node_key[(name, n.index)] = key
+    return node_key
+
+
+def _trusted_by_manifest(manifest: ProgramManifest, binaries: dict[str, ContextBinary]) -> set[str]:
+    """The binaries whose sha256 the manifest records, checked (a mismatch is a FormatError)."""
+    sha = {c.path: c.sha256 for c in manifest.contexts if c.sha256}
+    trusted = set()
+    for key, b in binaries.items():
+        if key in sha:
+            _check_sha256(b, sha[key], manifest.manifest_path)
+            trusted.add(key)
+    return trusted
+
+
+def _onnx_methods(models: dict[str, Path], root: Path, lib: QnnLibrary, binaries: dict[str, ContextBinary],
+                  manifest: ProgramManifest | None = None) -> Source:
+    """Binaries referenced by EPContext models (opened into `binaries`), and a builder for their
+    methods. With a program's `manifest`, every node must name a binary and graph the manifest
+    lists, and binaries with a recorded sha256 are checked against it before QNN reads them."""
+    from qnnrt.formats.epcontext import read_epcontext_model
+    parsed = {name: read_epcontext_model(p, root=root) for name, p in models.items()}
+    if manifest is not None:
+        _check_against_manifest(manifest, models, parsed)
+    node_key = _open_node_binaries(models, parsed, root, lib, binaries)
 
     def resolve_non_main_nodes() -> None:
         """Nodes without a binary of their own use the context holding their graph. This reads
@@ -212,13 +304,7 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, 
                                           f"{n.graph_name!r}")
                     node_key[(name, n.index)] = by_graph[n.graph_name]
 
-    trusted = set()
-    if manifest is not None:
-        sha = {c.path: c.sha256 for c in manifest.contexts if c.sha256}
-        for key, b in binaries.items():
-            if key in sha:
-                _check_sha256(b, sha[key], manifest.manifest_path)
-                trusted.add(key)
+    trusted = _trusted_by_manifest(manifest, binaries) if manifest is not None else set()
 
     def build(program: Program) -> dict[str, Method]:
         resolve_non_main_nodes()
@@ -228,7 +314,7 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib, binaries: dict[str, 
                   trusted=trusted)
 
 
-def _open_source(p: Path, lib, graph: str | None, binaries: dict[str, ContextBinary],
+def _open_source(p: Path, lib: QnnLibrary, graph: str | None, binaries: dict[str, ContextBinary],
                  owned: list) -> Source:
     """Open a program folder, EPContext model, .pte or .bin: its binaries go into `binaries` as they
     are opened, objects to close after them into `owned` (so a failure half-way frees all)."""
@@ -254,7 +340,7 @@ def _open_source(p: Path, lib, graph: str | None, binaries: dict[str, ContextBin
     return Source(build)
 
 
-def _soc_of(binaries: dict[str, ContextBinary]):
+def _soc_of(binaries: dict[str, ContextBinary]) -> int | None:
     """The SoC model the first binary was compiled for (0 / unknown -> None: no device config)."""
     for b in binaries.values():
         return b.info.soc_model or None
@@ -268,9 +354,8 @@ def open_for_planning(path: str | os.PathLike, backend_lib: str | os.PathLike | 
     lib = open_library(os.fspath(backend_lib) if backend_lib is not None else None)
     owned: list = []
     binaries: dict[str, ContextBinary] = {}
-    try:
+    with contextlib.ExitStack() as undo:
+        undo.callback(_close_opened, binaries, owned)
         src = _open_source(p, lib, None, binaries, owned)
-    except BaseException:
-        _close_opened(binaries, owned)
-        raise
+        undo.pop_all()
     return binaries, src.build(None), src.built_for or _soc_of(binaries), owned, lib

@@ -1,16 +1,10 @@
 """Shared fixtures: real context binaries and programs built at test time (cached per session)."""
-from tests.helpers.program_fixtures import (chain12, chain_pd, distinct_binaries,  # noqa: F401
-                                    two_method_program)
-from tests.helpers.qnn_fixtures import q8_binary, small_binary, two_graph_binary  # noqa: F401
-from tests.helpers.fault_shim import fault_shim  # noqa: F401
+import pytest
 
-try:
-    from tests.helpers.build_fixtures import *  # noqa: F401,F403  (demo programs, from the builder)
-except ImportError:
-    pass
-
-
-import pytest  # noqa: E402
+# the session fixtures: real context binaries and programs (qnn_fixtures, program_fixtures) and demo
+# programs made by the builder (build_fixtures)
+pytest_plugins = ["tests.helpers.qnn_fixtures", "tests.helpers.program_fixtures",
+                  "tests.helpers.build_fixtures", "tests.helpers.fault_shim"]
 
 
 @pytest.fixture(autouse=True)
@@ -18,3 +12,15 @@ def _private_pd_budget_cache(tmp_path, monkeypatch):
     """Each test has its own PD budget file: a budget learned by one test never plans another (the
     compile and vetting caches stay shared: they only save time)."""
     monkeypatch.setenv("QNNRT_PD_BUDGET_FILE", str(tmp_path / "pd_budget.json"))
+
+
+# a test using one of these builds a demo program or creates hundreds of contexts: it is slow
+# (`pytest -m "not slow"` is the inner loop); tests slow on their own carry @pytest.mark.slow
+SLOW_FIXTURES = {"built_tiny_program", "built_tiny_two_method_program", "built_tiny_grouped_program",
+                 "built_pd_program", "chain_pd"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -24,9 +24,15 @@ LAYERS = {
     "runtime": {"core", "formats", "profiling"},
     "executorch": {"core", "formats", "runtime"},
     "compiler": {"core", "formats", "_capi"},
+    "llm": {"runtime"},                 # drives a loaded Program; never loads one itself
+    "serve": {"llm"},                   # HTTP in front of the LLM runner
     "cli": {"*"},
 }
 SHARED = {"errors", "soc", "units", "fileio", "progress"}  # beneath every layer
+# modules, not packages: loader.py chooses between runtime/ and executorch/, below the CLI only
+# and the shared modules import only each other
+MODULES = {"loader": {"core", "formats", "profiling", "runtime", "executorch"},
+           **{name: set() for name in SHARED}}
 
 
 def _imports(path: Path) -> set[str]:
@@ -48,6 +54,32 @@ def test_layers_import_only_downwards(layer):
         if "*" not in allowed and wrong:
             bad[str(f.relative_to(ROOT))] = sorted(wrong)
     assert not bad, f"{layer}/ reaches up or sideways: {bad}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_top_level_modules_import_only_downwards(module):
+    wrong = _imports(ROOT / f"{module}.py") - MODULES[module] - SHARED - {module}
+    assert not wrong, f"{module}.py reaches up or sideways: {sorted(wrong)}"
+
+
+def test_every_package_has_a_layer():
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(LAYERS), f"packages without a rule in LAYERS: {sorted(packages - set(LAYERS))}"
+
+def test_the_asgi_stack_is_imported_only_where_it_serves():
+    """`qnnrt` works without the `serve` extra: only serve/app.py and serve/server.py import the ASGI
+    stack, and nothing imports them at module level outside serve/."""
+    stack = {"starlette", "uvicorn", "fastapi"}
+    for f in ROOT.rglob("*.py"):
+        tree = ast.parse(f.read_text())
+        top = {(a.name if isinstance(n, ast.Import) else n.module or "").split(".")[0]
+               for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+               for a in (n.names if isinstance(n, ast.Import) else [n])}
+        rel = str(f.relative_to(ROOT))
+        if rel not in ("serve/app.py", "serve/server.py"):
+            assert not top & stack, rel
+            mods = {n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
+            assert not mods & {"qnnrt.serve.app", "qnnrt.serve.server"}, rel
 
 
 def test_runtime_never_touches_ctypes():

@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fuzz.corpus import READERS, make_cases, make_seeds  # noqa: E402
-from tests.fuzz.runner import run_cases  # noqa: E402
+from tests.fuzz.corpus import READERS, make_cases, make_seeds
+from tests.fuzz.runner import run_cases
 
 
 def main(argv: list[str] | None = None) -> int:

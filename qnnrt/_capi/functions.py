@@ -6,9 +6,12 @@ minor API has more slots after these, an older one fewer (those we then refuse b
 from __future__ import annotations
 
 import ctypes as C
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from qnnrt._capi.types import (ApiVersion, BinaryInfo, ErrorHandle, PlatformInfo, ProfileEventData,
                                ProfileExtendedEventData, Tensor, Version, P, u32, u64, vp)
+from qnnrt.errors import QnnrtError
 
 INTERFACE_SLOTS = """propertyHasCapability backendCreate backendSetConfig backendGetApiVersion
 backendGetBuildId backendRegisterOpPackage backendGetSupportedOperations backendValidateOpConfig
@@ -80,3 +83,75 @@ class SystemInterfaceProvider(C.Structure):
     """QnnSystemInterface_t: backend id, provider name, system API version, function table."""
     _fields_ = [("backendId", u32), ("providerName", C.c_char_p), ("systemApiVersion", Version),
                 ("functions", vp * len(SYSTEM_SLOTS))]
+
+
+# -------------------------------------------------------------------- the tables, declared for mypy
+# What the declared calls accept: handles are c_void_p (or None for "no handle"); out-parameters and
+# arrays are ctypes pointers or byref(...) objects, which typeshed does not name publicly.
+Handle = C.c_void_p | int | None
+Ref = Any
+Rc = int  # Qnn_ErrorHandle_t: 0 is success, the low 16 bits are the error code
+
+
+class FunctionTable:
+    """Callables for the slots of one provider table; each call returns the raw error handle.
+
+    Subclasses declare the slots qnnrt calls (one annotation per entry of their signature table,
+    checked by tests/abi), so every QNN call is type-checked. A slot the library leaves NULL is a
+    callable raising QnnrtError; `has(name)` tells them apart."""
+    SIGNATURES: dict[str, tuple[Any, ...]] = {}
+
+    def __init__(self, slots: Sequence[str], pointers: Sequence[int | None], what: str) -> None:
+        self._present: set[str] = set()
+        for name, argtypes in self.SIGNATURES.items():
+            addr = pointers[slots.index(name)]
+            if addr:
+                # CFUNCTYPE (not PYFUNCTYPE): the GIL is released during the call
+                setattr(self, name, C.CFUNCTYPE(ErrorHandle, *argtypes)(addr))
+                self._present.add(name)
+            else:
+                setattr(self, name, _missing(what, name))
+
+    def has(self, name: str) -> bool:
+        return name in self._present
+
+
+def _missing(what: str, name: str) -> Callable[..., Rc]:
+    def call(*args: object) -> Rc:
+        raise QnnrtError(f"{what} does not provide {name} (the function pointer is NULL)")
+    return call
+
+
+class QnnInterface(FunctionTable):
+    """The QnnInterface_t functions qnnrt calls."""
+    SIGNATURES = INTERFACE_SIGNATURES
+    backendCreate: Callable[[Handle, Ref, Ref], Rc]
+    backendGetApiVersion: Callable[[Ref], Rc]
+    backendGetBuildId: Callable[[Ref], Rc]
+    backendFree: Callable[[Handle], Rc]
+    contextCreateFromBinary: Callable[[Handle, Handle, Ref, Handle, int, Ref, Handle], Rc]
+    contextFree: Callable[[Handle, Handle], Rc]
+    graphRetrieve: Callable[[Handle, bytes, Ref], Rc]
+    graphExecute: Callable[[Handle, Ref, int, Ref, int, Handle, Handle], Rc]
+    logCreate: Callable[[Any, int, Ref], Rc]
+    logSetLogLevel: Callable[[Handle, int], Rc]
+    logFree: Callable[[Handle], Rc]
+    profileCreate: Callable[[Handle, int, Ref], Rc]
+    profileGetEvents: Callable[[Handle, Ref, Ref], Rc]
+    profileGetSubEvents: Callable[[int, Ref, Ref], Rc]
+    profileGetEventData: Callable[[int, Ref], Rc]
+    profileGetExtendedEventData: Callable[[int, Ref], Rc]
+    profileFree: Callable[[Handle], Rc]
+    deviceCreate: Callable[[Handle, Ref, Ref], Rc]
+    deviceGetPlatformInfo: Callable[[Handle, Ref], Rc]
+    deviceFreePlatformInfo: Callable[[Handle, Ref], Rc]
+    deviceFree: Callable[[Handle], Rc]
+    errorGetMessage: Callable[[int, Ref], Rc]
+
+
+class QnnSystemInterface(FunctionTable):
+    """The QnnSystemInterface_t functions qnnrt calls."""
+    SIGNATURES = SYSTEM_SIGNATURES
+    systemContextCreate: Callable[[Ref], Rc]
+    systemContextGetBinaryInfo: Callable[[Handle, Handle, int, Ref, Ref], Rc]
+    systemContextFree: Callable[[Handle], Rc]

@@ -69,7 +69,7 @@ def choose_formatter(os_name: str | None = None, load: Callable[[Any], Any] | No
     load = C.CDLL if load is None else load
     if os_name == "nt":
         try:
-            fn = load("ucrtbase").__stdio_common_vsprintf
+            fn = load("ucrtbase").__stdio_common_vsprintf  # noqa: SLF001 - a C symbol, not a Python private
             fn.argtypes = [C.c_uint64, C.c_char_p, C.c_size_t, C.c_char_p, C.c_void_p, C.c_void_p]
             fn.restype = C.c_int
             return Formatter("ucrtbase.dll __stdio_common_vsprintf",
@@ -77,7 +77,7 @@ def choose_formatter(os_name: str | None = None, load: Callable[[Any], Any] | No
         except (OSError, AttributeError, TypeError):
             pass
         try:
-            fn = load("msvcrt")._vsnprintf
+            fn = load("msvcrt")._vsnprintf  # noqa: SLF001 - a C symbol
             fn.argtypes, fn.restype = _VSNPRINTF_ARGS, C.c_int
             return Formatter("msvcrt.dll _vsnprintf", fn, legacy=True)
         except (OSError, AttributeError, TypeError):
@@ -128,3 +128,16 @@ def mallinfo_reader(libc: Any = None) -> tuple[Callable[[], Any] | None, bool, s
         fn.restype = MallInfo
         return fn, True, "heap_in_use from mallinfo() (glibc < 2.33: 32-bit counters wrap at 4 GiB)"
     return None, False, "no mallinfo2/mallinfo in this C library (not glibc): heap_in_use unavailable"
+
+
+def set_parent_death_signal(sig: int) -> bool:
+    """Linux prctl(PR_SET_PDEATHSIG, sig): the kernel sends `sig` to this process when its parent
+    exits. False where it does not exist (other OSes) or fails."""
+    import sys
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = C.CDLL(None, use_errno=True)
+        return libc.prctl(1, int(sig), 0, 0, 0) == 0   # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return False

@@ -12,11 +12,13 @@ import ctypes as C
 import os
 import threading
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from qnnrt._capi import codes, platforms
-from qnnrt._capi.functions import (INTERFACE_SIGNATURES, INTERFACE_SLOTS, SYSTEM_SIGNATURES,
-                                   SYSTEM_SLOTS, InterfaceProvider, SystemInterfaceProvider)
+from qnnrt._capi.functions import (INTERFACE_SLOTS, SYSTEM_SLOTS, InterfaceProvider, QnnInterface,
+                                   QnnSystemInterface, SystemInterfaceProvider)
 from qnnrt._capi.types import ErrorHandle, P, u32
 from qnnrt.errors import LibraryNotFoundError, QnnrtError
 
@@ -53,7 +55,7 @@ def find_library(name: str, explicit: str | os.PathLike | None = None) -> Path:
 
 
 @contextlib.contextmanager
-def _stdout_silenced():
+def _stdout_silenced() -> Iterator[None]:
     """The QNN libraries print a banner to stdout when loaded; keep our stdout clean (--json)."""
     import sys
     try:
@@ -89,29 +91,6 @@ def load_dll(path: Path) -> C.CDLL:
         return dll
 
 
-class FunctionTable:
-    """Callables for the slots of one provider table; each call returns the raw error handle."""
-
-    def __init__(self, slots: list[str], pointers, signatures: dict[str, tuple], what: str):
-        self._fns = {}
-        for name, argtypes in signatures.items():
-            addr = pointers[slots.index(name)]
-            if addr:
-                # CFUNCTYPE (not PYFUNCTYPE): the GIL is released during the call
-                self._fns[name] = C.CFUNCTYPE(ErrorHandle, *argtypes)(addr)
-        self._what = what
-
-    def __getattr__(self, name: str):
-        try:
-            return self._fns[name]
-        except KeyError:
-            raise QnnrtError(f"{self._what} does not provide {name} (the function pointer is NULL "
-                             f"or not called by qnnrt)") from None
-
-    def has(self, name: str) -> bool:
-        return name in self._fns
-
-
 @dataclass
 class QnnLibrary:
     """One loaded backend library + system library with their function tables and versions."""
@@ -122,8 +101,8 @@ class QnnLibrary:
     core_api: tuple[int, int, int]
     backend_api: tuple[int, int, int]
     system_api: tuple[int, int, int]
-    api: FunctionTable = field(repr=False)
-    sys: FunctionTable = field(repr=False)
+    api: QnnInterface = field(repr=False)
+    sys: QnnSystemInterface = field(repr=False)
 
     @property
     def is_simulator(self) -> bool:
@@ -138,7 +117,7 @@ class QnnLibrary:
         try:
             if self.api.has("errorGetMessage") and self.api.errorGetMessage(handle, byref(s)) == 0:
                 return (s.value or b"").decode(errors="replace")
-        except Exception:  # the message is a courtesy; never fail because of it
+        except Exception:  # noqa: BLE001 - the message is a courtesy; never fail because of it
             pass
         return ""
 
@@ -149,7 +128,7 @@ class QnnLibrary:
 _libraries: dict[tuple[Path, Path], QnnLibrary] = {}
 
 
-def _providers(dll: C.CDLL, symbol: str, struct, path: Path) -> list:
+def _providers(dll: C.CDLL, symbol: str, struct: type[C.Structure], path: Path) -> list[Any]:
     """The provider structs a QNN library exports through `symbol` (getProviders)."""
     try:
         get = getattr(dll, symbol)
@@ -200,7 +179,7 @@ def open_library(backend_lib: str | os.PathLike | None = None) -> QnnLibrary:
         core_api=prov.apiVersion.coreApiVersion.as_tuple(),
         backend_api=prov.apiVersion.backendApiVersion.as_tuple(),
         system_api=sprov.systemApiVersion.as_tuple(),
-        api=FunctionTable(INTERFACE_SLOTS, prov.functions, INTERFACE_SIGNATURES, str(bpath)),
-        sys=FunctionTable(SYSTEM_SLOTS, sprov.functions, SYSTEM_SIGNATURES, str(spath)))
+        api=QnnInterface(INTERFACE_SLOTS, prov.functions, str(bpath)),
+        sys=QnnSystemInterface(SYSTEM_SLOTS, sprov.functions, str(spath)))
     _libraries[key] = lib
     return lib

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from types import FrameType
-from typing import Callable
+from typing import Any, Callable
 
 from qnnrt._capi.functions import LOG_CALLBACK
 from qnnrt._capi.libc import format_varargs
@@ -46,12 +46,13 @@ def has_pending() -> bool:
     return _pending is not None
 
 
-def _callback_body(sink: Callable[[int, str], None], fmt, level, va_list) -> None:
+def _callback_body(sink: Callable[[int, str], None], fmt: bytes | None, level: int,
+                   va_list: int | None) -> None:
     try:
         sink(int(level), format_varargs(fmt, va_list).strip())
     except Exception:  # noqa: BLE001 - an exception must never propagate into QNN
         pass
-    except BaseException as e:  # KeyboardInterrupt, SystemExit: raised after the QNN call returns
+    except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt, SystemExit: raised after the QNN call returns
         defer(e)
 
 
@@ -67,9 +68,11 @@ def in_callback(frame: FrameType | None) -> bool:
     return False
 
 
-def make_log_callback(sink: Callable[[int, str], None]):
-    """A C callback for logCreate. Keep the returned object alive as long as the log handle."""
-    def callback(fmt, level, timestamp, va_list):  # pragma: no cover - called from C
+def make_log_callback(sink: Callable[[int, str], None]) -> Any:
+    """A C callback for logCreate (a LOG_CALLBACK instance). Keep the returned object alive as long
+    as the log handle."""
+    def callback(fmt: bytes | None, level: int, timestamp: int,
+                 va_list: int | None) -> None:  # pragma: no cover - called from C
         try:
             _callback_body(sink, fmt, level, va_list)
         except BaseException as e:  # noqa: BLE001 - raised between frames: keep it for later

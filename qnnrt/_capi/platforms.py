@@ -60,7 +60,7 @@ class Host:
     env: Mapping[str, str] = field(default_factory=dict)
     root: Path = Path("/")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "os", self.os.lower())
         object.__setattr__(self, "machine", normalize_machine(self.machine))
         object.__setattr__(self, "native_machine",
@@ -167,11 +167,6 @@ def sdk_targets(host: Host, sdk_root: str | os.PathLike | None = None) -> list[s
         ubuntu = sorted({n for n in present if n.startswith("aarch64-ubuntu-gcc")} | set(ubuntu),
                         key=_gcc_key, reverse=True)
     return ubuntu + oe if _prefers_ubuntu(host) else oe + ubuntu
-
-
-def is_device_target(target: str) -> bool:
-    """Libraries that drive a real NPU (and so need skels), as opposed to the x86 simulator."""
-    return not target.startswith("x86_64")
 
 
 def ort_qnn_dirs(host: Host, package_dir: str | os.PathLike) -> list[tuple[str, Path]]:

@@ -7,7 +7,11 @@ v1..v3, graph info v1..v3) are unions tagged by a leading `version`, exactly as 
 from __future__ import annotations
 
 import ctypes as C
-from typing import Any
+import enum
+import logging
+from typing import Any, Literal
+
+from qnnrt.errors import QnnrtError
 
 u8, u32, i32, u64, i64 = C.c_uint8, C.c_uint32, C.c_int32, C.c_uint64, C.c_int64
 vp = C.c_void_p
@@ -53,7 +57,35 @@ QUANT_ENCODINGS = {0: "SCALE_OFFSET", 1: "AXIS_SCALE_OFFSET", 2: "BW_SCALE_OFFSE
                    UNDEFINED_ENUM: "UNDEFINED"}
 QUANT_SCALE_OFFSET, QUANT_AXIS_SCALE_OFFSET, QUANT_BW_SCALE_OFFSET = 0, 1, 2
 
-LOG_LEVELS = {"error": 1, "warn": 2, "info": 3, "verbose": 4, "debug": 5}
+LogLevelName = Literal["error", "warn", "info", "verbose", "debug"]
+
+
+class LogLevel(enum.IntEnum):
+    """QnnLog_Level_t. The one log-level table: users write the lower-case name, QNN gets the
+    number, Python's `logging` the level of `python_level`."""
+    ERROR = 1
+    WARN = 2
+    INFO = 3
+    VERBOSE = 4
+    DEBUG = 5
+
+    @classmethod
+    def parse(cls, level: LogLevel | str) -> LogLevel:
+        """The level named `level` (case-insensitive); an unknown name is a QnnrtError."""
+        if isinstance(level, LogLevel):
+            return level
+        try:
+            return cls[str(level).strip().upper()]
+        except KeyError:
+            raise QnnrtError(f"unknown log level {level!r}; use {', '.join(LOG_LEVEL_NAMES)}") from None
+
+    @property
+    def python_level(self) -> int:
+        """The `logging` level QNN lines of this level are forwarded at (verbose and debug: DEBUG)."""
+        return {1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO}.get(self.value, logging.DEBUG)
+
+
+LOG_LEVEL_NAMES: tuple[str, ...] = tuple(m.name.lower() for m in LogLevel)
 
 PROFILE_LEVELS = {"basic": 1, "detailed": 2, "backend": 1000}
 PROFILE_UNITS = {1: "us", 2: "bytes", 3: "cycles", 4: "count", 5: "object", 6: "none",
@@ -362,7 +394,7 @@ class BinaryInfo(C.Structure):
     _fields_ = [("version", u32), ("u", _BinaryInfoUnion)]
 
     @property
-    def body(self):
+    def body(self) -> BinaryInfoV1 | BinaryInfoV2 | BinaryInfoV3:
         return {1: self.v1, 2: self.v2, 3: self.v3}[self.version]
 
 

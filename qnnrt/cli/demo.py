@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from qnnrt._capi.types import LOG_LEVEL_NAMES
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.units import format_bytes
 
@@ -27,7 +28,7 @@ def add_parser(sub) -> None:
     p.add_argument("--skip-eager", action="store_true",
                    help="pd preset: do not first show the eager (create-all) failure")
     p.add_argument("--log-level", default="warn",
-                   choices=["error", "warn", "info", "verbose", "debug"])
+                   choices=LOG_LEVEL_NAMES)
     p.set_defaults(func=run)
 
 
@@ -121,6 +122,9 @@ def run(args) -> int:
           f"{res['prefetches']}" + (f"; PD full at {cap} live contexts, handled "
                                     f"({res['pd_failures_handled']} failure(s) absorbed)"
                                     if cap else ""))
+    for pd in res.get("pd_workers") or []:  # multi-PD: every context resident, one PD per worker
+        print(f"  PD {pd['pd']}          {pd['contexts']} contexts {pd['first']} .. {pd['last']} in worker "
+              f"pid {pd['pid']}, {format_bytes(pd['pd_predicted_bytes'])} of PD, created once")
     print(f"  latency       first output {first_s:.2f} s; per iteration min {lat['min']:.1f} / "
           f"median {lat['median']:.1f} / p90 {lat['p90']:.1f} / max {lat['max']:.1f} ms")
     print(f"  accuracy      max |qnnrt - float32 reference| = {err:.4f} (fp16 on the HTP)")

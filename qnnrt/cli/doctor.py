@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qnnrt._capi.types import LOG_LEVEL_NAMES
+
 MIN_PYTHON = (3, 11)
 
 
@@ -60,7 +62,7 @@ def add_parser(sub) -> None:
     p.add_argument("--probe-pd", action="store_true",
                    help="find the PD capacity: create small contexts until QNN error 1002, free "
                         "them, and remember the capacity for this backend")
-    p.add_argument("--log-level", default="warn", choices=["error", "warn", "info", "verbose", "debug"])
+    p.add_argument("--log-level", default="warn", choices=LOG_LEVEL_NAMES)
     p.set_defaults(func=run)
 
 

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from qnnrt._capi.types import LOG_LEVEL_NAMES
 from qnnrt.errors import FormatError
 
 
@@ -17,8 +18,10 @@ def add_parser(sub) -> None:
                    help="predicted PD need per context and whether / how the program fits")
     p.add_argument("--budget", help="PD budget for --pd (e.g. 3.4GiB; default: learned for this "
                    "backend, or the simulator's)")
-    p.add_argument("--log-level", default="warn", choices=["error", "warn", "info", "verbose",
-                                                           "debug"])
+    p.add_argument("--max-pds", type=int, default=None,
+                   help="for --pd: the most PD worker processes the multi-PD placement may use "
+                        "(default 4)")
+    p.add_argument("--log-level", default="warn", choices=LOG_LEVEL_NAMES)
     p.set_defaults(func=run)
 
 
@@ -44,7 +47,7 @@ def describe(path: Path, backend_lib: str | None = None) -> dict:
         return _describe_program(path, backend_lib)
     if path.suffix == ".pte":
         from qnnrt.executorch.reader import read_pte
-        from qnnrt.executorch.interpreter import describe_pte, qnn_graph_lister
+        from qnnrt.executorch.describe import describe_pte, qnn_graph_lister
         with read_pte(path) as prog:
             d = describe_pte(prog, qnn_graph_lister())
         d["kind"] = "pte"
@@ -130,7 +133,7 @@ def _print_program(d: dict) -> None:
 def run(args) -> int:
     if args.pd or args.budget:
         from qnnrt.cli.inspect_pd import describe_pd, print_pd
-        d = describe_pd(Path(args.path), args.backend_lib, args.budget)
+        d = describe_pd(Path(args.path), args.backend_lib, args.budget, args.max_pds)
         if args.json:
             print(json.dumps(d, indent=2))
         else:

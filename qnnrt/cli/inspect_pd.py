@@ -13,7 +13,8 @@ HEAD = {"non_shared_weights": "weights", "io": "I/O", "runlist": "runlist", "spi
         "vtcm": "VTCM"}
 
 
-def describe_pd(path: Path, backend_lib: str | None = None, budget: str | None = None) -> dict:
+def describe_pd(path: Path, backend_lib: str | None = None, budget: str | None = None,
+                max_pds: int | None = None) -> dict:
     from qnnrt.loader import open_for_planning
     from qnnrt.runtime.pd_budget import Budget, backend_identity, resolve_budget
     from qnnrt.runtime.pd_plan import plan
@@ -35,6 +36,7 @@ def describe_pd(path: Path, backend_lib: str | None = None, budget: str | None =
         sizes = {c["key"]: c["predicted_bytes"] for c in contexts}
         orders = {name: m.graph_order for name, m in methods.items()}
         p = plan(orders, sizes, bud.bytes if bud else None)
+        placement = _placement(orders, sizes, bud, max_pds)
         unknown = [c["key"] for c in contexts if c["predicted_bytes"] is None]
         if unknown:
             notes.insert(0, f"{len(unknown)} context(s) have unknown parts (predicted_bytes null): the "
@@ -45,12 +47,26 @@ def describe_pd(path: Path, backend_lib: str | None = None, budget: str | None =
                 "budget_note": bud.describe() if bud else
                 "unknown: not learned for this backend yet (a run of auto finds it); pass --budget",
                 "backend_identity": identity, "eager_fits": p["eager_fits"],
-                "methods": p["methods"], "notes": notes}
+                "methods": p["methods"], "placement": placement, "notes": notes}
     finally:
         for b in binaries.values():
             b.close()
         for c in owned:
             c.close()
+
+
+def _placement(orders: dict, sizes: dict, bud, max_pds: int | None) -> dict | None:
+    """The multi-PD placement `auto` (or multi-pd) would use; None when one PD holds everything."""
+    from qnnrt.errors import QnnrtError
+    from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, first_use_order, place
+    if bud is None or None in sizes.values() or sum(sizes.values()) <= bud.bytes:
+        return None
+    n = DEFAULT_MAX_PDS if max_pds is None else max_pds
+    try:
+        return place(first_use_order(orders, list(sizes)), sizes, bud.bytes, n, None,
+                     bud.source).to_dict() | {"max_pds": n}
+    except QnnrtError as e:
+        return {"max_pds": n, "error": str(e)}
 
 
 def _fmt(v: int | None) -> str:
@@ -87,5 +103,15 @@ def print_pd(d: dict) -> None:
                   f"{m['min_creations_per_iteration']} ({m['residency']})")
         elif m.get("residency"):
             print(f"    {m['residency']}")
+    pl = d.get("placement")
+    if pl and pl.get("error"):
+        print(f"\n  multi-PD placement: none within --max-pds {pl['max_pds']} ({pl['error']}); auto "
+              f"evicts on one PD")
+    elif pl:
+        print(f"\n  multi-PD placement (auto, every context resident): {pl['pds']} PD worker(s), "
+              f"each under {format_bytes(pl['budget_bytes'])}")
+        for g in pl["groups"]:
+            print(f"    PD {g['pd']}: {g['contexts']} context(s) {g['first']} .. {g['last']}, "
+                  f"{format_bytes(g['predicted_bytes'])}")
     for n in d["notes"]:
         print(f"  note: {n}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,12 @@ def add_parser(sub) -> None:
     src.add_argument("--prompt", help="prompt text (needs --tokenizer)")
     src.add_argument("--score-tokens", help="score mode: token ids (or a file of them); prints each "
                                             "token's log-likelihood and the perplexity")
-    p.add_argument("--tokenizer", help="tokenizer.json (Hugging Face `tokenizers`; pip install "
-                                       "qnnrt[llm])")
+    src.add_argument("--chat", action="store_true",
+                     help="an interactive multi-turn chat in the terminal through the tokenizer's chat "
+                          "template (needs --tokenizer; an empty line or end of input ends it)")
+    p.add_argument("--tokenizer", help="a Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json, "
+                                       "chat_template.jinja) or a tokenizer.json (pip install 'qnnrt[llm]')")
+    p.add_argument("--system", help="--chat: the system message")
     p.add_argument("--max-new-tokens", type=int, default=32, help="default 32")
     p.add_argument("--seq-len", type=int, default=0,
                    help="stop when the sequence reaches this length (default: the context length)")
@@ -61,24 +66,6 @@ def parse_token_ids(text: str, what: str = "--prompt-tokens") -> list[int]:
     return [int(t) for t in items]
 
 
-class _Tokenizer:
-    def __init__(self, path: str):
-        try:
-            from tokenizers import Tokenizer  # type: ignore[import-not-found]
-        except ImportError:
-            raise QnnrtError("--tokenizer needs the `tokenizers` package: pip install 'qnnrt[llm]' "
-                             "(or pip install tokenizers), or give --prompt-tokens ids") from None
-        if not Path(path).is_file():
-            raise QnnrtError(f"--tokenizer {path}: no such file")
-        self.tok = Tokenizer.from_file(path)
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tok.encode(text, add_special_tokens=False).ids)
-
-    def decode(self, ids: list[int]) -> str:
-        return str(self.tok.decode(ids))
-
-
 def _check_vocab(ids: list[int], vocab: int, what: str) -> None:
     bad = [t for t in ids if t >= vocab]
     if bad:
@@ -87,12 +74,15 @@ def _check_vocab(ids: list[int], vocab: int, what: str) -> None:
 
 def run(args) -> int:
     from qnnrt.llm import LlmRunner, Sampler
+    from qnnrt.llm.text import TextModel, TextTokenizer
     if args.max_new_tokens < 1:
         raise QnnrtError("--max-new-tokens must be >= 1")
-    if args.prompt is not None and not args.tokenizer:
-        raise QnnrtError("--prompt TEXT needs --tokenizer tokenizer.json (or give --prompt-tokens ids)")
-    if args.prompt is None and args.prompt_tokens is None and args.score_tokens is None:
-        raise QnnrtError("give --prompt-tokens IDS, --prompt TEXT --tokenizer FILE, or --score-tokens IDS")
+    if (args.prompt is not None or args.chat) and not args.tokenizer:
+        raise QnnrtError(f"{'--chat' if args.chat else '--prompt TEXT'} needs --tokenizer DIR (a Hugging Face "
+                         f"tokenizer folder or tokenizer.json), or give --prompt-tokens ids")
+    if args.prompt is None and args.prompt_tokens is None and args.score_tokens is None and not args.chat:
+        raise QnnrtError("give --prompt-tokens IDS, --prompt TEXT --tokenizer DIR, --chat --tokenizer DIR, "
+                         "or --score-tokens IDS")
     if args.dump_logits and args.score_tokens is None:
         raise QnnrtError("--dump-logits applies to score mode (--score-tokens)")
     check_targets(args)
@@ -102,7 +92,7 @@ def run(args) -> int:
         except OSError as e:
             raise QnnrtError(f"--dump-logits {args.dump_logits}: cannot create the folder ({e})") from e
         check_output_path(Path(args.dump_logits) / "logits.npy", "--dump-logits")
-    tokenizer = _Tokenizer(args.tokenizer) if args.tokenizer else None
+    tokenizer = TextTokenizer.from_path(args.tokenizer) if args.tokenizer else None
     sampler = Sampler(args.temperature, args.top_k, args.top_p, args.seed)  # checks its arguments
     t_start = time.perf_counter()
     prog, profiler = open_program(args)
@@ -112,7 +102,11 @@ def run(args) -> int:
         lay = runner.layout
         report["layout"] = lay.describe()
         report["load_s"] = round(time.perf_counter() - t_start, 6)
-        if args.score_tokens is not None:
+        text = TextModel.of(tokenizer, lay) if tokenizer is not None else None
+        if args.chat:
+            assert text is not None
+            report["turns"] = chat(runner, text, sampler, args)
+        elif args.score_tokens is not None:
             ids = parse_token_ids(args.score_tokens, "--score-tokens")
             _check_vocab(ids, lay.vocab_size, "--score-tokens")
             t0 = time.perf_counter()
@@ -124,22 +118,21 @@ def run(args) -> int:
                 report["score"]["dumped"] = _dump_logits(Path(args.dump_logits), lay, sc)
         else:
             if args.prompt is not None:
-                assert tokenizer is not None
-                ids = tokenizer.encode(args.prompt)
-                if lay.bos_id is not None and (not ids or ids[0] != lay.bos_id):
-                    ids = [lay.bos_id] * max(1, lay.n_bos) + ids
+                assert text is not None
+                ids = text.prompt_ids(args.prompt)
             else:
                 ids = parse_token_ids(args.prompt_tokens)
             _check_vocab(ids, lay.vocab_size, "prompt")
-            res = runner.generate(ids, args.max_new_tokens, sampler=sampler,
-                                  eos_ids=[] if args.ignore_eos else None, seq_len=args.seq_len or None)
+            eos = [] if args.ignore_eos else (list(text.stop_ids) if text is not None else None)
+            res = runner.generate(ids, args.max_new_tokens, sampler=sampler, eos_ids=eos,
+                                  seq_len=args.seq_len or None)
             report.update(res.report())
             report["prompt_token_ids"] = ids
             report["decode_ms"] = ({k: v for k, v in latency_stats([x * 1e3 for x in res.decode_s]).items()
                                     if k != "all"} | {"n": len(res.decode_s)}
                                    if res.decode_s else {"min": None, "median": None, "p90": None, "n": 0})
-            if tokenizer is not None:
-                report["text"] = tokenizer.decode(res.tokens)
+            if text is not None:
+                report["text"] = text.tokenizer.decode(res.tokens)
         report["method_calls"] = dict(runner.calls)
         report["residency"] = prog.pool.summary()
         report["recoveries"] = prog.recovery.summary()
@@ -149,6 +142,41 @@ def run(args) -> int:
     _print_summary(report, profiler, args)
     write_report(args, report)
     return 0
+
+
+def chat(runner, text, sampler, args) -> list[dict]:
+    """Read a user message per line, stream the reply; each turn reuses the KV cache of the last."""
+    from qnnrt.llm.chat_template import render_chat
+    from qnnrt.llm.session import CachedGenerator
+    from qnnrt.llm.textgen import generate_text
+    gen = CachedGenerator(runner)
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    turns = []
+    tty = sys.stdin.isatty()
+    while True:
+        if tty:
+            print("> ", end="", flush=True)
+        line = sys.stdin.readline()
+        if not line.strip():
+            break
+        messages.append({"role": "user", "content": line.rstrip("\n")})
+        ids = text.prompt_ids(render_chat(text.tokenizer.chat_template, messages,
+                                          special_tokens=text.tokenizer.special_tokens))
+        _check_vocab(ids, runner.layout.vocab_size, "chat")
+        if len(ids) > runner.layout.prompt_capacity:
+            print(f"qnnrt llm: the conversation is {len(ids)} tokens, more than the {runner.layout.prompt_capacity} "
+                  f"that fit this model's context: ending the chat", file=sys.stderr)
+            break
+        g = generate_text(gen, text, ids, args.max_new_tokens, sampler=sampler,
+                          on_text=lambda chunk, _tok: print(chunk, end="", flush=True))
+        print(flush=True)
+        messages.append({"role": "assistant", "content": g.text})
+        turn = g.result.report() | {"prompt_tokens": len(ids), "cached_tokens": g.reused,
+                                    "finish_reason": g.finish_reason, "text": g.text}
+        turns.append(turn)
+        print(f"  [{len(g.result.tokens)} tokens, {g.reused} of {len(ids)} prompt tokens reused, time to first "
+              f"token {g.result.ttft_s * 1e3:.1f} ms]", file=sys.stderr, flush=True)
+    return turns
 
 
 def _dump_logits(folder: Path, lay, sc) -> list[str]:
@@ -176,7 +204,10 @@ def _print_summary(r: dict, profiler, args) -> None:
     print(f"{r['path']}: {lay['mode']} LLM, {lay['n_layers']} layers, context {lay['context_len']}, "
           f"prefill window {lay['prefill_ar_len']}, vocab {lay['vocab_size']}, caches {lay['cache_dtype']}, "
           f"logits {lay['logits_dtype']}")
-    if "score" in r:
+    if "turns" in r:
+        print(f"  chat: {len(r['turns'])} turn(s), {sum(t['cached_tokens'] for t in r['turns'])} prompt tokens "
+              f"reused from the KV cache")
+    elif "score" in r:
         s = r["score"]
         toks, lps = s["tokens"], s["logprobs"]
         print(f"  scored {len(lps)} token(s) ({s['n_prefill']} through prefill) in {s['seconds']:.3f} s")

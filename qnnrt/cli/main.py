@@ -1,4 +1,4 @@
-"""`qnnrt` command line: inspect, run, llm, build, demo, plot, doctor.
+"""`qnnrt` command line: inspect, run, llm, serve, build, demo, plot, doctor.
 
 Exit status: 0 success, 1 a user or QNN error or a crash inside QNN (message on stderr; traceback
 only with --log-level debug), 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP.
@@ -11,24 +11,22 @@ import os
 import signal
 import sys
 
+from qnnrt._capi.types import LogLevel
 from qnnrt.errors import QnnrtError
 
-LOG_LEVELS = ["error", "warn", "info", "verbose", "debug"]
-_PY_LEVELS = {"error": logging.ERROR, "warn": logging.WARNING, "info": logging.INFO,
-              "verbose": logging.DEBUG, "debug": logging.DEBUG}
 
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=_PY_LEVELS.get(level, logging.WARNING), stream=sys.stderr,
+def _setup_logging(name: str) -> None:
+    level = LogLevel.parse(name)
+    logging.basicConfig(level=level.python_level, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("qnnrt").setLevel(_PY_LEVELS.get(level, logging.WARNING))
+    logging.getLogger("qnnrt").setLevel(level.python_level)
     # QNN's own log is chatty at warning level (and its errors are attached to the QnnError we
     # raise): show it from --log-level info on
     logging.getLogger("qnnrt.qnn").setLevel(
-        _PY_LEVELS[level] if level in ("info", "verbose", "debug") else logging.CRITICAL + 1)
+        level.python_level if level >= LogLevel.INFO else logging.CRITICAL + 1)
 
 
-SUBCOMMANDS = ("inspect", "run", "llm", "build", "demo", "plot", "doctor")
+SUBCOMMANDS = ("inspect", "run", "llm", "serve", "build", "demo", "plot", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:

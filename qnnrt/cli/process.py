@@ -6,7 +6,11 @@ only waits. That gives:
 
 - crash isolation: a worker dying of SIGSEGV/SIGBUS/SIGABRT inside a QNN library is exit 1 with a
   message, never a signal; a worker killed from outside (SIGKILL, perhaps the OOM killer) is
-  reported as that, not blamed on the input;
+  reported as that, not blamed on the input. The worker is also what vets binaries qnnrt did not
+  write (runtime/vet.py, "worker" mode): it notes each risky QNN step (binary info, context
+  creation, a context's first graph run) in a small file this parent creates (QNNRT_VET_STEP_FILE),
+  so a crash names the binary and step, and a step silent past its stall timeout stops the worker
+  with a message naming it;
 - one way to stop: SIGINT / SIGTERM / SIGHUP to the parent are forwarded to the worker, which stops
   at once (interrupts landing inside a QNN log callback are deferred to just after the QNN call);
   a worker still alive after `GRACE_S` is killed; the exit status is 130 / 143 / 129;
@@ -22,12 +26,15 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from types import FrameType
 from typing import Any, Callable
 
 WORKER_ENV = "QNNRT_WORKER_PARENT"   # set in the worker's environment: the parent's pid
 GRACE_S = 0.8                        # a signalled worker still alive after this is killed
+# ... except a server, which lets in-flight requests end at their next token and writes its report
+GRACE_S_BY_COMMAND = {"serve": 15.0}
 _CRASH_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT", "SIGSYS", "SIGTRAP"}
 
 
@@ -132,7 +139,7 @@ def worker_main(run: Callable[[list[str]], int], argv: list[str]) -> None:
         code = e.exit_code
     except KeyboardInterrupt:
         code = 130
-    except BaseException:  # an unexpected bug: show it, fail cleanly
+    except BaseException:  # noqa: BLE001 - an unexpected bug: show it, fail cleanly
         import traceback
         traceback.print_exc()
         code = 1
@@ -153,7 +160,7 @@ def _worker_command(argv: list[str]) -> list[str]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(qnnrt.__file__)))
     code = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
             "from qnnrt.cli.main import _worker; _worker(sys.argv[1:])")
-    flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
+    flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # noqa: SLF001 - the stdlib's own way to pass -X / -W flags on
     return [sys.executable, *flags, "-c", code, root, *argv]
 
 
@@ -163,7 +170,7 @@ def _windows_kill_on_close_job(proc: subprocess.Popen) -> Any:
         return None
     import ctypes
     from ctypes import wintypes
-    k32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    k32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined, unused-ignore]
 
     class BasicLimit(ctypes.Structure):
         _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64), ("PerJobUserTimeLimit", ctypes.c_int64),
@@ -189,7 +196,7 @@ def _windows_kill_on_close_job(proc: subprocess.Popen) -> Any:
     info.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
     k32.SetInformationJobObject(wintypes.HANDLE(job), JobObjectExtendedLimitInformation,
                                 ctypes.byref(info), ctypes.sizeof(info))
-    k32.AssignProcessToJobObject(wintypes.HANDLE(job), wintypes.HANDLE(int(proc._handle)))  # type: ignore[attr-defined]
+    k32.AssignProcessToJobObject(wintypes.HANDLE(job), wintypes.HANDLE(int(proc._handle)))  # type: ignore[attr-defined, unused-ignore]  # noqa: SLF001 - Popen exposes no process handle
     return job  # closed by the OS when the parent exits: the worker goes with it
 
 
@@ -202,10 +209,15 @@ def _peak_worker_memory() -> str:
     return f"; its peak memory was {kib / (1 << 20):.2f} GiB" if kib else ""
 
 
-def _report_signal(sig: int, argv: list[str]) -> int:
-    """A worker that died of a signal qnnrt did not send: say what it was; the exit status."""
+def _report_signal(sig: int, argv: list[str], steps: list) -> int:
+    """A worker that died of a signal qnnrt did not send: say what it was (and, for a crash, in
+    which noted step of which binary); the exit status."""
     name = signal_name(sig)
     what = " ".join(argv)
+    if name in _CRASH_SIGNALS and steps:
+        from qnnrt.runtime.vet import worker_crash_message
+        print(f"qnnrt: error: {worker_crash_message(name, steps)}", file=sys.stderr)
+        return 1
     if name in _CRASH_SIGNALS:
         print(f"qnnrt: error: the QNN library crashed ({name}) while running `qnnrt {what}`. The "
               f"input is most likely corrupt or was built for another QNN version; rebuild it, or "
@@ -260,27 +272,36 @@ def run_in_worker(argv: list[str]) -> int:
             previous[s] = signal.signal(s, forward)
         except (OSError, ValueError):
             pass
-    env = dict(os.environ, **{WORKER_ENV: str(os.getpid())})
+    from qnnrt.runtime.vet import STEP_FILE_ENV
+    fd, step_file = tempfile.mkstemp(prefix="qnnrt-steps-")
+    os.close(fd)
+    env = dict(os.environ, **{WORKER_ENV: str(os.getpid()), STEP_FILE_ENV: step_file})
+    stalled: str | None = None
     try:
         proc = subprocess.Popen(_worker_command(argv), env=env)
-        _job = _windows_kill_on_close_job(proc)  # noqa: F841 - kept alive with the worker
+        _job = _windows_kill_on_close_job(proc)
         if os.environ.get("QNNRT_DEBUG_WORKER") or _debug_requested(argv):
             print(f"qnnrt: worker pid {proc.pid}", file=sys.stderr, flush=True)
         if received:  # a signal arrived while the worker was being started
             forward(received[0], None)
         deadline: float | None = None
         killed = False
+        grace = GRACE_S_BY_COMMAND.get(argv[0], GRACE_S) if argv else GRACE_S
         while True:
             if received and deadline is None:
-                deadline = time.monotonic() + GRACE_S
+                deadline = time.monotonic() + grace
             try:
                 code = proc.wait(timeout=0.05 if deadline is not None else 0.5)
                 break
             except subprocess.TimeoutExpired:
+                if stalled is None and not received:
+                    stalled = _stalled_step(step_file)
+                    if stalled is not None:
+                        proc.kill()
                 if deadline is not None and time.monotonic() > deadline and not killed:
                     proc.kill()
                     killed = True
-                    print(f"qnnrt: the worker did not stop within {GRACE_S} s of "
+                    print(f"qnnrt: the worker did not stop within {grace} s of "
                           f"{signal_name(received[0])}; killed it", file=sys.stderr)
     finally:
         if proc is not None and proc.poll() is None:  # the parent leaves for any reason: no orphan
@@ -290,8 +311,32 @@ def run_in_worker(argv: list[str]) -> int:
             from qnnrt.fileio import remove_temps_of  # killed mid-write: no partial file stays
             remove_temps_of(proc.pid, _output_folders(argv))
         restore_handlers(previous)
+        steps = _read_steps(step_file)
+        _remove(step_file)
     if received:
         return 128 + received[0]
+    if stalled is not None:
+        print(f"qnnrt: error: {stalled}", file=sys.stderr)
+        return 1
     if code < 0:
-        return _report_signal(-code, argv)
+        return _report_signal(-code, argv, steps)
     return code
+
+
+def _stalled_step(step_file: str) -> str | None:
+    """The message for a risky step the worker noted that is past its stall timeout, if any."""
+    from qnnrt.runtime.vet import read_steps, stalled_step, worker_stall_message
+    step = stalled_step(read_steps(step_file))
+    return worker_stall_message(step) if step is not None else None
+
+
+def _read_steps(step_file: str) -> list:
+    from qnnrt.runtime.vet import read_steps
+    return read_steps(step_file)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

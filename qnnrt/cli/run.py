@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from qnnrt._capi.types import LOG_LEVEL_NAMES
 from qnnrt.cli.io_files import (output_bytes, parse_inputs_arg, random_inputs, read_input_list,
                                 set_max_input_bytes, write_outputs)
 from qnnrt.core.profile import PROFILE_LEVELS
@@ -45,7 +46,11 @@ def add_parser(sub) -> None:
 def add_runtime_options(p) -> None:
     """Options every command that loads and runs a program shares (run, llm)."""
     p.add_argument("--residency", default="auto",
-                   help="auto (default), eager, lazy, sequential, bounded:K or bounded:<size>")
+                   help="auto (default), eager, lazy, sequential, bounded:K, bounded:<size> or "
+                        "multi-pd[:N] (contexts spread over N PD worker processes, all resident)")
+    p.add_argument("--max-pds", type=int, default=None,
+                   help="auto spreads a program that does not fit one PD over at most this many PD "
+                        "worker processes (default 4; 1: one PD that evicts)")
     p.add_argument("--report", help="write a JSON report to this file")
     p.add_argument("--pd-budget", help="PD budget auto plans with (e.g. 3.4GiB), instead of the one "
                    "learned for this backend")
@@ -61,39 +66,71 @@ def add_runtime_options(p) -> None:
                         f"recover per run by re-creating their contexts (default "
                         f"{DEFAULT_MAX_RECOVERIES}; 0: none)")
     p.add_argument("--no-vet", action="store_true",
-                   help="do not vet binaries qnnrt did not write in a child process first")
+                   help="do not vet binaries qnnrt did not write (by default the worker notes each "
+                        "risky QNN step on them, so a crash or a stall names the binary and step)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress on stderr (by default: a bar on a terminal, else a line "
                         "every 10 s)")
     p.add_argument("--log-level", default="warn",
-                   choices=["error", "warn", "info", "verbose", "debug"])
+                   choices=LOG_LEVEL_NAMES)
+
+
+def _max_pds(args) -> dict:
+    n = getattr(args, "max_pds", None)
+    if n is None:
+        return {}
+    if n < 1:
+        raise QnnrtError(f"--max-pds {n}: give a whole number >= 1")
+    return {"max_pds": n}
 
 
 def open_program(args, graph: str | None = None):
     """(program, execution profiler or None) loaded with the shared runtime options."""
     from qnnrt.loader import LoadOptions, load
+    from qnnrt.runtime.vet import VetMode
     quiet = getattr(args, "quiet", False)
     tty = sys.stderr.isatty()
     bar = ProgressBar("creating contexts") if tty and not quiet else None
     profiler = _exec_profiler(args.profile_level)
-    loading = {"done": 0, "total": 0}
+    vet_bar = ProgressBar("vetting binaries in a child process") if tty and not quiet else None
+    loading = {"done": 0, "total": 0, "vetted": 0, "to_vet": 0}
 
     def load_progress(done: int, total: int) -> None:
         loading.update(done=done, total=total)
         if bar:
             bar.update(done, total)
-    with _heartbeat(quiet or tty, f"qnnrt {args.command}: loading",
-                    lambda: f"contexts created {loading['done']}/{loading['total'] or '?'}"):
+
+    def vet_progress(done: int, total: int) -> None:
+        loading.update(vetted=done, to_vet=total)
+        if vet_bar:
+            vet_bar.update(done, total)
+
+    def status() -> str:
+        if loading["vetted"] < loading["to_vet"]:
+            return f"vetting {loading['vetted']}/{loading['to_vet']} binaries in a child process"
+        return f"contexts created {loading['done']}/{loading['total'] or '?'}"
+    # in the CLI's worker (cli/process.py) vetting costs no child: the worker is the isolation
+    vet: VetMode | bool = False if getattr(args, "no_vet", False) else "worker"
+    with _heartbeat(quiet or tty, f"qnnrt {args.command}: loading", status):
         prog = load(args.path, residency=args.residency, soc=args.soc, backend_lib=args.backend_lib,
                     options=LoadOptions(log_level=args.log_level, graph=graph,
                                         heap_profiling_path=args.heap_profiling_path,
                                         profile_level=args.profile_level, exec_profiler=profiler,
                                         progress=load_progress, pd_budget=args.pd_budget,
-                                        vet=not getattr(args, "no_vet", False),
-                                        max_recoveries=args.max_recoveries))
+                                        vet=vet, vet_progress=vet_progress,
+                                        max_recoveries=args.max_recoveries, **_max_pds(args)))
+    if vet_bar:
+        vet_bar.done()
     if bar:
         bar.done()
     return prog, profiler
+
+
+def vetting_json(prog, args) -> dict:
+    """The report's `vetting` section: what vetting did on this run and what it cost."""
+    if prog.vet_reports:
+        return prog.vet_reports[0].to_json()
+    return {"mode": "off" if getattr(args, "no_vet", False) else "none needed", "binaries": 0}
 
 
 def _profile_paths(path: str) -> list[str]:
@@ -156,7 +193,7 @@ def time_breakdown(parts: list[tuple[float, float, float, int]]) -> dict:
     (qnnrt's own cost), from (wall, accelerator, cpu ops seconds, graph calls) per iteration."""
     if not parts:
         return {}
-    med = lambda xs: float(np.median(list(xs)))  # noqa: E731
+    med = lambda xs: float(np.median(list(xs)))
     rt = [w - a - c for w, a, c, _ in parts]
     return {"accelerator_ms": round(med(p[1] for p in parts) * 1e3, 6),
             "cpu_ops_ms": round(med(p[2] for p in parts) * 1e3, 6),
@@ -188,7 +225,6 @@ def run(args) -> int:
     t_start = time.perf_counter()
     prog, profiler = open_program(args, args.graph)
     quiet, tty = getattr(args, "quiet", False), sys.stderr.isatty()
-    beat = None
     try:
         load_s = time.perf_counter() - t_start
         names = args.method.split(",") if args.method else [args.method_index]
@@ -215,41 +251,39 @@ def run(args) -> int:
             return (f"iteration {min(state['it'] + 1, total)}/{total} ({state['it']} done), graph "
                     f"call {prog.graph_calls - state['calls0']}/{calls} of it, contexts created "
                     f"{pool['creates']} (of {pool['contexts_total']})")
-        beat = _heartbeat(quiet or tty, "qnnrt run", status)
-        beat.__enter__()
-        for it in range(total):
-            state["it"], state["calls0"] = it, prog.graph_calls
-            m = methods[it % len(methods)]
-            mfeeds = feeds[m.name]
-            feed_index = (it // len(methods)) % len(mfeeds)
-            t0 = time.perf_counter()
-            outputs = prog.run(m.name, mfeeds[feed_index])
-            dt = time.perf_counter() - t0
-            if first_output_s is None:
-                first_output_s = time.perf_counter() - t_start
-            timed = it >= args.warm_up
-            if timed:
-                latencies.append(dt * 1e3)
-                per_method[m.name].append(dt * 1e3)
-                t = prog.timing
-                parts.append((dt, t.accelerator_s, t.cpu_ops_s, t.graph_calls))
-            if args.check_repeat:
-                ref = first_outputs.setdefault((m.name, feed_index), outputs)
-                if ref is not outputs:
-                    bad = [k for k in ref if not _same(ref[k], outputs[k])]
-                    if bad:
-                        mismatches.append((it, m.name, bad))
-            if out_dir is not None and timed:
-                try:
-                    write_outputs(out_dir, it - args.warm_up, outputs, npy=(it == total - 1))
-                except QnnrtError as e:  # e.g. a full disk: stop now, say what is complete
-                    done = it - args.warm_up
-                    raise QnnrtError(f"{e} Stopped at iteration {done}; the outputs of "
-                                     f"{done} earlier iteration(s) in {out_dir} are complete.") from e
-            if run_bar:
-                run_bar.update(it + 1, total)
-        state["it"] = total
-        beat.__exit__(None, None, None)
+        with _heartbeat(quiet or tty, "qnnrt run", status):
+            for it in range(total):
+                state["it"], state["calls0"] = it, prog.graph_calls
+                m = methods[it % len(methods)]
+                mfeeds = feeds[m.name]
+                feed_index = (it // len(methods)) % len(mfeeds)
+                t0 = time.perf_counter()
+                outputs = prog.run(m.name, mfeeds[feed_index])
+                dt = time.perf_counter() - t0
+                if first_output_s is None:
+                    first_output_s = time.perf_counter() - t_start
+                timed = it >= args.warm_up
+                if timed:
+                    latencies.append(dt * 1e3)
+                    per_method[m.name].append(dt * 1e3)
+                    t = prog.timing
+                    parts.append((dt, t.accelerator_s, t.cpu_ops_s, t.graph_calls))
+                if args.check_repeat:
+                    ref = first_outputs.setdefault((m.name, feed_index), outputs)
+                    if ref is not outputs:
+                        bad = [k for k in ref if not _same(ref[k], outputs[k])]
+                        if bad:
+                            mismatches.append((it, m.name, bad))
+                if out_dir is not None and timed:
+                    try:
+                        write_outputs(out_dir, it - args.warm_up, outputs, npy=(it == total - 1))
+                    except QnnrtError as e:  # e.g. a full disk: stop now, say what is complete
+                        done = it - args.warm_up
+                        raise QnnrtError(f"{e} Stopped at iteration {done}; the outputs of "
+                                         f"{done} earlier iteration(s) in {out_dir} are complete.") from e
+                if run_bar:
+                    run_bar.update(it + 1, total)
+            state["it"] = total
         if run_bar:
             run_bar.done()
         if first_output_s is None:  # unreachable: --iteration >= 1 is checked above
@@ -267,13 +301,12 @@ def run(args) -> int:
             "check_repeat": ({"checked": True, "mismatches": len(mismatches)}
                              if args.check_repeat else {"checked": False}),
             "time_breakdown": time_breakdown(parts),
+            "vetting": vetting_json(prog, args),
             "recoveries": prog.recovery.summary(),
         }
         if len(methods) > 1:
             report["latency_ms_per_method"] = {k: latency_stats(v) for k, v in per_method.items() if v}
     finally:
-        if beat is not None:
-            beat.__exit__(None, None, None)
         prog.close()
     add_profiles(report, prog, profiler, args)
     _print_summary(report, method, out_dir, profiler, args)
@@ -357,6 +390,14 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
     print(f"  latency over {r['iterations']} iteration(s) (+{r['warm_up']} warm-up): "
           f"min {lat['min']:.3f} ms, median {lat['median']:.3f} ms, p90 {lat['p90']:.3f} ms, "
           f"max {lat['max']:.3f} ms")
+    v = r["vetting"]
+    if v["binaries"]:
+        where = (f"{v['watched_in_worker']} noted in the worker process, no child"
+                 if v["mode"] == "worker" else
+                 f"{v['vetted_in_child']} in {v['children']} child process(es) "
+                 f"({v['child_seconds']:.1f} s, {v['graphs_executed']} graph(s) run on zeros), "
+                 f"{v['cached']} cached")
+        print(f"  vetting {v['mode']}: {v['binaries']} binaries qnnrt did not write: {where}")
     tb = r.get("time_breakdown")
     if tb:
         print(f"  time per iteration (median): inside QNN graph execution {tb['accelerator_ms']:.3f} "
@@ -367,6 +408,11 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
           f"creates {res['creates']}, evictions {res['evictions']}, reloads {res['reloads']}"
           + (f", PD capacity found {cap} context(s) ({res['pd_failures_handled']} PD failure(s) "
              f"handled)" if cap else ""))
+    for pd in res.get("pd_workers") or []:
+        print(f"    PD {pd['pd']} (worker pid {pd['pid']}): {pd['contexts']} context(s) {pd['first']} .. "
+              f"{pd['last']}, PD predicted {format_bytes(pd['pd_predicted_bytes'])}, QNN-reported "
+              f"{format_bytes(pd['pd_reported_bytes'])}, creates {pd['creates']}, channel "
+              f"{pd['channel_us_per_call']} us per graph call")
     for name, st in r.get("latency_ms_per_method", {}).items():
         print(f"    {name}: median {st['median']:.3f} ms over {len(st['all'])} iteration(s)")
     if res.get("pd_estimate_total_bytes") or res.get("pd_predicted_total_bytes"):
@@ -378,6 +424,7 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
                  f"predicted" if res.get("pd_mismatches") else ""))
     if res.get("pd_budget_bytes") is not None:
         src = {"found": "found by a PD failure this run, remembered for the next runs",
+               "simulator": "the x86 simulator's PD, measured",
                "learned": "learned on this backend earlier", "override": "given by --pd-budget"}
         print(f"  PD budget {res['pd_budget_bytes']} B ({format_bytes(res['pd_budget_bytes'])}, "
               f"{src.get(res.get('pd_budget_source') or '', res.get('pd_budget_source') or 'bounded')})")

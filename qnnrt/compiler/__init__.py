@@ -3,7 +3,8 @@ Runtime's QNN EP into context binaries, and write programs (docs/program-format.
 Llama-shaped demo models (``qnnrt.compiler.demo``).
 
 Modules: ``partition`` (placement and partitioning), ``compile`` (QNN EP compilation, cache),
-``program_writer`` (method EPContext models), ``builder`` (the whole build), ``demo``, ``cli``.
+``program_writer`` (method EPContext models), ``builder`` (the whole build), ``demo``. The
+``qnnrt build`` command itself is ``qnnrt.cli.build``.
 """
 from qnnrt.compiler.builder import BuildOptions, BuildReport, build_demo, build_program
 

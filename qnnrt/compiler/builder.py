@@ -93,7 +93,7 @@ def load_model(src: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProt
         raise BuildError(f"{path}: no such model file")
     try:
         return onnx.load(str(path)), str(path)
-    except Exception as e:  # noqa: BLE001 - protobuf errors have many types
+    except Exception as e:
         raise BuildError(f"{path}: not a readable ONNX model ({e})") from e
 
 

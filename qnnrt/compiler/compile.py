@@ -21,6 +21,7 @@ ONNX Runtime / QNN versions): ``$QNNRT_CACHE_DIR``, else ``$XDG_CACHE_HOME/qnnrt
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -119,7 +120,7 @@ def qnn_ep_devices():
         if not devs:
             try:
                 ort.register_execution_provider_library(EP_NAME, oq.get_library_path())
-            except Exception as e:  # noqa: BLE001 - already registered under this name is fine
+            except Exception as e:
                 if "already" not in str(e).lower():
                     raise BuildError(f"cannot register the QNN EP library {oq.get_library_path()}: {e}") from e
             devs = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
@@ -393,7 +394,8 @@ def compile_unit(models: list[onnx.ModelProto], labels: list[str], options: Comp
     cache.misses += 1
     t0 = time.perf_counter()
     d = Path(tempfile.mkdtemp(prefix=f"u{key[:12]}_", dir=workdir))
-    try:
+    with contextlib.ExitStack() as undo:
+        undo.callback(shutil.rmtree, d, ignore_errors=True)  # kept only when the cache stored it there
         aliases: list[dict[str, str]]
         if len(models) == 1:
             data, aliases = blobs[0], [{}]
@@ -412,7 +414,7 @@ def compile_unit(models: list[onnx.ModelProto], labels: list[str], options: Comp
         what = labels[0] if len(labels) == 1 else f"{', '.join(labels)} (one binary)"
         try:
             sess = ort.InferenceSession(str(src), sess_options=_session_options(options, cfg))
-        except Exception as e:  # noqa: BLE001 - ORT raises its own exception types
+        except Exception as e:
             msg = [line for line in str(e).strip().splitlines() if line.strip()]
             ops = "; ".join(f"{lab}: {_describe(m)}" for lab, m in zip(labels, models))
             raise BuildError(
@@ -463,12 +465,9 @@ def compile_unit(models: list[onnx.ModelProto], labels: list[str], options: Comp
         unit = CompiledUnit(key, bin_path, bin_path.stat().st_size, members, cache_hit=False,
                             seconds=time.perf_counter() - t0)
         stored = cache.put(unit, {"labels": labels, "options": asdict(options), "versions": toolchain_versions()})
-        if stored.bin_path != bin_path:
-            shutil.rmtree(d, ignore_errors=True)
+        if stored.bin_path == bin_path:
+            undo.pop_all()
         return stored
-    except BaseException:
-        shutil.rmtree(d, ignore_errors=True)
-        raise
 
 
 def probe_unsupported(model: onnx.ModelProto, options: CompileOptions, cache: CompileCache,
@@ -495,7 +494,7 @@ def probe_unsupported(model: onnx.ModelProto, options: CompileOptions, cache: Co
         so = _session_options(options, {"session.record_ep_graph_assignment_info": "1"})
         try:
             sess = ort.InferenceSession(str(src), sess_options=so)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             msg = str(e).strip().splitlines()
             raise BuildError("probing which ops the QNN EP takes failed: "
                              f"{msg[-1] if msg else type(e).__name__}\n"

@@ -220,7 +220,7 @@ def analyze_model(model: onnx.ModelProto, source: str = "model") -> ModelInfo:
     # tensor types: shape inference, then declared value infos
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception as e:  # noqa: BLE001 - onnx raises several types
+    except Exception as e:
         raise BuildError(f"{source}: ONNX shape inference failed: {e}") from e
     types: dict[str, TensorType] = {}
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output) + list(inferred.graph.input):

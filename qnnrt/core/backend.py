@@ -3,26 +3,43 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import ctypes as C
 import itertools
 import logging
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from qnnrt._capi import codes
 from qnnrt._capi import types as T
 from qnnrt._capi.library import QnnLibrary, open_library
 from qnnrt._capi.log import make_log_callback, raise_pending
+from qnnrt.core.freeing import check_free
 from qnnrt.errors import QnnError, QnnrtError, remedy_for
 from qnnrt.soc import parse_soc
 
 if TYPE_CHECKING:
     from qnnrt.core.context import Context
 
+
+class Closeable(Protocol):
+    """What a backend owns: a context or a profile."""
+    @property
+    def closed(self) -> bool: ...
+
+    def close(self) -> None: ...
+
 qnn_logger = logging.getLogger("qnnrt.qnn")
-_PY_LEVEL = {1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO, 4: logging.DEBUG,
-             5: logging.DEBUG}
+
+
+def _python_level(level: int) -> int:
+    """The `logging` level of a QNN log line (an unknown QNN level: DEBUG)."""
+    try:
+        return T.LogLevel(level).python_level
+    except ValueError:
+        return logging.DEBUG
+
 
 class LogBook:
     """Receives QNN log lines: forwards them to `logging` and keeps the recent ones, numbered, so a
@@ -37,7 +54,7 @@ class LogBook:
     def __call__(self, level: int, text: str) -> None:
         with self._lock:
             self._lines.append((next(self._seq), level, text))
-        qnn_logger.log(_PY_LEVEL.get(level, logging.DEBUG), "%s", text)
+        qnn_logger.log(_python_level(level), "%s", text)
         for fn in list(self.listeners):
             fn(level, text)
 
@@ -63,13 +80,13 @@ def live_contexts_in_process() -> list[Context]:
     return [c for be in list(_live_backends) for c in be.live_contexts()]
 
 
-def backend_build_id(lib) -> str:
+def backend_build_id(lib: QnnLibrary) -> str:
     """The backend library's build id (QnnBackend_getBuildId; needs no backend handle), or ''."""
     s = C.c_char_p()
     try:
         if lib.api.has("backendGetBuildId") and lib.api.backendGetBuildId(C.byref(s)) == 0:
             return (s.value or b"").decode(errors="replace")
-    except Exception:  # an identity detail: never fail because of it
+    except Exception:  # noqa: BLE001 - an identity detail: never fail because of it
         pass
     return ""
 
@@ -88,7 +105,7 @@ class Backend:
     """
 
     def __init__(self, backend_lib: str | None = None, soc: str | int | None = None,
-                 htp_arch: int | None = None, log_level: str = "warn", device: bool = True):
+                 htp_arch: int | None = None, log_level: T.LogLevel | str = "warn", device: bool = True):
         self.lib: QnnLibrary = open_library(backend_lib)
         self.api = self.lib.api
         self.log = LogBook()
@@ -103,17 +120,16 @@ class Backend:
         self.device = C.c_void_p()
         self.soc_model = parse_soc(soc)
         self.htp_arch = htp_arch
-        self._log_level = T.LOG_LEVELS.get(log_level, 2)
-        try:
+        self._log_level: int = T.LogLevel.parse(log_level)
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.close)
             self.check(self.api.logCreate(self._log_cb, self._log_level, C.byref(self.log_handle)),
                        "logCreate")
             self.check(self.api.backendCreate(self.log_handle, None, C.byref(self.handle)),
                        "backendCreate")
             if device:
                 self._create_device()
-        except BaseException:
-            self.close()
-            raise
+            undo.pop_all()
         _live_backends.add(self)
 
     # -- errors ----------------------------------------------------------------------------
@@ -132,7 +148,7 @@ class Backend:
                        lines, remedy_for(code, lines), context)
 
     # -- device ----------------------------------------------------------------------------
-    def device_config_type(self):
+    def device_config_type(self) -> type[T.HtpDeviceCustomConfigV1] | type[T.HtpDeviceCustomConfigV2]:
         """The HTP device custom config layout for this library's HTP API version."""
         major, minor, _ = self.lib.backend_api
         if major != 5:
@@ -171,7 +187,7 @@ class Backend:
         return self._log_level
 
     # -- contexts --------------------------------------------------------------------------
-    def adopt(self, child) -> None:
+    def adopt(self, child: Closeable) -> None:
         """Take ownership of a context or profile made on this backend: freed before it, newest first."""
         with self._lock:
             if self._closed:
@@ -202,7 +218,7 @@ class Backend:
             for child in reversed(self._live_children()):
                 try:
                     child.close()
-                except Exception:  # keep freeing the rest
+                except Exception:  # noqa: BLE001 - keep freeing the rest
                     pass
             self._children = []
             had_device = bool(self.device)
@@ -226,16 +242,16 @@ class Backend:
             for child in reversed(self._live_children()):  # contexts and profiles, newest first
                 try:
                     child.close()
-                except Exception:  # keep freeing the rest
+                except Exception:  # noqa: BLE001 - keep freeing the rest
                     pass
             if self.device:
-                self.api.deviceFree(self.device)
+                check_free(self.api.deviceFree(self.device), "deviceFree", "the device")
                 self.device = C.c_void_p()
             if self.handle:
-                self.api.backendFree(self.handle)
+                check_free(self.api.backendFree(self.handle), "backendFree", "the backend")
                 self.handle = C.c_void_p()
             if self.log_handle:
-                self.api.logFree(self.log_handle)
+                check_free(self.api.logFree(self.log_handle), "logFree", "the log")
                 self.log_handle = C.c_void_p()
             _live_backends.discard(self)
 
@@ -250,7 +266,7 @@ class Backend:
     def __enter__(self) -> Backend:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

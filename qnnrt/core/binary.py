@@ -8,15 +8,19 @@ import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from qnnrt._capi import codes
 from qnnrt._capi import types as T
 from qnnrt._capi.library import QnnLibrary, open_library
+from qnnrt.core.freeing import check_free
 from qnnrt.core.tensor import TensorSpec, spec_from_struct
 from qnnrt.errors import FormatError, QnnrtError
+
+if TYPE_CHECKING:
+    from qnnrt.core.pd_need import PdNeed
 
 MIN_BINARY_SIZE = 64  # nothing smaller can hold a QNN context binary header
 
@@ -136,7 +140,7 @@ def read_binary_info(lib: QnnLibrary, buffer: np.ndarray, where: str) -> BinaryI
             soc_model=int(b.socModel) if bi.version == 3 else None,
             context_blob_size=int(b.contextBlobSize), graphs=tuple(graphs))
     finally:
-        lib.sys.systemContextFree(sysctx)
+        check_free(lib.sys.systemContextFree(sysctx), "systemContextFree", f"the system context reading {where}")
 
 
 def _map_file(path: Path) -> mmap.mmap:
@@ -166,7 +170,8 @@ class ContextBinary:
     address goes to QNN. `info` is read once, lazily.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, *, buffer=None, name: str | None = None,
+    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+                 buffer: np.ndarray | memoryview | bytes | bytearray | None = None, name: str | None = None,
                  lib: QnnLibrary | None = None, backend_lib: str | None = None):
         self._mmap: mmap.mmap | None = None
         self.path: Path | None
@@ -176,7 +181,7 @@ class ContextBinary:
             self.path = Path(path)
             self.name = name or self.path.name
             self._open_file()
-        else:
+        elif buffer is not None:
             self.path = None
             self.name = name or "<buffer>"
             self.buffer = np.frombuffer(buffer, dtype=np.uint8)
@@ -239,10 +244,10 @@ class ContextBinary:
     def graphs(self) -> tuple[GraphSpec, ...]:
         return self.info.graphs
 
-    def pd_need(self):
+    def pd_need(self) -> PdNeed:
         """Predicted PD reservation of this context, per graph and part (core/pd_need.py), read from
         the binary alone: no context is created. Unknown parts are None, with notes."""
-        need = getattr(self, "_pd_need", None)
+        need: PdNeed | None = getattr(self, "_pd_need", None)
         if need is None:
             from qnnrt.core.pd_need import predict_pd_need
             need = predict_pd_need(self.graphs, self.buffer)
@@ -270,7 +275,7 @@ class ContextBinary:
     def __enter__(self) -> "ContextBinary":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -1,6 +1,7 @@
 """Context: one QNN context created from a context binary, and the graphs retrieved from it."""
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
 import threading
 import time
@@ -8,6 +9,7 @@ import time
 from qnnrt._capi import types as T
 from qnnrt.core.backend import Backend
 from qnnrt.core.binary import ContextBinary
+from qnnrt.core.freeing import check_free
 from qnnrt.core.graph import Graph
 from qnnrt.core.profile import Profile
 from qnnrt.errors import QnnrtError
@@ -61,11 +63,10 @@ class Context:
         self.creation_log = backend.log.since(mark)
         backend.check(rc, "contextCreateFromBinary", mark, f"for {binary.where}")
         self._closed = False
-        try:
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.close)
             backend.adopt(self)
-        except BaseException:
-            self.close()
-            raise
+            undo.pop_all()
 
     @property
     def closed(self) -> bool:
@@ -100,7 +101,8 @@ class Context:
                 g.invalidate()  # waits for an execution in progress on another thread
             self._graphs.clear()
             if self.handle:
-                self.backend.api.contextFree(self.handle, profile.handle if profile else None)
+                check_free(self.backend.api.contextFree(self.handle, profile.handle if profile else None),
+                           "contextFree", f"context {self.name!r}")
             self.handle = C.c_void_p()
 
     def __del__(self) -> None:
@@ -114,7 +116,7 @@ class Context:
     def __enter__(self) -> Context:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -18,6 +18,7 @@ from qnnrt._capi import types as T
 from qnnrt._capi.library import QnnLibrary
 from qnnrt.core.backend import Backend, backend_build_id
 from qnnrt.core.binary import ContextBinary
+from qnnrt.core.freeing import check_free
 from qnnrt.errors import QnnError, QnnrtError
 
 
@@ -95,7 +96,7 @@ def platform_info(lib: QnnLibrary) -> list[HtpDevice]:
                                  s.name if s else None, arch or None, vtcm, signed, dlbc))
     finally:
         if lib.api.has("deviceFreePlatformInfo"):
-            lib.api.deviceFreePlatformInfo(None, pi)
+            check_free(lib.api.deviceFreePlatformInfo(None, pi), "deviceFreePlatformInfo", "the platform info")
     return out
 
 

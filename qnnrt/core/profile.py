@@ -3,9 +3,11 @@ its event tree read back as plain dicts."""
 from __future__ import annotations
 
 import ctypes as C
+from collections.abc import Iterator
 
 from qnnrt._capi import types as T
 from qnnrt.core.backend import Backend
+from qnnrt.core.freeing import check_free
 from qnnrt.errors import QnnrtError
 
 
@@ -68,17 +70,17 @@ class Profile:
 
     def close(self) -> None:
         if self.handle:
-            self.backend.api.profileFree(self.handle)
+            check_free(self.backend.api.profileFree(self.handle), "profileFree", f"a {self.level} profile")
         self.handle = C.c_void_p()
 
     def __enter__(self) -> Profile:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def flatten_events(events: list[dict], depth: int = 0):
+def flatten_events(events: list[dict], depth: int = 0) -> Iterator[tuple[int, dict]]:
     """(depth, event) pairs of an event tree, parents first."""
     for ev in events:
         yield depth, ev

@@ -190,7 +190,7 @@ def order_inputs(names: Sequence[str], inputs: Any, where: str) -> list:
     return list(inputs)
 
 
-def prepare_input(spec: InputSpec, value, where: str) -> np.ndarray:
+def prepare_input(spec: InputSpec, value: object, where: str) -> np.ndarray:
     """Validate one input and return a C-contiguous array of the tensor's storage dtype.
 
     Floats go to float tensors (cast between float widths) and to fixed-point tensors (quantized with

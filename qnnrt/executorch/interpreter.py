@@ -13,7 +13,7 @@ leading args already produced or given when the call is reached) unless ``delega
 says it. Inputs reach ``delegate_runner`` in arg order, which for QNN delegates is the order of the
 graph inputs sorted by the number in their names (see :func:`qnnrt.executorch.reader.qnn_graph_io_order`).
 
-:func:`describe_pte` summarises a program for ``qnnrt inspect``.
+:func:`describe_pte` (in :mod:`qnnrt.executorch.describe`) summarises a program for ``qnnrt inspect``.
 """
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ import numpy as np
 
 from qnnrt.errors import FormatError, InputError, QnnrtError
 from qnnrt.executorch.reader import (DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall,
-                               PteMethod, PteProgram, TensorInfo, constant_method_value,
-                               is_constant_method, parse_qnn_compile_spec, unwrap_qnn_delegate)
+                               PteMethod, TensorInfo)
 from qnnrt.executorch import kernels as K
+from qnnrt.executorch.describe import describe_pte, qnn_graph_lister  # moved to describe.py
 
 __all__ = ["PteMethodRunner", "DelegateRunner", "check_operators", "describe_pte",
            "qnn_graph_lister"]
@@ -466,135 +466,3 @@ class PteMethodRunner:
                         f"{ins.delegate_index} has shape {list(a.shape)}, the program expects "
                         f"{list(t.shape)} (value {o})")
             slots[o] = a
-
-
-# ---------------------------------------------------------------------------------------------
-# inspect
-# ---------------------------------------------------------------------------------------------
-
-def _io(specs) -> list[dict]:
-    out = []
-    for s in specs:
-        d = {"name": s.name, "value_index": s.value_index, "kind": s.kind}
-        if s.kind == "tensor":
-            d["shape"] = list(s.shape)
-            d["dtype"] = s.dtype.name if s.dtype is not None else s.tensor.scalar_type_name
-            if s.tensor.shape_dynamism:
-                d["dynamic"] = ["static", "bounded", "unbounded"][s.tensor.shape_dynamism]
-        out.append(d)
-    return out
-
-
-def qnn_graph_lister(backend_lib: str | None = None) -> Callable[[memoryview], list[dict]] | None:
-    """A ``graph_lister`` for :func:`describe_pte` reading graphs through the QNN System API
-    (``qnnrt.core.ContextBinary``); None when qnnrt.core / the QNN libraries are unavailable."""
-    try:
-        from qnnrt.core import ContextBinary
-    except Exception:
-        return None
-
-    def lister(binary: memoryview) -> list[dict]:
-        cb = ContextBinary(buffer=binary, name="pte delegate", backend_lib=backend_lib)
-        try:
-            return [g.to_dict() for g in cb.graphs]
-        finally:
-            cb.close()
-    return lister
-
-
-def describe_pte(program: PteProgram,
-                 graph_lister: Callable[[memoryview], list] | None = None) -> dict:
-    """A JSON-able summary of a ``.pte`` program for ``qnnrt inspect``.
-
-    ``graph_lister(context_binary) -> [graph names or dicts]`` fills each context's ``graphs``
-    (:func:`qnn_graph_lister` reads them through the QNN System API). Without it, the graph each
-    method runs is still given (ExecuTorch's QNN backend runs the graph named after the method).
-    Never raises for a delegate it cannot unwrap: the problem is reported in that entry's ``error``.
-    """
-    contexts: dict[tuple[str, int], dict] = {}
-    methods = []
-    missing_all: dict[str, None] = {}
-    non_qnn = []
-    for m in program.methods.values():
-        counts = {"total": 0, "kernel_calls": 0, "delegate_calls": 0, "moves": 0, "jumps": 0,
-                  "frees": 0}
-        ops: dict[str, int] = {}
-        for ins in m.instructions:
-            counts["total"] += 1
-            if isinstance(ins, KernelCall):
-                counts["kernel_calls"] += 1
-                nm = m.operators[ins.op_index].qualified_name
-                ops[nm] = ops.get(nm, 0) + 1
-            elif isinstance(ins, DelegateCall):
-                counts["delegate_calls"] += 1
-            elif isinstance(ins, MoveCall):
-                counts["moves"] += 1
-            elif isinstance(ins, JumpFalseCall):
-                counts["jumps"] += 1
-            elif isinstance(ins, FreeCall):
-                counts["frees"] += 1
-        for nm in K.missing_operators(ops):
-            missing_all.setdefault(nm, None)
-        const_bytes = sum(v.value.nbytes for v in m.values
-                          if v.kind == "tensor" and v.value.is_constant)
-        delegates = []
-        for d in m.delegates:
-            key = f"{d.location.lower()}:{d.data_index}"
-            e = {"index": d.index, "backend_id": d.backend_id, "location": d.location,
-                 "data_index": d.data_index, "key": key, "size": d.size,
-                 "file_offset": d.file_offset, "graph": m.graph_name(d.index)}
-            if d.is_qnn:
-                try:
-                    q = unwrap_qnn_delegate(d)
-                    e.update(wrapper=q.wrapper, context_binary_size=len(q.binary),
-                             signature=q.signature, found=q.description)
-                except FormatError as err:
-                    q = None
-                    e["error"] = str(err)
-                spec = parse_qnn_compile_spec(d)
-                if spec:
-                    e["compile_spec"] = spec
-                ctx = contexts.get((d.location, d.data_index))
-                if ctx is None:
-                    ctx = {"key": key, "size": d.size,
-                           "context_binary_size": e.get("context_binary_size"),
-                           "used_by": [], "graphs_used": []}
-                    if q is not None and graph_lister is not None:
-                        try:
-                            ctx["graphs"] = list(graph_lister(q.binary))
-                        except Exception as err:  # listing is informative only
-                            ctx["graphs_error"] = str(err)
-                    contexts[(d.location, d.data_index)] = ctx
-                ctx["used_by"].append(f"{m.name}.delegates[{d.index}]")
-                if e["graph"] not in ctx["graphs_used"]:
-                    ctx["graphs_used"].append(e["graph"])
-            else:
-                non_qnn.append(f"{m.name}.delegates[{d.index}] ({d.backend_id})")
-            delegates.append(e)
-        entry: dict[str, Any] = {}
-        if is_constant_method(m):
-            v = constant_method_value(m)
-            entry["constant"] = v.tolist() if isinstance(v, np.ndarray) else v
-        methods.append({**entry,
-            "name": m.name, "inputs": _io(m.inputs), "outputs": _io(m.outputs),
-            "instructions": counts, "delegate_call_order": m.delegate_call_order(),
-            "cpu_operators": [{"name": k, "calls": v, "implemented": k in K.KERNELS}
-                              for k, v in ops.items()],
-            "delegates": delegates, "constant_bytes": const_bytes,
-            "non_const_buffer_sizes": list(m.non_const_buffer_sizes),
-        })
-    h = program.header
-    return {
-        "format": "executorch-pte",
-        "path": program.path,
-        "file_size": program.file_size,
-        "schema_version": program.version,
-        "extended_header": None if h is None else {
-            "length": h.length, "program_size": h.program_size,
-            "segment_base_offset": h.segment_base_offset, "segment_data_size": h.segment_data_size},
-        "segments": [{"index": i, "offset": o, "size": s} for i, (o, s) in enumerate(program.segments)],
-        "methods": methods,
-        "contexts": list(contexts.values()),
-        "missing_operators": list(missing_all),
-        "non_qnn_delegates": non_qnn,
-    }

@@ -237,7 +237,8 @@ class PtePlan(DelegatePlan):
             v[i] = x = vals[s.name]
             given.append(x)
         fast = self._all_live()
-        pool = self.program.pool
+        program = self.program
+        pool = program.pool
         if not fast:
             pool.set_order(self.order)
         acc = cpu = 0.0
@@ -258,6 +259,7 @@ class PtePlan(DelegatePlan):
                                 xs[j] = size1_reshape(x, shape)
                 else:
                     xs = order
+                program.graph_calls += 1  # as they happen: progress lines read it
                 if fast:
                     try:
                         res, dt_s = d.run(xs, d.handle)
@@ -291,7 +293,6 @@ class PtePlan(DelegatePlan):
                 v[to] = v[x] if k == "s" else x
             else:
                 v[op] = None
-        self.program.graph_calls += len(self.order)
         tm = self.timing
         tm.accelerator_s, tm.cpu_ops_s, tm.graph_calls = acc, cpu, len(self.order)
         out = {}

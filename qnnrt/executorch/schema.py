@@ -12,8 +12,9 @@ map themselves.
 """
 from __future__ import annotations
 
+import mmap
 import struct
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 from flatbuffers import number_types as _N
@@ -28,6 +29,9 @@ __all__ = [
 ]
 
 FILE_IDENTIFIER = b"ET12"
+
+FbBuffer = bytes | bytearray | memoryview | mmap.mmap   # what a flatbuffer is read from
+TableT = TypeVar("TableT", bound="Table")
 
 
 class KernelTypes:
@@ -71,12 +75,12 @@ def _slot(i: int) -> int:
     return 4 + 2 * i
 
 
-class _Table:
+class Table:
     """A bounds-checked view of one flatbuffer table (wraps ``flatbuffers.table.Table``)."""
 
     __slots__ = ("_t", "_end", "where")
 
-    def __init__(self, buf, pos: int, end: int, where: str):
+    def __init__(self, buf: FbBuffer, pos: int, end: int, where: str) -> None:
         self._end = end
         self.where = where
         self._check(pos, 4, "table")
@@ -107,35 +111,35 @@ class _Table:
     def has(self, i: int) -> bool:
         return self._off(i) != 0
 
-    def _scalar(self, i: int, flags, default):
+    def _scalar(self, i: int, flags: Any, default: Any) -> Any:
         o = self._off(i)
         if not o:
             return default
         self._check(self._t.Pos + o, flags.bytewidth, f"field {i}")
         return self._t.Get(flags, self._t.Pos + o)
 
-    def u8(self, i, d=0):
+    def u8(self, i: int, d: int = 0) -> int:
         return self._scalar(i, _N.Uint8Flags, d)
 
-    def i8(self, i, d=0):
+    def i8(self, i: int, d: int = 0) -> int:
         return self._scalar(i, _N.Int8Flags, d)
 
-    def boolean(self, i, d=False):
+    def boolean(self, i: int, d: bool = False) -> bool:
         return bool(self._scalar(i, _N.Uint8Flags, int(d)))
 
-    def i32(self, i, d=0):
+    def i32(self, i: int, d: int = 0) -> int:
         return self._scalar(i, _N.Int32Flags, d)
 
-    def u32(self, i, d=0):
+    def u32(self, i: int, d: int = 0) -> int:
         return self._scalar(i, _N.Uint32Flags, d)
 
-    def i64(self, i, d=0):
+    def i64(self, i: int, d: int = 0) -> int:
         return self._scalar(i, _N.Int64Flags, d)
 
-    def u64(self, i, d=0):
+    def u64(self, i: int, d: int = 0) -> int:
         return self._scalar(i, _N.Uint64Flags, d)
 
-    def f64(self, i, d=0.0):
+    def f64(self, i: int, d: float = 0.0) -> float:
         return self._scalar(i, _N.Float64Flags, d)
 
     def _ref(self, i: int) -> int | None:
@@ -160,7 +164,7 @@ class _Table:
         except UnicodeDecodeError:
             self._fail(f"has a string (field {i}) that is not UTF-8")
 
-    def table(self, i: int, cls, where: str):
+    def table(self, i: int, cls: type[TableT], where: str) -> TableT | None:
         p = self._ref(i)
         if p is None:
             return None
@@ -185,7 +189,7 @@ class _Table:
         start, n = v
         return np.frombuffer(self._t.Bytes, dtype=dt, count=n, offset=start).copy()
 
-    def tables(self, i: int, cls, where: str) -> list:
+    def tables(self, i: int, cls: type[TableT], where: str) -> list[TableT]:
         v = self.vector(i, 4)
         if v is None:
             return []
@@ -201,8 +205,9 @@ class _Table:
         v = self.vector(i, 4)
         return 0 if v is None else v[1]
 
-    def union(self, type_field: int, classes: dict, where: str):
-        """(type number, table or None) of a union stored at slots type_field, type_field+1."""
+    def union(self, type_field: int, classes: dict[int, type[Table]], where: str) -> tuple[int, Any]:
+        """(type number, table or None) of a union stored at slots type_field, type_field+1; the
+        table is of class `classes[type number]` (Any to mypy: the class follows the tag)."""
         t = self.u8(type_field, 0)
         if t == 0:
             return 0, None
@@ -214,12 +219,12 @@ class _Table:
 
 # --- tables, in the order of program.fbs -----------------------------------------------------
 
-class ContainerMetadata(_Table):
+class ContainerMetadata(Table):
     encoded_inp_str = property(lambda s: s.string(0))
     encoded_out_str = property(lambda s: s.string(1))
 
 
-class AllocationDetails(_Table):
+class AllocationDetails(Table):
     memory_id = property(lambda s: s.u32(0))
 
     @property
@@ -227,13 +232,13 @@ class AllocationDetails(_Table):
         return self.u32(1) | (self.u32(2) << 32)
 
 
-class ExtraTensorInfo(_Table):
+class ExtraTensorInfo(Table):
     mutable_data_segments_idx = property(lambda s: s.u64(0))
     fully_qualified_name = property(lambda s: s.string(1))
     location = property(lambda s: s.i8(2))        # 0 CONSTANT_SEGMENT, 1 EXTERNAL
 
 
-class TensorT(_Table):
+class TensorT(Table):
     scalar_type = property(lambda s: s.i8(0))
     storage_offset = property(lambda s: s.i32(1))
     sizes = property(lambda s: s.scalars(2, "<i4"))
@@ -246,43 +251,43 @@ class TensorT(_Table):
     extra_tensor_info = property(lambda s: s.table(9, ExtraTensorInfo, s.where + ".extra_tensor_info"))
 
 
-class NullT(_Table):
+class NullT(Table):
     pass
 
 
-class IntT(_Table):
+class IntT(Table):
     value = property(lambda s: s.i64(0))
 
 
-class BoolT(_Table):
+class BoolT(Table):
     value = property(lambda s: s.boolean(0))
 
 
-class DoubleT(_Table):
+class DoubleT(Table):
     value = property(lambda s: s.f64(0))
 
 
-class StringT(_Table):
+class StringT(Table):
     value = property(lambda s: s.string(0, ""))
 
 
-class IntListT(_Table):
+class IntListT(Table):
     items = property(lambda s: s.scalars(0, "<i8"))
 
 
-class DoubleListT(_Table):
+class DoubleListT(Table):
     items = property(lambda s: s.scalars(0, "<f8"))
 
 
-class BoolListT(_Table):
+class BoolListT(Table):
     items = property(lambda s: s.scalars(0, "u1").astype(bool))
 
 
-class TensorListT(_Table):
+class TensorListT(Table):
     items = property(lambda s: s.scalars(0, "<i4"))
 
 
-class OptionalTensorListT(_Table):
+class OptionalTensorListT(Table):
     items = property(lambda s: s.scalars(0, "<i4"))
 
 
@@ -295,38 +300,38 @@ _KERNEL_TYPE_CLASSES = {
 }
 
 
-class EValue(_Table):
-    def val(self):
+class EValue(Table):
+    def val(self) -> tuple[int, Any]:
         """(KernelTypes number, value table or None)."""
         return self.union(0, _KERNEL_TYPE_CLASSES, self.where + ".val")
 
 
-class Operator(_Table):
+class Operator(Table):
     name = property(lambda s: s.string(0, ""))
     overload = property(lambda s: s.string(1, ""))
 
 
-class KernelCallT(_Table):
+class KernelCallT(Table):
     op_index = property(lambda s: s.i32(0))
     args = property(lambda s: s.scalars(1, "<i4"))
 
 
-class DelegateCallT(_Table):
+class DelegateCallT(Table):
     delegate_index = property(lambda s: s.i32(0))
     args = property(lambda s: s.scalars(1, "<i4"))
 
 
-class MoveCallT(_Table):
+class MoveCallT(Table):
     move_from = property(lambda s: s.i32(0))
     move_to = property(lambda s: s.i32(1))
 
 
-class JumpFalseCallT(_Table):
+class JumpFalseCallT(Table):
     cond_value_index = property(lambda s: s.i32(0))
     destination_instruction = property(lambda s: s.i32(1))
 
 
-class FreeCallT(_Table):
+class FreeCallT(Table):
     value_index = property(lambda s: s.i32(0))
 
 
@@ -337,34 +342,34 @@ _INSTRUCTION_CLASSES = {
 }
 
 
-class Instruction(_Table):
-    def args(self):
+class Instruction(Table):
+    def args(self) -> tuple[int, Any]:
         return self.union(0, _INSTRUCTION_CLASSES, self.where + ".instr_args")
 
 
-class Chain(_Table):
+class Chain(Table):
     inputs = property(lambda s: s.scalars(0, "<i4"))
     outputs = property(lambda s: s.scalars(1, "<i4"))
     instructions = property(lambda s: s.tables(2, Instruction, s.where + ".instructions"))
 
 
-class BackendDelegateDataReference(_Table):
+class BackendDelegateDataReference(Table):
     location = property(lambda s: s.i8(0))
     index = property(lambda s: s.u32(1))
 
 
-class CompileSpec(_Table):
+class CompileSpec(Table):
     key = property(lambda s: s.string(0, ""))
     value = property(lambda s: s.vector(1, 1))      # (offset, length) or None
 
 
-class BackendDelegate(_Table):
+class BackendDelegate(Table):
     id = property(lambda s: s.string(0, ""))
     processed = property(lambda s: s.table(1, BackendDelegateDataReference, s.where + ".processed"))
     compile_specs = property(lambda s: s.tables(2, CompileSpec, s.where + ".compile_specs"))
 
 
-class ExecutionPlan(_Table):
+class ExecutionPlan(Table):
     name = property(lambda s: s.string(0, ""))
     container_meta_type = property(lambda s: s.table(1, ContainerMetadata, s.where + ".container_meta_type"))
     values = property(lambda s: s.tables(2, EValue, s.where + ".values"))
@@ -376,30 +381,30 @@ class ExecutionPlan(_Table):
     non_const_buffer_sizes = property(lambda s: s.scalars(8, "<i8"))
 
 
-class Buffer(_Table):
+class Buffer(Table):
     storage = property(lambda s: s.vector(0, 1))     # (offset, length) or None
 
 
-class BackendDelegateInlineData(_Table):
+class BackendDelegateInlineData(Table):
     data = property(lambda s: s.vector(0, 1))        # (offset, length) or None
 
 
-class DataSegment(_Table):
+class DataSegment(Table):
     offset = property(lambda s: s.u64(0))
     size = property(lambda s: s.u64(1))
 
 
-class SubsegmentOffsets(_Table):
+class SubsegmentOffsets(Table):
     segment_index = property(lambda s: s.u32(0))
     offsets = property(lambda s: s.scalars(1, "<u8"))
 
 
-class NamedData(_Table):
+class NamedData(Table):
     key = property(lambda s: s.string(0, ""))
     segment_index = property(lambda s: s.u32(1))
 
 
-class Program(_Table):
+class Program(Table):
     version = property(lambda s: s.u32(0))
     execution_plan = property(lambda s: s.tables(1, ExecutionPlan, "execution_plan"))
     constant_buffer = property(lambda s: s.tables(2, Buffer, "constant_buffer"))
@@ -411,7 +416,7 @@ class Program(_Table):
     named_data = property(lambda s: s.tables(7, NamedData, "named_data"))
 
 
-def root_program(buf, end: int) -> Program:
+def root_program(buf: FbBuffer, end: int) -> Program:
     """The root ``Program`` table of a flatbuffer occupying ``buf[0:end]``."""
     if end < 8:
         raise FormatError(f"ExecuTorch program: only {end} bytes, too short for a flatbuffer "

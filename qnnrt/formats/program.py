@@ -332,7 +332,7 @@ def check_method_files(manifest: ProgramManifest) -> dict[str, list[tuple[str, s
         where = f"{m.path}"
         try:
             model = onnx.load(str(m.path), load_external_data=False)
-        except Exception as e:  # noqa: BLE001 - protobuf decode errors have many types
+        except Exception as e:
             raise FormatError(f"{where}: not a readable ONNX model ({e}). Rebuild the program.") from e
         model_dir = PurePosixPath(PurePosixPath(m.model).parent)
         calls = []

@@ -10,3 +10,11 @@ class LayoutError(QnnrtError, ValueError):
 
 class ContextLengthError(QnnrtError, ValueError):
     """The request does not fit the compiled context length."""
+
+
+class TokenizerError(QnnrtError, ValueError):
+    """The tokenizer folder or file is missing, unreadable or not this model's."""
+
+
+class ChatTemplateError(QnnrtError, ValueError):
+    """The chat template is missing, broken, or refused the messages (its raise_exception)."""

@@ -25,6 +25,12 @@ class KVCache:
             a[...] = 0
         self.n_past = 0
 
+    def truncate(self, n: int) -> None:
+        """Keep the first n entries (a shared prefix); later slots are masked closed and rewritten."""
+        if not 0 <= n <= self.n_past:
+            raise ValueError(f"truncate to {n} outside [0, {self.n_past}]")
+        self.n_past = n
+
     def inputs(self, method: MethodLayout) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The method's cache inputs: its first C-T slots (contiguous arrays)."""
         n = self.layout.context_len - method.ar_len

@@ -1,7 +1,7 @@
 """The layout of an ExecuTorch Qualcomm LLM program (examples/qualcomm/oss_scripts/llama), read
 from its constant methods and its methods' I/O: hybrid (``prefill_forward`` AR-T + ``kv_forward``
 AR-1) or kv-only; smart-mask KV caches (k [1,H,D,C-T], v [1,H,C-T,D], new entries out only).
-See docs/llm.md for the conventions and where they come from."""
+The conventions and where they come from: docs/design.md, "LLM runner"."""
 from __future__ import annotations
 
 import re
@@ -49,10 +49,6 @@ class MethodLayout:
     mask_dtype: np.dtype
     mask_open: float
     mask_closed: float
-
-    @property
-    def cache_len(self) -> int:        # C - T: the k cache inputs' last dim
-        return self.inputs[3].shape[-1]
 
     @property
     def input_names(self) -> list[str]:

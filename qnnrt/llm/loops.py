@@ -61,7 +61,7 @@ def _pct(xs: Sequence[float], q: float) -> float:
 class GenerationResult:
     prompt_tokens: list[int]
     tokens: list[int]                  # generated ids (an EOS that stopped generation included)
-    stop_reason: str                   # "eos" | "max_new_tokens" | "context"
+    stop_reason: str                   # "eos" | "max_new_tokens" | "context" | "stopped" (on_token said so)
     prefill_s: float                   # prefill calls + first sampling (= time to first token)
     prefill_calls: int
     decode_s: list[float]              # per decode call incl. sampling, seconds
@@ -85,13 +85,14 @@ class GenerationResult:
 def generate(run: RunFn, layout: LlmLayout, prompt: Sequence[int], max_new_tokens: int, *,
              sampler: Callable[[np.ndarray], int] | None = None, eos_ids: Sequence[int] | None = None,
              seq_len: int | None = None, pad_token: int = 0, cache: KVCache | None = None,
-             on_token: Callable[[int], None] | None = None, keep_logits: bool = False,
+             on_token: Callable[[int], bool | None] | None = None, keep_logits: bool = False,
              trace: list | None = None, clock: Callable[[], float] = time.perf_counter) -> GenerationResult:
     """Prefill ``prompt`` then decode until EOS, ``max_new_tokens`` or the sequence limit.
 
     seq_len (default: context length, clamped to it) bounds positions: at most seq_len - len(prompt)
     tokens are generated (ExecuTorch's token generator stops at pos == seq_len - 1).
     eos_ids default to the layout's (get_eos_id); pass [] to never stop on EOS.
+    on_token(token) returning True stops generation after that token (a stop string, a client gone).
     """
     sampler = sampler or Sampler()
     eos = set(layout.eos_ids if eos_ids is None else eos_ids)
@@ -114,12 +115,14 @@ def generate(run: RunFn, layout: LlmLayout, prompt: Sequence[int], max_new_token
     if keep_logits:
         kept.append(logits)
     out = [tok]
-    if on_token:
-        on_token(tok)
+    stopped = bool(on_token and on_token(tok))
     decode_s: list[float] = []
     pos = n0 + len(prompt)                  # position of `tok`
     reason = "max_new_tokens"
     while True:
+        if stopped:
+            reason = "stopped"
+            break
         if tok in eos:
             reason = "eos"
             break
@@ -136,8 +139,7 @@ def generate(run: RunFn, layout: LlmLayout, prompt: Sequence[int], max_new_token
             kept.append(logits)
         out.append(tok)
         pos += 1
-        if on_token:
-            on_token(tok)
+        stopped = bool(on_token and on_token(tok))
     return GenerationResult(prompt, out, reason, t1 - t0, prefill_calls, decode_s, kept)
 
 

@@ -44,9 +44,10 @@ class LlmRunner:
         self.calls[method] = self.calls.get(method, 0) + 1
         return self.program.run(method, dict(inputs))
 
-    def generate(self, prompt: Sequence[int], max_new_tokens: int, *, sampler: Sampler | None = None,
+    def generate(self, prompt: Sequence[int], max_new_tokens: int, *,
+                 sampler: Sampler | Callable[[np.ndarray], int] | None = None,
                  eos_ids: Sequence[int] | None = None, seq_len: int | None = None,
-                 on_token: Callable[[int], None] | None = None, keep_logits: bool = False,
+                 on_token: Callable[[int], bool | None] | None = None, keep_logits: bool = False,
                  cache: KVCache | None = None) -> GenerationResult:
         return generate(self.run, self.layout, prompt, max_new_tokens, sampler=sampler, eos_ids=eos_ids,
                         seq_len=seq_len, on_token=on_token, keep_logits=keep_logits, cache=cache)

@@ -79,7 +79,7 @@ class _Stats:
         vs = sorted(self.values)
         n = len(vs)
         total = sum(vs)
-        num = lambda x: int(x) if float(x).is_integer() else round(x, 3)  # noqa: E731
+        num = lambda x: int(x) if float(x).is_integer() else round(x, 3)
         return {"count": n, "total": num(total), "mean": round(total / n, 3), "min": num(vs[0]),
                 "max": num(vs[-1]), "median": num(_percentile(vs, 50)), "p90": num(_percentile(vs, 90))}
 

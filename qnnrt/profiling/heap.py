@@ -229,6 +229,7 @@ class HeapProfiler:
         self._closed = False
         self._final: dict[str, Any] | None = None
         self._written: str | None = None
+        self._processes: dict[str, dict[str, Any]] = {}  # other processes' reports (PD workers)
 
     # -- helpers (lock held) --------------------------------------------------------------------
     @property
@@ -254,7 +255,7 @@ class HeapProfiler:
                 continue
             try:
                 values[s.name] = {k: int(v) for k, v in s.sample().items()}
-            except Exception as e:  # a broken source must not break the run
+            except Exception as e:  # noqa: BLE001 - a broken source must not break the run
                 self._stats["sample_errors"] += 1
                 self._warn(f"source {s.name!r} failed to sample: {e!r}")
         return values
@@ -278,6 +279,13 @@ class HeapProfiler:
         if self._before is None:
             self._first_context = context
             self._before = self._append("before_first_create", context)
+
+    def add_process(self, label: str, report: dict[str, Any]) -> None:
+        """The finished report (`to_json`) of another process that held some of the program's
+        contexts (a PD worker): the two-line file sums every process's checkpoints, the JSON keeps
+        each one's timeline apart under `processes`."""
+        with self._lock:
+            self._processes[label] = report
 
     # -- events -------------------------------------------------------------------------------------
     def before_create(self, context: str) -> None:
@@ -510,6 +518,13 @@ class HeapProfiler:
         if self._final is not None:
             prefix, b, a, why = self._checkpoint_values()
             checks = self._checks(prefix, b, a)
+            others = [r for r in self._processes.values() if r.get("file_prefix") == prefix]
+            if others and b is not None and a is not None:
+                if all(r.get("before_context_created") is not None and
+                       r.get("after_context_freed") is not None for r in others):
+                    b += sum(r["before_context_created"] for r in others)
+                    a += sum(r["after_context_freed"] for r in others)
+                    why += f"; summed over this process and {len(others)} PD worker process(es)"
             out.update({"file_prefix": prefix, "file_source": why, "before_context_created": b,
                         "after_context_freed": a, "delta": None if a is None or b is None else a - b,
                         "before_time": self._final["before"]["time"], "after_time": self._final["after"]["time"],
@@ -532,12 +547,15 @@ class HeapProfiler:
             out["path"] = self._written
         if with_timeline:
             out["timeline"] = json.loads(json.dumps(self._timeline))
+        if self._processes:
+            out["processes"] = {k: (v if with_timeline else {x: y for x, y in v.items() if x != "timeline"})
+                                for k, v in self._processes.items()}
         return out
 
     @staticmethod
     def _two_lines(final: dict[str, Any]) -> str:
         p = final["file_prefix"]
-        fmt = lambda v: "unavailable" if v is None else str(int(v))  # noqa: E731
+        fmt = lambda v: "unavailable" if v is None else str(int(v))
         return (f"{p}:before_context_created (bytes), {fmt(final['before_context_created'])}\n"
                 f"{p}:after_context_freed (bytes), {fmt(final['after_context_freed'])}\n")
 

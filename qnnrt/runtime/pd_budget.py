@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from qnnrt import soc as socs
+from qnnrt.core import LogLevel, QnnLibrary
 from qnnrt.core.backend import Backend, backend_build_id
 from qnnrt.core.binary import ContextBinary
 from qnnrt.core.context import Context
@@ -35,7 +36,7 @@ def cache_file() -> Path:
 
 
 
-def backend_identity(lib, soc_model: int | None) -> str:
+def backend_identity(lib: QnnLibrary, soc_model: int | None) -> str:
     """'<SoC>/v<arch>/<QNN build id>': what a learned budget is valid for."""
     s = socs.BY_MODEL.get(soc_model) if soc_model is not None else None
     name = s.name if s else (f"soc{soc_model}" if soc_model is not None else "default-soc")
@@ -119,7 +120,7 @@ def probe_capacity(backend: Backend, binary: ContextBinary, limit: int = 20000) 
     PD"), then free them all. The capacity is exact: the reservations QNN logged for the live
     contexts plus the "available space" it stated when the next one did not fit."""
     saved = backend.log_level
-    backend.set_log_level(4)  # verbose: the reservation lines
+    backend.set_log_level(LogLevel.VERBOSE)  # the reservation lines
     live: list[Context] = []
     reserved: list[int | None] = []
     t0 = time.perf_counter()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 def _next_use(positions: dict[str, list[int]], n: int, key: str, pos: int) -> int:
@@ -85,3 +86,111 @@ def plan(orders: dict[str, list[str]], sizes: dict[str, int | None], budget: int
                            residency=f"auto with this budget (or bounded:{budget}B)")
         out["methods"][name] = row
     return out
+
+
+# -- multi-PD placement --------------------------------------------------------------------------
+DEFAULT_MAX_PDS = 4   # worker processes `auto` may start; beyond it, one PD evicts as before
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which contexts go on which PD: `groups[i]` are PD i's context keys, in first-use order."""
+    groups: list[list[str]]
+    sizes: dict[str, int]
+    budget_bytes: int
+    budget_source: str | None = None
+
+    @property
+    def pd_bytes(self) -> list[int]:
+        return [sum(self.sizes[k] for k in g) for g in self.groups]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.sizes.values())
+
+    @property
+    def evicting(self) -> list[int]:
+        """The PDs whose contexts exceed the budget: they create and evict as one PD does."""
+        return [i for i, b in enumerate(self.pd_bytes) if b > self.budget_bytes]
+
+    def to_dict(self) -> dict:
+        return {"pds": len(self.groups), "evicting": self.evicting, "budget_bytes": self.budget_bytes,
+                "budget_source": self.budget_source, "total_bytes": self.total_bytes,
+                "groups": [{"pd": i, "contexts": len(g), "first": g[0], "last": g[-1],
+                            "predicted_bytes": b}
+                           for i, (g, b) in enumerate(zip(self.groups, self.pd_bytes))]}
+
+
+def first_use_order(orders: dict[str, list[str]], keys: Sequence[str] = ()) -> list[str]:
+    """Every context once, in the order the methods first use it (methods in turn), then the
+    contexts no method uses: a context shared by methods appears once, so it has one place."""
+    seen = dict.fromkeys(k for o in orders.values() for k in o)
+    for k in keys:
+        seen.setdefault(k, None)
+    return list(seen)
+
+
+def _chunks(sizes: list[int], limit: int) -> list[int]:
+    """Greedy split of `sizes` into consecutive chunks of at most `limit` bytes: the chunk lengths."""
+    out: list[int] = []
+    used = n = 0
+    for s in sizes:
+        if n and used + s > limit:
+            out.append(n)
+            used = n = 0
+        used += s
+        n += 1
+    if n:
+        out.append(n)
+    return out
+
+
+def place(order: Sequence[str], sizes: dict[str, int | None], budget: int, max_pds: int,
+          pds: int | None = None, budget_source: str | None = None, evict: bool = False) -> Placement:
+    """Split `order` (first-use order, each context once) into the fewest consecutive groups that
+    each fit `budget` (or exactly `pds` groups), as balanced as consecutive groups allow: the
+    largest group is as small as possible (a search over the byte limit), so the result depends
+    only on the order and the sizes. Raises QnnrtError when the sizes are unknown, a context alone
+    exceeds the budget, or more than `max_pds` PDs would be needed (with `evict`, the contexts are
+    then split over `max_pds` PDs as evenly, and the PDs over budget evict: `Placement.evicting`)."""
+    from qnnrt.errors import QnnrtError
+    if not order:
+        raise QnnrtError("multi-PD residency: the program has no contexts to place")
+    unknown = [k for k in order if sizes.get(k) is None]
+    if unknown:
+        raise QnnrtError(f"multi-PD residency needs each context's PD need; it is unknown for "
+                         f"{len(unknown)} context(s) (e.g. {unknown[0]!r}; `qnnrt inspect --pd` "
+                         f"says why). Use --residency auto.")
+    sz = [int(sizes[k]) for k in order]  # type: ignore[arg-type]
+    big = [k for k, s in zip(order, sz) if s > budget]
+    if big:
+        raise QnnrtError(f"context {big[0]!r} alone needs {sizes[big[0]]} B of PD, more than the "
+                         f"budget of {budget} B: no placement can hold it")
+    fewest = len(_chunks(sz, budget))
+    n = fewest if pds is None else int(pds)
+    if n < 1:
+        raise QnnrtError(f"multi-PD residency: the number of PDs must be >= 1 (got {n})")
+    if n < fewest:
+        raise QnnrtError(f"the program needs {fewest} PDs of {budget} B (its contexts need "
+                         f"{sum(sz)} B); {n} were asked for. Use multi-pd:{fewest} or more.")
+    if n > max_pds and evict:  # each of max_pds PDs holds what it can and evicts the rest
+        even = place(order, sizes, sum(sz), max_pds, min(max_pds, len(sz)), budget_source)
+        return Placement(even.groups, even.sizes, budget, budget_source)
+    if n > max_pds:
+        raise QnnrtError(f"the program needs {n} PDs of {budget} B (its contexts need {sum(sz)} B); "
+                         f"at most {max_pds} allowed (--max-pds)")
+    n = min(n, len(sz))
+    lo, hi = max(max(sz), -(-sum(sz) // n)), budget
+    while lo < hi:  # the smallest limit that splits into at most n groups
+        mid = (lo + hi) // 2
+        if len(_chunks(sz, mid)) <= n:
+            hi = mid
+        else:
+            lo = mid + 1
+    lengths = _chunks(sz, lo)
+    groups, i = [], 0
+    for ln in lengths:
+        groups.append(list(order[i:i + ln]))
+        i += ln
+    return Placement(groups, {k: int(sizes[k]) for k in order}, budget,  # type: ignore[arg-type]
+                     budget_source)

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from qnnrt.core.graph import BoundCall
 from qnnrt.core.tensor import address_of, order_inputs, prepare_input
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime.method import CpuStep, Method, QnnStep
@@ -93,7 +92,7 @@ class GraphStep:
         self.key, self.graph_name, self.position = step.key, step.graph, position
         self.where = where
         self.handle: Any = None   # the live graph's handle, set by the residency fast path
-        self.call = call = BoundCall(plan.program.backend, spec)
+        self.call = call = plan.program.bound_call(step.key, spec)
         no = len(spec.outputs)
         # per-call work lists
         self.dyn_in: list[tuple[int, int]] = []          # (input, slot): bind per call
@@ -336,7 +335,7 @@ class MethodPlan(_Residency):
     def plan_buffer(self, slot: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
         b = self.planned.get(slot)
         if b is None or b.shape != shape or b.dtype != dtype:
-            b = self.planned[slot] = np.zeros(shape, dtype)
+            b = self.planned[slot] = self.program.buffer(shape, dtype)
         return b
 
     # -- running ----------------------------------------------------------------------------
@@ -351,13 +350,13 @@ class MethodPlan(_Residency):
         if self._all_live():
             for step, is_graph in zip(self.steps, self.is_graph):
                 if is_graph:
+                    program.graph_calls += 1  # as they happen: progress lines read it
                     try:
                         acc += step.run(v, step.handle)
                     except QnnError as e:
                         acc += self._rerun(step.key, step.graph_name, e, True, step.run, v)
                 else:
                     cpu += step.run(v)
-            program.graph_calls += len(self._graph_steps)
         else:
             pool = program.pool
             pool.set_order(self.order)
@@ -387,7 +386,7 @@ class _DelegateStep:
         self.key, self.graph_name = step.key, step.graph
         self.where = f"graph {step.graph!r}"
         self.handle: Any = None
-        self.call = call = BoundCall(program.backend, spec)
+        self.call = call = program.bound_call(step.key, spec)
         no = len(spec.outputs)
         self.ins = [(i, s.dtype, tuple(s.shape), s) for i, s in enumerate(spec.inputs)]
         for i, s in enumerate(spec.inputs):
@@ -471,6 +470,7 @@ class DelegatePlan(_Residency):
 
     def run_graph(self, step: QnnStep, position: int, arrays: list) -> list:
         d = self.by_step[id(step)]
+        self.program.graph_calls += 1  # as they happen: progress lines read it
         if self._fast:
             try:
                 out, dt_s = d.run(arrays, d.handle)
@@ -497,7 +497,6 @@ class DelegatePlan(_Residency):
         if not self._fast:
             self.program.pool.set_order(self.order)
         out = self.method.run(inputs, self.run_graph)
-        self.program.graph_calls += len(self.order)
         self.timing.accelerator_s, self.timing.cpu_ops_s = self._acc, runner.kernel_seconds
         self.timing.graph_calls = len(self.order)
         return out

@@ -11,13 +11,17 @@ from typing import Callable
 import numpy as np
 
 from qnnrt.core import Backend, ContextBinary, Profile
+from qnnrt.core.graph import BoundCall
 from qnnrt.errors import FormatError, QnnError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
 from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod, QnnStep, UnavailableMethod
 from qnnrt.runtime.plan import DelegatePlan, MethodPlan, RunTiming
 from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
+from qnnrt.runtime.pd_fleet import MultiPdPool, RemoteCall
+from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, Placement, first_use_order, place
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES, Recovery
 from qnnrt.runtime.residency import ContextPool, Residency
+from qnnrt.runtime.vet import StepWatch, VetReport
 
 
 def predicted_needs(binaries: dict[str, ContextBinary]) -> dict[str, int | None]:
@@ -29,6 +33,31 @@ def predicted_needs(binaries: dict[str, ContextBinary]) -> dict[str, int | None]
         except (FormatError, OSError):
             out[key] = None
     return out
+
+
+def choose_placement(methods: dict[str, Method], binaries: dict[str, ContextBinary], policy: Residency,
+                     needs: dict[str, int | None], budget, max_pds: int) -> Placement | None:
+    """Multi-PD placement: forced by `multi-pd[:N]`; chosen by `auto` when the contexts do not fit
+    one PD and fit at most `max_pds`; else None (one PD, in this process)."""
+    if policy.kind not in ("auto", "multi-pd"):
+        return None
+    orders = {n: list(m.graph_order) for n, m in methods.items()
+              if not isinstance(m, UnavailableMethod)}
+    order = first_use_order(orders, list(binaries))
+    if policy.kind == "multi-pd":
+        if budget is None:
+            raise QnnrtError("multi-pd residency needs this backend's PD budget, which is not known "
+                             "yet: give it with --pd-budget (or LoadOptions(pd_budget=...)), or run "
+                             "once with --residency auto to learn it")
+        return place(order, needs, budget.bytes, max(max_pds, policy.pds or 0), policy.pds,
+                     budget.source)
+    if (budget is None or max_pds < 2 or None in needs.values()
+            or sum(v for v in needs.values() if v) <= budget.bytes):
+        return None
+    try:  # more PDs than allowed: max_pds PDs, each evicting what it cannot hold
+        return place(order, needs, budget.bytes, max_pds, None, budget.source, evict=True)
+    except QnnrtError:  # e.g. a context alone over the budget: one PD, which says so
+        return None
 
 
 class _CreateProfiles:
@@ -52,7 +81,8 @@ class Program:
                  residency: "str | Residency" = "auto", heap=None, exec_profiler=None,
                  profile_level: str = "off", progress=None, owned: list | None = None,
                  constants: dict | None = None, pd_budget: int | None = None,
-                 max_recoveries: int = DEFAULT_MAX_RECOVERIES):
+                 watch: StepWatch | None = None, max_pds: int = DEFAULT_MAX_PDS,
+                 log_level: str = "warn", max_recoveries: int = DEFAULT_MAX_RECOVERIES):
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
         self.backend = backend
@@ -67,7 +97,7 @@ class Program:
         self.iterations = 0
         self.pd_budget_cache: str | None = None
         self.graph_calls = 0
-        self.vet_reports: list = []  # set by qnnrt.load: what was vetted (qnnrt.core.vet.VetReport)
+        self.vet_reports: list[VetReport] = []  # set by qnnrt.load: what was vetted
         self.timing = RunTiming()  # the last run: time inside graphExecute and in CPU ops
         self._plans: dict[str, MethodPlan | DelegatePlan | None] = {}
         self.compiled = True  # False: run every method on the step-by-step reference path
@@ -82,13 +112,24 @@ class Program:
                         if exec_profiler is not None and profile_level != "off" else None)
             self.pd_identity = backend_identity(backend.lib, backend.soc_model)
             budget = resolve_budget(self.pd_identity, pd_budget)
-            self.pool = ContextPool(backend, binaries, residency, hooks=heap,
-                                    pd_estimate=pd_estimate_from_log, profiler=profiler,
-                                    predictions=predicted_needs(binaries),
-                                    budget_bytes=budget.bytes if budget else None,
-                                    budget_source=budget.source if budget else None,
-                                    on_capacity=self._learned)
-            self.recovery = Recovery(self.pool, max_recoveries, lambda: self.iterations)
+            needs = predicted_needs(binaries)
+            self.placement = choose_placement(self.methods, binaries, Residency.parse(residency), needs,
+                                              resolve_budget(self.pd_identity, pd_budget, True),
+                                              max_pds)
+            self.pool: ContextPool | MultiPdPool
+            if self.placement is not None:
+                self.pool = MultiPdPool(backend, binaries, self.placement, Residency.parse(residency),
+                                        log_level=log_level, progress=progress, heap=heap)
+            else:
+                self.pool = ContextPool(backend, binaries, residency, hooks=heap,
+                                        pd_estimate=pd_estimate_from_log, profiler=profiler,
+                                        predictions=needs,
+                                        budget_bytes=budget.bytes if budget else None,
+                                        budget_source=budget.source if budget else None,
+                                        on_capacity=self._learned, watch=watch)
+            # multi-PD pools run graphs in worker processes: recovery there is not built yet
+            self.recovery = Recovery(self.pool if isinstance(self.pool, ContextPool) else None,
+                                     max_recoveries, lambda: self.iterations)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)
@@ -96,6 +137,20 @@ class Program:
         except BaseException:
             self.close()
             raise
+
+    def bound_call(self, key: str, spec) -> BoundCall | RemoteCall:
+        """The call object a plan binds a graph of context `key` through: in this process, or in
+        the PD worker that holds the context (the same calling shape)."""
+        if isinstance(self.pool, MultiPdPool):
+            return self.pool.bound_call(key, spec)
+        return BoundCall(self.backend, spec)
+
+    def buffer(self, shape: tuple, dtype) -> np.ndarray:
+        """A zeroed array for a plan's intermediate: in the shared arena under multi-PD (graph calls
+        in the workers read and write it in place), else an ordinary one."""
+        if isinstance(self.pool, MultiPdPool):
+            return self.pool.buffer(shape, dtype)
+        return np.zeros(shape, dtype)
 
     def _learned(self, capacity: int) -> None:
         """A run found this backend's PD capacity: remember it for the next runs."""

@@ -79,7 +79,7 @@ class RecoveryRecord:
 class Recovery:
     """The recovery policy of one program: `rerun` a failed graph call, count and record."""
 
-    def __init__(self, pool: ContextPool, max_recoveries: int = DEFAULT_MAX_RECOVERIES,
+    def __init__(self, pool: ContextPool | None, max_recoveries: int = DEFAULT_MAX_RECOVERIES,
                  iteration: Callable[[], int] = lambda: 0):
         if max_recoveries < 0:
             raise QnnrtError(f"max_recoveries {max_recoveries}: give 0 (no recovery) or more")
@@ -96,8 +96,10 @@ class Recovery:
         """`error` came from the graph call `graph` of context `key`: re-create what it calls for
         and `call(new live context)` again, escalating on a repeat failure; re-raise a
         non-transient error unchanged, and raise RecoveryError when the budget or the steps run
-        out. `call` must bind the call's outputs afresh (its inputs are the same arrays)."""
-        if not is_transient(error):
+        out. `call` must bind the call's outputs afresh (its inputs are the same arrays). Without
+        a pool to re-create contexts in (a multi-PD program), every error is raised unchanged."""
+        pool = self.pool
+        if not is_transient(error) or pool is None:
             raise error
         step = STEPS.index(FIRST_STEP[error.code])
         tried = 0
@@ -114,10 +116,10 @@ class Recovery:
                         "re-creating %s and running it again (recovery %d of at most %d)",
                         graph, key, error.code, error.code_name, rec.iteration, _describe(what, key),
                         self.used, self.max_recoveries)
-            keys = self.pool.live_keys + [key] if what == "contexts" else [key]
+            keys = pool.live_keys + [key] if what == "contexts" else [key]
             try:
-                rec.contexts = self.pool.recreate(keys, restart_backend=what == "backend")
-                result = call(self.pool.live_context(key))
+                rec.contexts = pool.recreate(keys, restart_backend=what == "backend")
+                result = call(pool.live_context(key))
             except QnnError as e:
                 rec.seconds = time.perf_counter() - t0
                 if not is_transient(e):

@@ -16,54 +16,83 @@ The executor asks the pool to make a context live before running one of its grap
 from __future__ import annotations
 
 import bisect
+import contextlib
+import enum
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from qnnrt.core import Backend, Context, ContextBinary, Profile, live_contexts_in_process
+from qnnrt.core import Backend, Context, ContextBinary, LogLevel, Profile, live_contexts_in_process
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.profiling.pd_log import pd_available_from_log
+from qnnrt.runtime.hooks import CreationProfiler, DspProbe, PoolHooks
 from qnnrt.units import SIZE_RE, to_bytes
 
-POLICIES = ("auto", "eager", "lazy", "sequential", "bounded")
+if TYPE_CHECKING:
+    from qnnrt.runtime.vet import StepWatch
+
+
+class ResidencyKind(enum.StrEnum):
+    """The residency policies (module docstring). A StrEnum: `kind == "eager"` still holds."""
+    AUTO = "auto"
+    EAGER = "eager"
+    LAZY = "lazy"
+    SEQUENTIAL = "sequential"
+    BOUNDED = "bounded"
+    MULTI_PD = "multi-pd"    # contexts spread over PD worker processes (runtime/pd_fleet.py)
+
+
+POLICIES = tuple(k.value for k in ResidencyKind)
 
 
 @dataclass(frozen=True)
 class Residency:
     """A parsed residency policy: `kind`, and for bounded either a count or a byte budget."""
-    kind: str
+    kind: ResidencyKind
     max_live: int | None = None
     max_bytes: int | None = None
+    pds: int | None = None      # multi-pd:N (None: as many PDs as the placement needs)
+
+    def __post_init__(self) -> None:  # Residency("lazy") from a string is still a ResidencyKind
+        object.__setattr__(self, "kind", ResidencyKind(self.kind))
 
     @classmethod
     def parse(cls, text: str | Residency) -> Residency:
         if isinstance(text, Residency):
             return text
         t = str(text).strip().lower()
-        if t in ("auto", "eager", "lazy", "sequential"):
-            return cls(t)
+        if t in POLICIES and t != ResidencyKind.BOUNDED:
+            return cls(ResidencyKind(t))
         m = re.fullmatch(r"bounded:" + SIZE_RE, t)
         if m:
             num, unit = m.group("num"), m.group("unit")
             if unit:
-                return cls("bounded", max_bytes=to_bytes(num, unit))
+                return cls(ResidencyKind.BOUNDED, max_bytes=to_bytes(num, unit))
             if "." in num or int(num) < 1:
                 raise QnnrtError(f"residency {text!r}: K must be a whole number >= 1")
-            return cls("bounded", max_live=int(num))
+            return cls(ResidencyKind.BOUNDED, max_live=int(num))
+        m = re.fullmatch(r"multi-pd(?::(\d+))?", t)
+        if m:
+            if m.group(1) is not None and int(m.group(1)) < 1:
+                raise QnnrtError(f"residency {text!r}: N must be a whole number >= 1")
+            return cls(ResidencyKind.MULTI_PD, pds=int(m.group(1)) if m.group(1) else None)
         raise QnnrtError(f"unknown residency {text!r}; use auto, eager, lazy, sequential, "
-                         f"bounded:K (a count) or bounded:<size> (e.g. bounded:2GB)")
+                         f"bounded:K (a count), bounded:<size> (e.g. bounded:2GB) or multi-pd[:N]")
 
     def __str__(self) -> str:
-        if self.kind != "bounded":
-            return self.kind
+        if self.kind == ResidencyKind.MULTI_PD:
+            return f"multi-pd:{self.pds}" if self.pds else "multi-pd"
+        if self.kind != ResidencyKind.BOUNDED:
+            return self.kind.value
         return f"bounded:{self.max_live}" if self.max_live else f"bounded:{self.max_bytes}B"
 
     @property
     def prefetches(self) -> bool:
-        return self.kind in ("auto", "bounded")
+        return self.kind in (ResidencyKind.AUTO, ResidencyKind.BOUNDED)
 
 
 @dataclass
@@ -91,22 +120,28 @@ class ContextPool:
 
     `binaries` maps a context key to its ContextBinary. `hooks` (e.g. the heap profiler) get
     before_create(key), after_create(key, ok, pd_estimate_bytes), after_free(key, evicted) and
-    mark(event, context=...). Thread model: one caller thread (the executor) plus one prefetch
+    mark(event, context=...). `watch` ("worker" vetting) notes the creation and the first graph
+    run of the contexts whose keys it holds; until each has run once, `all_live` sends plans through
+    acquire/release, where that note is written. Thread model: one caller thread (the executor) plus one prefetch
     thread; creations are serialized, eviction decisions are made on the caller thread.
     """
 
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary],
-                 residency: Residency | str = "auto", hooks=None,
+                 residency: Residency | str = "auto", hooks: PoolHooks | None = None,
                  pd_estimate: Callable[[list[str]], int | None] | None = None,
-                 profiler=None, predictions: dict[str, int | None] | None = None,
+                 profiler: CreationProfiler | None = None, predictions: dict[str, int | None] | None = None,
                  budget_bytes: int | None = None, budget_source: str | None = None,
-                 on_capacity: Callable[[int], None] | None = None):
+                 on_capacity: Callable[[int], None] | None = None,
+                 watch: StepWatch | None = None):
         self.backend = backend
+        self._watch = watch
+        self._unproven: set[str] = set(watch.keys) if watch is not None else set()
+        self._first_run: dict[str, int] = {}  # key -> its note's token while it runs the first time
         self.binaries = binaries
         self.residency = Residency.parse(residency)
         self.hooks = hooks
         self._pd_estimate = pd_estimate
-        self._profiler = profiler  # optional: .context_profile() -> Profile, .created(key, events)
+        self._profiler = profiler
         self.stats = ResidencyStats()
         self.estimates: dict[str, int] = {}
         self._live: dict[str, Context] = {}
@@ -126,7 +161,7 @@ class ContextPool:
         self.capacity: int | None = self.residency.max_live
         # PD planning by bytes: predicted need per context (None: unknown), and the budget
         self.predictions: dict[str, int | None] = dict(predictions or {})
-        self.budget_bytes = budget_bytes if self.residency.kind == "auto" else None
+        self.budget_bytes = budget_bytes if self.residency.kind == ResidencyKind.AUTO else None
         self.budget_source = budget_source if self.budget_bytes is not None else None
         self._on_capacity = on_capacity
         self.mismatches: dict[str, tuple[int, int]] = {}  # key -> (predicted, QNN-reported)
@@ -160,20 +195,32 @@ class ContextPool:
         return None
 
     # -- creation ----------------------------------------------------------------------------
+    def _dsp(self) -> DspProbe | None:
+        return self.hooks.dsp if self.hooks is not None else None
+
     def _dsp_state(self) -> str:
         """'off', 'probe' (undecided: try option 4 once) or 'on' (device supports it)."""
-        dsp = getattr(self.hooks, "dsp", None)
+        dsp = self._dsp()
         if dsp is None:
             return "off"
         if not dsp.decided:
             return "probe"
         return "on" if dsp.supported else "off"
 
-    def _new_context(self, key: str, profile) -> Context:
+    def _new_context(self, key: str, profile: Profile | None) -> Context:
         """Create the context; with a heap profiler, DSP memory profiling is probed on the first
         creation (refused with 1000 on the simulator: noted once, then never asked again)."""
+        if self._watch is not None and key in self._watch.keys:
+            from qnnrt.runtime.vet import describe_step, stall_seconds
+            b = self.binaries[key]
+            with self._watch.step("create", describe_step("create", b.where), stall_seconds(b.size)):
+                return self._new_context_now(key, profile)
+        return self._new_context_now(key, profile)
+
+    def _new_context_now(self, key: str, profile: Profile | None) -> Context:
         state = self._dsp_state()
-        if state == "off":
+        dsp = self._dsp()
+        if state == "off" or dsp is None:
             return Context(self.backend, self.binaries[key], name=key, profile=profile)
         try:
             ctx = Context(self.backend, self.binaries[key], name=key, profile=profile,
@@ -181,13 +228,13 @@ class ContextPool:
         except QnnError as e:
             if state != "probe" or not e.is_not_supported:
                 raise
-            self.hooks.dsp.mark_unsupported(
+            dsp.mark_unsupported(
                 "DSP memory profiling is not supported by this backend (QNN error 1000 on "
                 "context creation with HTP context config option 4; the x86 simulator refuses it, "
                 "devices support it); host heap values are reported instead")
             return Context(self.backend, self.binaries[key], name=key, profile=profile)
         if state == "probe":
-            self.hooks.dsp.mark_supported()
+            dsp.mark_supported()
         return ctx
 
     def _create(self, key: str) -> Context:
@@ -203,9 +250,9 @@ class ContextPool:
                     profile = self._profiler.context_profile()
                 elif self._dsp_state() != "off":
                     profile = Profile(self.backend, "basic")  # carries the DSP heap events
-                verbose = self._pd_estimate is not None and self.backend.log_level < 4
+                verbose = self._pd_estimate is not None and self.backend.log_level < LogLevel.VERBOSE
                 if verbose:
-                    self.backend.set_log_level(4)
+                    self.backend.set_log_level(LogLevel.VERBOSE)
                 mark = self.backend.log.mark()
                 with self._lock:
                     live_before = set(self._live)
@@ -219,14 +266,13 @@ class ContextPool:
                     if verbose:
                         self.backend.set_log_level(self.backend.log_level)
             dt = time.perf_counter() - t0
-            try:
+            with contextlib.ExitStack() as undo:
+                undo.callback(ctx.close)  # never drop a created context without freeing it
                 est = self._pd_estimate(ctx.creation_log) if self._pd_estimate else None
                 events = profile.events() if profile is not None else None
                 if events is not None and self._profiler:
                     self._profiler.created(key, events)
-            except BaseException:
-                ctx.close()  # never drop a created context without freeing it
-                raise
+                undo.pop_all()
         except BaseException:
             with self._lock:
                 self.stats.create_failures += 1
@@ -236,6 +282,15 @@ class ContextPool:
         finally:
             if profile is not None:
                 profile.close()
+        self._count_created(key, est, dt)
+        if self.hooks:
+            self.hooks.after_create(key, True, est)
+            if events is not None and self._dsp_state() == "on":
+                self.hooks.record_dsp_events(key, events)
+        return ctx
+
+    def _count_created(self, key: str, est: int | None, seconds: float) -> None:
+        """Statistics of a creation, and QNN's reported reservation beside the prediction."""
         with self._lock:
             if est:
                 self.estimates[key] = est
@@ -243,15 +298,10 @@ class ContextPool:
                 if pred is not None and pred != est:
                     self.mismatches[key] = (pred, est)
             self.stats.creates += 1
-            self.stats.create_seconds += dt
+            self.stats.create_seconds += seconds
             if key in self.stats.ever_created:
                 self.stats.reloads += 1
             self.stats.ever_created.add(key)
-        if self.hooks:
-            self.hooks.after_create(key, True, est)
-            if events is not None and self._dsp_state() == "on":
-                self.hooks.record_dsp_events(key, events)
-        return ctx
 
     def _reserved(self, key: str) -> int | None:
         """What QNN reserves for `key`: its reported reservation, else the prediction."""
@@ -397,33 +447,48 @@ class ContextPool:
                 ctx = self._live.get(key)
         if ctx is None:
             ctx = self._create_with_room(key, position)
+        if key in self._unproven:
+            self._note_first_run(key)
         with self._lock:
             self._in_use[key] = self._in_use.get(key, 0) + 1
             if key in self._prefetched:
                 self._prefetched.discard(key)
                 self.stats.prefetch_hits += 1
         if self.residency.prefetches:
-            try:
+            with contextlib.ExitStack() as undo:
+                undo.callback(self.release, key)  # the caller never gets the context: do not pin it
                 self._prefetch(position, current=key, current_busy=True)
-            except BaseException:
-                self.release(key)  # the caller never gets the context: do not pin it
-                raise
+                undo.pop_all()
         return ctx
 
     def release(self, key: str, position: int | None = None) -> None:
         """The graph call at `position` that used `key` is done."""
+        if key in self._first_run:
+            self._unproven.discard(key)
+            if self._watch is not None:
+                self._watch.end(self._first_run.pop(key))
         with self._lock:
             n = self._in_use.get(key, 0) - 1
             if n <= 0:
                 self._in_use.pop(key, None)
             else:
                 self._in_use[key] = n
-        if self.residency.kind == "sequential" and n <= 0:
+        if self.residency.kind == ResidencyKind.SEQUENTIAL and n <= 0:
             self._free(key, evicted=False)
         elif self.residency.prefetches and position is not None and not self._closed:
             # `key` is idle now: if it is the best victim, the next context can replace it
             # while the CPU work between graph calls runs
             self._prefetch(position, current=key, current_busy=False)
+
+    def _note_first_run(self, key: str) -> None:
+        """"worker" vetting: the first run of a watched context's graph is a risky step."""
+        if self._watch is None or key in self._first_run:
+            return
+        from qnnrt.runtime.vet import describe_step
+        b = self.binaries[key]
+        graphs = b.info.graphs
+        what = describe_step("first-run", b.where, graphs[0].name if len(graphs) == 1 else "")
+        self._first_run[key] = self._watch.begin("first-run", what, None)
 
     def _wait_pending(self, key: str) -> Context | None:
         with self._lock:
@@ -433,15 +498,15 @@ class ContextPool:
         t0 = time.perf_counter()
         try:
             fut.result()
-        except Exception:
-            pass  # prefetch failed (e.g. PD): the synchronous path retries with eviction
+        except Exception:  # noqa: BLE001 - prefetch failed (e.g. PD): the synchronous path retries with eviction
+            pass
         with self._lock:
             self.stats.wait_seconds += time.perf_counter() - t0
             return self._live.get(key)
 
     def _create_with_room(self, key: str, position: int) -> Context:
         keep = {key}
-        if self.residency.kind == "sequential":
+        if self.residency.kind == ResidencyKind.SEQUENTIAL:
             # one at a time: anything else live (not executing) goes first
             with self._lock:
                 others = [k for k in self._live if k != key and not self._in_use.get(k)]
@@ -453,7 +518,8 @@ class ContextPool:
             try:
                 ctx = self._create(key)
             except QnnError as e:
-                if not (self.residency.kind in ("auto", "bounded") and e.is_out_of_memory):
+                if not (self.residency.kind in (ResidencyKind.AUTO, ResidencyKind.BOUNDED)
+                        and e.is_out_of_memory):
                     raise
                 with self._lock:
                     live_now = len(self._live)
@@ -477,9 +543,9 @@ class ContextPool:
 
         While `current` executes it cannot be evicted, so the farthest-used idle context goes
         instead, even when the running one would be the better victim: that costs at most one
-        extra creation per iteration (bounded:3 on 12 contexts: 11 instead of Belady's 10; equal
-        on the demo programs) and buys overlap of every creation with a graph execution (tiny,
-        bounded:16: 9 % lower latency than waiting for the release). Called again at release
+        extra creation per iteration (tests/runtime/test_residency_policy.py bounds it against
+        Belady's optimum) and buys overlap of every creation with a graph execution (the latency
+        it saves: bench/RESULTS.md, "Prefetch during the graph call"). Called again at release
         (`current_busy` False) for the case nothing idle could be evicted during the execution.
         """
         nxt = self._next_key(position, current)
@@ -509,7 +575,7 @@ class ContextPool:
             ctx = self._create(key)
         except BaseException as e:
             pd = (isinstance(e, QnnError) and e.is_out_of_memory
-                  and self.residency.kind == "auto")
+                  and self.residency.kind == ResidencyKind.AUTO)
             with self._lock:
                 self._pending.pop(key, None)
                 self.generation += 1
@@ -530,7 +596,7 @@ class ContextPool:
             self._free(key, evicted=False, ctx=ctx)
 
     # -- eager / lifetime --------------------------------------------------------------------
-    def load_all(self, progress=None) -> None:
+    def load_all(self, progress: Callable[[int, int], None] | None = None) -> None:
         """Create every context now (eager)."""
         for i, key in enumerate(self.binaries):
             if key not in self._live:
@@ -538,12 +604,14 @@ class ContextPool:
             if progress:
                 progress(i + 1, len(self.binaries))
 
-    def all_live(self, keys) -> int | None:
+    def all_live(self, keys: Iterable[str]) -> int | None:
         """The current generation when every context in `keys` is live and nothing is pending
         (the state a compiled plan may run in without acquire/release), else None."""
         with self._lock:
             if self._closed or self._pending or any(k not in self._live for k in keys):
                 return None
+            if self._unproven and not self._unproven.isdisjoint(keys):
+                return None  # a watched context's first run goes through acquire / release
             return self.generation
 
     @property
@@ -572,7 +640,7 @@ class ContextPool:
         for fut in pending:  # a prefetch in flight finishes first (it may fail: then it is not live)
             try:
                 fut.result()
-            except Exception:
+            except Exception:  # noqa: BLE001 - a failed prefetch leaves the context not live
                 pass
         with self._lock:
             again = [k for k in self._live if restart_backend or k in keys]
@@ -604,15 +672,18 @@ class ContextPool:
                 "pd_estimate_total_bytes": sum(self.estimates.values()),
                 "pd_peak_bytes": s.peak_pd_bytes,
                 "pd_predicted_bytes": dict(self.predictions),
-                "pd_predicted_total_bytes": (sum(self.predictions.values())  # type: ignore[arg-type]
-                                             if self.predictions and None not in self.predictions.values()
-                                             else None),
+                "pd_predicted_total_bytes": self._predicted_total(),
                 "pd_peak_predicted_bytes": s.peak_predicted_bytes,
                 "pd_mismatches": [{"key": k, "predicted_bytes": p, "reported_bytes": r}
                                   for k, (p, r) in self.mismatches.items()],
                 "pd_budget_bytes": self.byte_budget(), "pd_budget_source":
                     self.budget_source or ("bounded" if self.residency.max_bytes else None),
                 "capacity_bytes_found": s.capacity_bytes_found}
+
+    def _predicted_total(self) -> int | None:
+        """The sum of the predicted PD needs, when every context has one."""
+        needs = [v for v in self.predictions.values() if v is not None]
+        return sum(needs) if self.predictions and len(needs) == len(self.predictions) else None
 
     def close(self) -> None:
         """Cancel prefetches not started, wait for a running one, then free every live context
@@ -629,12 +700,12 @@ class ContextPool:
             else:
                 try:
                     fut.result()
-                except Exception:
+                except Exception:  # noqa: BLE001 - a failed prefetch made nothing to free
                     pass
         if self._executor:
             self._executor.shutdown(wait=True)
         for key in reversed(self.live_keys):
             try:
                 self._free(key, evicted=False)
-            except Exception:
+            except Exception:  # noqa: BLE001 - keep freeing the rest (a failed QNN free is logged)
                 pass

@@ -75,3 +75,23 @@ def test_unknown_api_major_refused(monkeypatch):
     monkeypatch.setattr(library, "_libraries", {})
     with pytest.raises(QnnrtError, match="core API"):
         library.open_library()
+
+
+@pytest.mark.parametrize("table", [F.QnnInterface, F.QnnSystemInterface], ids=lambda t: t.__name__)
+def test_declared_tables_match_their_signatures(table):
+    """Every slot qnnrt gives a C signature is declared for mypy with the same arity, and nothing
+    else is: a call mypy accepts is a call the table can make."""
+    import typing
+    declared = {k: v for k, v in typing.get_type_hints(table).items() if k != "SIGNATURES"}
+    assert set(declared) == set(table.SIGNATURES)
+    for name, hint in declared.items():
+        params, _ = typing.get_args(hint)
+        assert len(params) == len(table.SIGNATURES[name]), name
+
+
+def test_a_null_slot_is_a_clear_error():
+    from qnnrt.errors import QnnrtError
+    api = F.QnnInterface(F.INTERFACE_SLOTS, [0] * len(F.INTERFACE_SLOTS), "libNull.so")
+    assert not api.has("contextFree")
+    with pytest.raises(QnnrtError, match="libNull.so does not provide contextFree"):
+        api.contextFree(None, None)

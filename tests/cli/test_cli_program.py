@@ -50,7 +50,8 @@ def test_pd_program_eager_fails_auto_runs(chain_pd, tmp_path):
     assert r.returncode == 1
     assert "Failed to find available PD" in r.stderr and "protection-domain" in r.stderr
     rep = tmp_path / "r.json"
-    r = qnnrt("run", chain_pd.model, "--iteration", 2, "--check-repeat", "--report", rep)
+    r = qnnrt("run", chain_pd.model, "--iteration", 2, "--check-repeat", "--report", rep,
+              "--max-pds", 1)
     assert r.returncode == 0, r.stderr
     res = json.loads(rep.read_text())["residency"]
     assert res["capacity_found"] and res["evictions"] > 0

@@ -94,7 +94,7 @@ def test_pd_program_eager_fails_auto_matches_reference(built_pd_program):
         qnnrt.load(prog, residency="eager")
     assert ei.value.is_pd_exhaustion
     inputs, ref = _ref(prog)
-    with qnnrt.load(prog) as p:
+    with qnnrt.load(prog, options=qnnrt.LoadOptions(max_pds=1)) as p:  # one PD: evictions
         out = p.run("forward", inputs)
         s = p.pool.summary()
     assert _max_err(out, ref) < FP16

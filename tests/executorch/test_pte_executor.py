@@ -10,7 +10,8 @@ import pytest
 from qnnrt.errors import FormatError, InputError, QnnrtError
 from qnnrt.executorch.reader import read_pte
 from qnnrt.executorch.kernels import KernelError
-from qnnrt.executorch.interpreter import PteMethodRunner, describe_pte
+from qnnrt.executorch.describe import describe_pte
+from qnnrt.executorch.interpreter import PteMethodRunner
 from tests.helpers.pte_writer import PteBuilder, qnn_wrap
 
 f32 = np.float32

@@ -26,7 +26,7 @@ def backend():
     core = pytest.importorskip("qnnrt.core")
     try:
         be = core.Backend(soc="SM8650")
-    except Exception as e:  # no QNN libraries on this machine
+    except Exception as e:  # noqa: BLE001 - no QNN libraries on this machine
         pytest.skip(f"QNN HTP backend unavailable: {e}")
     with be:
         yield be
@@ -108,7 +108,7 @@ def test_qnnrt_binary_wrapped_in_pte(backend, small_binary, tmp_path, placement)
 
 @pytest.mark.skipif(not FIXTURES.exists(), reason="ExecuTorch fixtures not available")
 def test_inspect_lists_graphs_of_each_context(backend):
-    from qnnrt.executorch.interpreter import describe_pte, qnn_graph_lister
+    from qnnrt.executorch.describe import describe_pte, qnn_graph_lister
     lister = qnn_graph_lister()
     assert lister is not None
     with read_pte(FIXTURES / "two_methods_fp16" / "model.pte") as prog:

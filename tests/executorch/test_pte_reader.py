@@ -10,7 +10,7 @@ from tests.helpers.pte_writer import PteBuilder, qnn_wrap
 from qnnrt.errors import FormatError
 from qnnrt.executorch.reader import (is_pte_file, parse_qnn_compile_spec, qnn_context_binary,
                                qnn_graph_io_order, read_pte, unwrap_qnn_delegate)
-from qnnrt.executorch.interpreter import describe_pte
+from qnnrt.executorch.describe import describe_pte
 
 FIXTURES = Path(os.environ.get("QNNRT_ET_FIXTURES", Path(__file__).parents[1] / "data" / "executorch"))
 needs_fixtures = pytest.mark.skipif(not (FIXTURES / "many_4_fp16" / "model.pte").exists(),

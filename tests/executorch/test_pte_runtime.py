@@ -83,7 +83,7 @@ def test_pte_beyond_pd_budget_runs_under_auto_eager_fails(tmp_path, small_binary
         qnnrt.load(pte, residency="eager")
     assert ei.value.is_pd_exhaustion
     x = np.linspace(-1, 1, WIDTH, dtype=np.float32)[None]
-    with qnnrt.load(pte) as prog:
+    with qnnrt.load(pte, options=qnnrt.LoadOptions(max_pds=1)) as prog:  # one PD: evictions
         y1 = prog.run(None, [x])
         y2 = prog.run(None, [x])
         s = prog.pool.summary()

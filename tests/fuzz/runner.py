@@ -95,7 +95,7 @@ def run_cases(cases: list[Case], case_timeout: float = 60.0, env: dict | None = 
     summary = Summary()
     child_env = dict(os.environ, **(env or {}))
     child_env["PYTHONPATH"] = str(ROOT) + os.pathsep + child_env.get("PYTHONPATH", "")
-    child_env.setdefault("QNNRT_VET_TIMEOUT", str(max(5.0, case_timeout / 2)))
+    child_env.setdefault("QNNRT_VET_STALL_TIMEOUT", str(max(5.0, case_timeout / 4)))
     pending = list(enumerate(cases))
     results: dict[int, Outcome] = {}
     while pending:

@@ -1,4 +1,4 @@
-"""One regression test per cause issue 14 lists (and the fuzzer found): each is a clean QnnrtError
+"""One regression test per crash cause the fuzzer found: each is a clean QnnrtError
 naming the file, before native code or ONNX Runtime sees the input."""
 from __future__ import annotations
 
@@ -282,6 +282,8 @@ FUZZ_DATA = ROOT / "tests" / "data" / "fuzz"
     "bin_00041.bin",                 # QNN's binary-info parse segfaults: it was read in-process before vetting
     "bin_00469.bin",                 # crashes QNN (creation / execute) only some of the times it is read
     "epc0_01103/model_ctx.onnx",     # the vetting child rejects it cleanly, reading it here segfaults
+    "pte_00002_create_crash.pte",    # seed 21: segfaults in contextCreateFromBinary
+    "pte_00014_execute_crash.pte",   # seed 21: passes info and creation, segfaults in graphExecute
 ])
 def test_binaries_that_crash_qnn_never_take_the_api_process_down(tmp_path, case):
     """Found by the 10,000-input fuzz run (seed 11): nothing reads a foreign binary in this process

@@ -30,7 +30,7 @@ def test_auto_learns_the_budget_once_then_never_fails(chain_pd):
     from qnnrt.cli.inspect_pd import describe_pd
     d = describe_pd(Path(chain_pd.model))
     assert d["eager_fits"] is False and d["budget_source"] == "simulator"
-    first = run(chain_pd.model)
+    first = run(chain_pd.model, max_pds=1)  # one PD: auto evicts (several PDs: test_multi_pd.py)
     assert first["create_failures"] == 1 and first["capacity_bytes_found"] == SIMULATOR_CAPACITY
     assert first["capacity_bytes_found"] == d["budget_bytes"]
     assert first["pd_mismatches"] == [] and first["pd_peak_predicted_bytes"] == first["pd_peak_bytes"]
@@ -39,7 +39,7 @@ def test_auto_learns_the_budget_once_then_never_fails(chain_pd):
     assert [v["capacity_bytes"] for v in stored.values()] == [SIMULATOR_CAPACITY]
     again = describe_pd(Path(chain_pd.model))
     assert again["budget_source"] == "learned" and again["budget_bytes"] == SIMULATOR_CAPACITY
-    second = run(chain_pd.model)
+    second = run(chain_pd.model, max_pds=1)
     assert second["create_failures"] == 0 and second["pd_failures_handled"] == 0
     assert second["pd_budget_source"] == "learned"
     assert second["evictions"] == first["evictions"] and second["creates"] == first["creates"]
@@ -57,7 +57,7 @@ def test_bounded_bytes_never_exceeds_its_budget(chain12):
 
 
 def test_pd_budget_override_plans_auto(chain12):
-    s = run(chain12.model, "auto", iterations=2, pd_budget="35MB")
+    s = run(chain12.model, "auto", iterations=2, pd_budget="35MB", max_pds=1)
     assert s["pd_budget_source"] == "override" and s["pd_budget_bytes"] == 35 << 20
     assert s["create_failures"] == 0 and s["evictions"] > 0
     assert s["pd_peak_predicted_bytes"] <= 35 << 20
@@ -104,5 +104,5 @@ def test_capacity_counts_other_programs_contexts_in_the_process(chain_pd, chain1
     with qnnrt.load(chain12.model, residency="eager") as other:
         other.run(None, {"x": X})
         assert len(other.pool.summary()["pd_estimate_bytes"]) == 12      # 12 contexts stay live
-        first = run(chain_pd.model, iterations=1)
+        first = run(chain_pd.model, iterations=1, max_pds=1)
     assert first["create_failures"] == 1 and first["capacity_bytes_found"] == SIMULATOR_CAPACITY

@@ -187,15 +187,16 @@ def test_negative_budget_is_refused():
 
 @pytest.mark.parametrize("residency", ["eager", "sequential"])  # the plan's fast path / the pool path
 def test_epcontext_program_recovers_on_both_plan_paths(inject, fault_shim, chain12, residency):
-    """An EPContext program (12 contexts, CPU segments between them) runs as a MethodPlan."""
-    from qnnrt.runtime.plan import MethodPlan
+    """An EPContext program (12 contexts, CPU segments between them): its OnnxMethod runs as a
+    MethodPlan (runtime/plan.py), the plan kind the .pte tests above do not reach."""
+    from qnnrt.runtime.method import OnnxMethod
     x = np.linspace(-2, 2, 64, dtype=np.float32)[None]
     with qnnrt.load(chain12.model, residency="eager") as p:
         clean = [p.run(None, [x]) for _ in range(2)]
     with qnnrt.load(chain12.model, residency=residency, backend_lib=fault_shim.folder) as p:
         inject("15")                          # graph 3 of iteration 1
         got = [p.run(None, [x]) for _ in range(2)]
-        assert isinstance(p._plans[p.method().name], MethodPlan)
+        assert type(p.method()) is OnnxMethod and p.compiled
         (r,) = p.recovery.records
         assert r.succeeded and r.iteration == 1 and r.context == p.method().steps[2 * 2].key
     assert all(_equal(a, b) for a, b in zip(got, clean))

@@ -63,7 +63,8 @@ def test_pd_program_eager_fails_auto_completes(chain_pd, tmp_path):
         qnnrt.load(chain_pd.model, residency="eager")
     assert ei.value.is_pd_exhaustion and "protection-domain" in str(ei.value)
     heap = tmp_path / "heap.txt"
-    outs, s = run_chain(chain_pd.model, "auto", iterations=2, heap_profiling_path=str(heap))
+    outs, s = run_chain(chain_pd.model, "auto", iterations=2, heap_profiling_path=str(heap),
+                        max_pds=1)
     np.testing.assert_allclose(outs[0]["t399"], chain_pd.reference(X), **TOL)
     timeline = json.loads(heap.with_name("heap.txt.json").read_text())["timeline"]
     assert [e for e in timeline if e["event"] == "pd_exhausted"]  # the decision is on the timeline

@@ -1,14 +1,20 @@
 """PyTorch's dtype promotion and casting rules, and the operand helpers the kernels share."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from qnnrt.errors import KernelError
 
 if TYPE_CHECKING:
     from qnnrt.executorch.kernels.registry import OutInfo
+
+# An ExecuTorch value as the interpreter passes it to a kernel: an ndarray, a Python scalar, a list
+# of them or None. Kernels check what they get (`_arr`, `_scalar`): a wrong kind is a KernelError.
+Value = Any
+Scalar = bool | int | float
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -20,7 +26,7 @@ try:
     _BF16 = np.dtype(_mld.bfloat16)
     _EXTRA_FLOATS = {_BF16, np.dtype(_mld.float8_e5m2), np.dtype(_mld.float8_e4m3fn),
                      np.dtype(_mld.float8_e5m2fnuz), np.dtype(_mld.float8_e4m3fnuz)}
-except Exception:  # pragma: no cover
+except ImportError:  # pragma: no cover - ml_dtypes is optional
     _BF16 = None
     _EXTRA_FLOATS = set()
 _REDUCED = {_F16} | _EXTRA_FLOATS
@@ -38,11 +44,7 @@ def _is_int(dt: np.dtype) -> bool:
     return dt.kind in "iu"
 
 
-def _category(dt: np.dtype) -> int:
-    return 0 if _is_bool(dt) else (2 if _is_float(dt) else 1)
-
-
-def promote_types(a, b) -> np.dtype | None:
+def promote_types(a: DTypeLike | None, b: DTypeLike | None) -> np.dtype | None:
     """PyTorch's ``torch.promote_types`` for real dtypes (None only when both are None)."""
     if a is None:
         return None if b is None else np.dtype(b)
@@ -71,7 +73,7 @@ def promote_types(a, b) -> np.dtype | None:
     return np.promote_types(a, b)
 
 
-def _operand_dtype(x) -> tuple[int, np.dtype]:
+def _operand_dtype(x: Value) -> tuple[int, np.dtype]:
     """(priority, dtype): 2 dimensioned tensor, 1 zero-dim tensor, 0 Python scalar."""
     if isinstance(x, np.ndarray):
         return (2 if x.ndim > 0 else 1), x.dtype
@@ -86,7 +88,7 @@ def _operand_dtype(x) -> tuple[int, np.dtype]:
     raise KernelError(f"unsupported operand {type(x).__name__}")
 
 
-def _combine(higher, lower):
+def _combine(higher: np.dtype | None, lower: np.dtype | None) -> np.dtype | None:
     if higher is None:
         return lower
     if lower is None:
@@ -98,16 +100,19 @@ def _combine(higher, lower):
     return higher
 
 
-def result_type(*operands) -> np.dtype:
+def result_type(*operands: Value) -> np.dtype:
     """PyTorch's ``torch.result_type`` over tensors (numpy arrays) and Python scalars."""
-    slots: list = [None, None, None]   # scalars, zero-dim, dimensioned
+    slots: list[np.dtype | None] = [None, None, None]   # scalars, zero-dim, dimensioned
     for x in operands:
         pr, dt = _operand_dtype(x)
         slots[pr] = promote_types(slots[pr], dt)
-    return _combine(slots[2], _combine(slots[1], slots[0]))
+    common = _combine(slots[2], _combine(slots[1], slots[0]))
+    if common is None:
+        raise KernelError("result_type needs at least one operand")
+    return common
 
 
-def can_cast(frm, to) -> bool:
+def can_cast(frm: DTypeLike, to: DTypeLike) -> bool:
     """PyTorch's ``torch.can_cast``: no float -> integer/bool, no integer -> bool."""
     frm, to = np.dtype(frm), np.dtype(to)
     if _is_float(frm) and not _is_float(to):
@@ -121,8 +126,7 @@ def _opmath(dt: np.dtype) -> np.dtype:
     return _F32 if dt in _REDUCED else dt
 
 
-def cast_to_out(result: np.ndarray, out: OutInfo | None, op: str, mode: str = "same_kind"
-                ) -> np.ndarray:
+def cast_to_out(result: np.ndarray, out: OutInfo | None, op: str, mode: str = "same_kind") -> np.ndarray:
     """Cast a computed result to the out tensor's dtype under the operator's casting rule."""
     result = np.asarray(result)
     if out is None or out.dtype is None or result.dtype == out.dtype:
@@ -146,13 +150,13 @@ def _astype(x: np.ndarray, dt: np.dtype) -> np.ndarray:
         return x.astype(dt)
 
 
-def _arr(x) -> np.ndarray:
+def _arr(x: Value) -> np.ndarray:
     if not isinstance(x, np.ndarray):
         raise KernelError(f"expected a tensor, got {type(x).__name__}")
     return x
 
 
-def _scalar(x, what: str):
+def _scalar(x: Value, what: str) -> Scalar:
     if isinstance(x, np.ndarray):
         if x.size != 1:
             raise KernelError(f"{what} must be a scalar, got a tensor of shape {x.shape}")
@@ -170,7 +174,7 @@ def _wrap_dim(d: int, ndim: int, op: str) -> int:
     return d % n
 
 
-def _scalar_type(code, what: str, op: str) -> np.dtype:
+def _scalar_type(code: Value, what: str, op: str) -> np.dtype:
     from qnnrt.executorch.reader import (
         scalar_type_to_numpy,  # late import: formats -> runtime is fine
     )
@@ -180,7 +184,7 @@ def _scalar_type(code, what: str, op: str) -> np.dtype:
     return dt
 
 
-def _to_operand(x):
+def _to_operand(x: Value) -> Value:
     """Python scalars stay scalars; numpy generics become 0-d arrays."""
     if isinstance(x, np.generic):
         return np.asarray(x)

@@ -17,10 +17,11 @@ from qnnrt.executorch.kernels.dtypes import (
     _to_operand,
     result_type,
 )
-from qnnrt.executorch.kernels.registry import register_kernel
+from qnnrt.executorch.kernels.dtypes import Value
+from qnnrt.executorch.kernels.registry import OutInfo, register_kernel
 
 
-def _scalar_as(value, dtype: np.dtype) -> np.ndarray:
+def _scalar_as(value: Value, dtype: np.dtype) -> np.ndarray:
     """A Python scalar in `dtype`; integers out of range wrap around, as PyTorch does."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and \
             np.dtype(dtype).kind in "iu":
@@ -29,7 +30,8 @@ def _scalar_as(value, dtype: np.dtype) -> np.ndarray:
     return np.asarray(value, dtype=dtype)
 
 
-def _binary_prep(op: str, a, b):
+def _binary_prep(op: str, a: Value, b: Value) -> tuple[np.dtype, np.dtype, np.ndarray, np.ndarray]:
+    """(common dtype, opmath dtype, a and b as opmath arrays), shapes checked to broadcast."""
     a, b = _to_operand(a), _to_operand(b)
     common = result_type(a, b)
     om = _opmath(common)
@@ -47,7 +49,7 @@ def _binary_prep(op: str, a, b):
     return common, om, av, bv
 
 
-def _check_alpha(op: str, common: np.dtype, alpha) -> None:
+def _check_alpha(op: str, common: np.dtype, alpha: Value) -> None:
     if _is_int(common) and isinstance(alpha, float):
         raise KernelError(f"{op}: for integral input tensors, argument alpha must not be a floating "
                           "point number")
@@ -57,7 +59,7 @@ def _check_alpha(op: str, common: np.dtype, alpha) -> None:
                               "boolean dtype")
 
 
-def _add(op, a, b, alpha, sign):
+def _add(op: str, a: Value, b: Value, alpha: Value, sign: Value) -> np.ndarray:
     common, om, av, bv = _binary_prep(op, a, b)
     alpha = _scalar(alpha, "alpha")
     if sign < 0 and (_is_bool(np.asarray(a).dtype) or _is_bool(np.asarray(b).dtype)):
@@ -76,26 +78,26 @@ def _add(op, a, b, alpha, sign):
 
 
 @register_kernel("aten::add.out", 4)
-def add_out(self, other, alpha=1, out=None):
+def add_out(self: Value, other: Value, alpha: Value = 1, out: OutInfo | None = None) -> np.ndarray:
     return _add("aten::add.out", _arr(self), _arr(other), alpha, +1)
 
 
 @register_kernel("aten::add.Scalar_out", 4)
-def add_scalar_out(self, other, alpha=1, out=None):
+def add_scalar_out(self: Value, other: Value, alpha: Value = 1, out: OutInfo | None = None) -> np.ndarray:
     return _add("aten::add.Scalar_out", _arr(self), _scalar(other, "other"), alpha, +1)
 
 
 @register_kernel("aten::sub.out", 4)
-def sub_out(self, other, alpha=1, out=None):
+def sub_out(self: Value, other: Value, alpha: Value = 1, out: OutInfo | None = None) -> np.ndarray:
     return _add("aten::sub.out", _arr(self), _arr(other), alpha, -1)
 
 
 @register_kernel("aten::sub.Scalar_out", 4)
-def sub_scalar_out(self, other, alpha=1, out=None):
+def sub_scalar_out(self: Value, other: Value, alpha: Value = 1, out: OutInfo | None = None) -> np.ndarray:
     return _add("aten::sub.Scalar_out", _arr(self), _scalar(other, "other"), alpha, -1)
 
 
-def _mul(op, a, b):
+def _mul(op: str, a: Value, b: Value) -> np.ndarray:
     common, om, av, bv = _binary_prep(op, a, b)
     with np.errstate(all="ignore"):
         r = (av & bv) if _is_bool(common) else av * bv
@@ -103,16 +105,16 @@ def _mul(op, a, b):
 
 
 @register_kernel("aten::mul.out", 3)
-def mul_out(self, other, out=None):
+def mul_out(self: Value, other: Value, out: OutInfo | None = None) -> np.ndarray:
     return _mul("aten::mul.out", _arr(self), _arr(other))
 
 
 @register_kernel("aten::mul.Scalar_out", 3)
-def mul_scalar_out(self, other, out=None):
+def mul_scalar_out(self: Value, other: Value, out: OutInfo | None = None) -> np.ndarray:
     return _mul("aten::mul.Scalar_out", _arr(self), _scalar(other, "other"))
 
 
-def _div(op, a, b, mode):
+def _div(op: str, a: Value, b: Value, mode: Value) -> np.ndarray:
     if mode is not None and mode not in ("trunc", "floor"):
         raise KernelError(f"{op}: div expected rounding_mode to be one of None, 'trunc', or 'floor' "
                           f"but found {mode!r}")
@@ -152,20 +154,21 @@ def _div(op, a, b, mode):
 
 
 @register_kernel("aten::div.out", 3)
-def div_out(self, other, out=None):
+def div_out(self: Value, other: Value, out: OutInfo | None = None) -> np.ndarray:
     return _div("aten::div.out", _arr(self), _arr(other), None)
 
 
 @register_kernel("aten::div.out_mode", 4)
-def div_out_mode(self, other, rounding_mode=None, out=None):
+def div_out_mode(self: Value, other: Value, rounding_mode: Value = None, out: OutInfo | None = None) -> np.ndarray:
     return _div("aten::div.out_mode", _arr(self), _arr(other), rounding_mode)
 
 
 @register_kernel("aten::div.Scalar_out", 3)
-def div_scalar_out(self, other, out=None):
+def div_scalar_out(self: Value, other: Value, out: OutInfo | None = None) -> np.ndarray:
     return _div("aten::div.Scalar_out", _arr(self), _scalar(other, "other"), None)
 
 
 @register_kernel("aten::div.Scalar_mode_out", 4)
-def div_scalar_mode_out(self, other, rounding_mode=None, out=None):
+def div_scalar_mode_out(self: Value, other: Value, rounding_mode: Value = None,
+                        out: OutInfo | None = None) -> np.ndarray:
     return _div("aten::div.Scalar_mode_out", _arr(self), _scalar(other, "other"), rounding_mode)

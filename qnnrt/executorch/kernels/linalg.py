@@ -5,10 +5,11 @@ import numpy as np
 
 from qnnrt.errors import KernelError
 from qnnrt.executorch.kernels.dtypes import _arr, _astype, _is_bool, _is_int, _opmath, _scalar
-from qnnrt.executorch.kernels.registry import register_kernel
+from qnnrt.executorch.kernels.dtypes import Value
+from qnnrt.executorch.kernels.registry import OutInfo, register_kernel
 
 
-def _same_dtype(op, *xs):
+def _same_dtype(op: str, *xs: Value) -> np.dtype:
     dts = {x.dtype for x in xs}
     if len(dts) != 1:
         raise KernelError(f"{op}: expected all tensors to have the same dtype, got "
@@ -19,14 +20,14 @@ def _same_dtype(op, *xs):
     return dt
 
 
-def _matmul(a, b, dt):
+def _matmul(a: Value, b: Value, dt: np.dtype) -> np.ndarray:
     om = _opmath(dt)
     with np.errstate(all="ignore"):
         return _astype(np.matmul(_astype(a, om), _astype(b, om)), dt)
 
 
 @register_kernel("aten::mm.out", 3, cast="strict")
-def mm_out(self, mat2, out=None):
+def mm_out(self: Value, mat2: Value, out: OutInfo | None = None) -> np.ndarray:
     a, b = _arr(self), _arr(mat2)
     if a.ndim != 2 or b.ndim != 2:
         raise KernelError(f"aten::mm.out: expected 2-d tensors, got {a.ndim}-d and {b.ndim}-d")
@@ -37,7 +38,7 @@ def mm_out(self, mat2, out=None):
 
 
 @register_kernel("aten::bmm.out", 3, cast="strict")
-def bmm_out(self, mat2, out=None):
+def bmm_out(self: Value, mat2: Value, out: OutInfo | None = None) -> np.ndarray:
     a, b = _arr(self), _arr(mat2)
     if a.ndim != 3 or b.ndim != 3:
         raise KernelError(f"aten::bmm.out: expected 3-d tensors, got {a.ndim}-d and {b.ndim}-d")
@@ -48,7 +49,8 @@ def bmm_out(self, mat2, out=None):
 
 
 @register_kernel("aten::addmm.out", 6, cast="strict")
-def addmm_out(self, mat1, mat2, beta=1, alpha=1, out=None):
+def addmm_out(self: Value, mat1: Value, mat2: Value, beta: Value = 1, alpha: Value = 1,
+              out: OutInfo | None = None) -> np.ndarray:
     op = "aten::addmm.out"
     s, a, b = _arr(self), _arr(mat1), _arr(mat2)
     if a.ndim != 2 or b.ndim != 2:
@@ -78,7 +80,7 @@ def addmm_out(self, mat1, mat2, beta=1, alpha=1, out=None):
 
 
 @register_kernel("aten::linear.out", 4, cast="strict")
-def linear_out(input, weight, bias=None, out=None):
+def linear_out(input: Value, weight: Value, bias: Value = None, out: OutInfo | None = None) -> np.ndarray:
     op = "aten::linear.out"
     x, w = _arr(input), _arr(weight)
     if w.ndim not in (1, 2):

@@ -5,16 +5,18 @@ import numpy as np
 
 from qnnrt.errors import KernelError
 from qnnrt.executorch.kernels.dtypes import _arr, _astype, _F32, _is_float, _opmath, _scalar, _scalar_type
-from qnnrt.executorch.kernels.registry import register_kernel
+from qnnrt.executorch.kernels.dtypes import Value
+from qnnrt.executorch.kernels.registry import OutInfo, register_kernel
 
 
-def _q_params(op, scale, zero_point):
+def _q_params(op: str, scale: Value, zero_point: Value) -> tuple[float, int]:
     s = float(_scalar(scale, "scale"))
     z = int(_scalar(zero_point, "zero_point"))
     return s, z
 
 
-def _quantize(op, x, scale, zp, qmin, qmax, dtype, out):
+def _quantize(op: str, x: Value, scale: Value, zp: Value, qmin: Value, qmax: Value, dtype: Value,
+              out: OutInfo | None) -> np.ndarray:
     x = _arr(x)
     if not _is_float(x.dtype):
         raise KernelError(f"{op}: expecting input to have a floating dtype, got {x.dtype}")
@@ -30,7 +32,8 @@ def _quantize(op, x, scale, zp, qmin, qmax, dtype, out):
     return np.clip(q, qmin, qmax).astype(dt)
 
 
-def _dequantize(op, x, scale, zp, dtype, out_dtype, out):
+def _dequantize(op: str, x: Value, scale: Value, zp: Value, dtype: Value, out_dtype: Value,
+                out: OutInfo | None) -> np.ndarray:
     x = _arr(x)
     dt = _scalar_type(dtype, "dtype", op)
     if x.dtype != dt:
@@ -45,30 +48,34 @@ def _dequantize(op, x, scale, zp, dtype, out_dtype, out):
 
 
 @register_kernel("quantized_decomposed::quantize_per_tensor.out", 7, cast="strict")
-def quantize_per_tensor_out(input, scale, zero_point, quant_min, quant_max, dtype, out=None):
+def quantize_per_tensor_out(input: Value, scale: Value, zero_point: Value, quant_min: Value,
+                            quant_max: Value, dtype: Value, out: OutInfo | None = None) -> np.ndarray:
     op = "quantized_decomposed::quantize_per_tensor.out"
     s, z = _q_params(op, scale, zero_point)
     return _quantize(op, input, s, z, quant_min, quant_max, dtype, out)
 
 
 @register_kernel("quantized_decomposed::quantize_per_tensor.Tensor_out", 7, cast="strict")
-def quantize_per_tensor_tensor_out(input, scale, zero_point, quant_min, quant_max, dtype, out=None):
+def quantize_per_tensor_tensor_out(input: Value, scale: Value, zero_point: Value, quant_min: Value,
+                                   quant_max: Value, dtype: Value, out: OutInfo | None = None) -> np.ndarray:
     op = "quantized_decomposed::quantize_per_tensor.Tensor_out"
     s, z = _q_params(op, scale, zero_point)
     return _quantize(op, input, s, z, quant_min, quant_max, dtype, out)
 
 
 @register_kernel("quantized_decomposed::dequantize_per_tensor.out", 8, cast="strict")
-def dequantize_per_tensor_out(input, scale, zero_point, quant_min, quant_max, dtype,
-                              out_dtype=None, out=None):
+def dequantize_per_tensor_out(input: Value, scale: Value, zero_point: Value, quant_min: Value,
+                              quant_max: Value, dtype: Value, out_dtype: Value = None,
+                              out: OutInfo | None = None) -> np.ndarray:
     op = "quantized_decomposed::dequantize_per_tensor.out"
     s, z = _q_params(op, scale, zero_point)
     return _dequantize(op, input, s, z, dtype, out_dtype, out)
 
 
 @register_kernel("quantized_decomposed::dequantize_per_tensor.Tensor_out", 8, cast="strict")
-def dequantize_per_tensor_tensor_out(input, scale, zero_point, quant_min, quant_max, dtype,
-                                     out_dtype=None, out=None):
+def dequantize_per_tensor_tensor_out(input: Value, scale: Value, zero_point: Value, quant_min: Value,
+                                     quant_max: Value, dtype: Value, out_dtype: Value = None,
+                                     out: OutInfo | None = None) -> np.ndarray:
     op = "quantized_decomposed::dequantize_per_tensor.Tensor_out"
     s, z = _q_params(op, scale, zero_point)
     return _dequantize(op, input, s, z, dtype, out_dtype, out)

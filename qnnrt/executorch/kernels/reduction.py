@@ -15,10 +15,11 @@ from qnnrt.executorch.kernels.dtypes import (
     _scalar_type,
     _wrap_dim,
 )
-from qnnrt.executorch.kernels.registry import register_kernel
+from qnnrt.executorch.kernels.dtypes import Value
+from qnnrt.executorch.kernels.registry import OutInfo, register_kernel
 
 
-def _reduce_dims(op, x, dim) -> tuple[int, ...] | None:
+def _reduce_dims(op: str, x: Value, dim: Value) -> tuple[int, ...] | None:
     if dim is None:
         return None
     dims = [dim] if isinstance(dim, (int, np.integer)) else list(dim)
@@ -32,7 +33,8 @@ def _reduce_dims(op, x, dim) -> tuple[int, ...] | None:
     return tuple(w)
 
 
-def _reduce(op, x, dim, keepdim, dtype, out, mean):
+def _reduce(op: str, x: Value, dim: Value, keepdim: Value, dtype: Value, out: OutInfo | None,
+            mean: bool) -> np.ndarray:
     x = _arr(x)
     dims = _reduce_dims(op, x, dim)
     if dtype is not None:
@@ -62,20 +64,22 @@ def _reduce(op, x, dim, keepdim, dtype, out, mean):
 
 
 @register_kernel("aten::sum.IntList_out", 5)
-def sum_intlist_out(self, dim=None, keepdim=False, dtype=None, out=None):
+def sum_intlist_out(self: Value, dim: Value = None, keepdim: Value = False, dtype: Value = None,
+                    out: OutInfo | None = None) -> np.ndarray:
     return _reduce("aten::sum.IntList_out", self, dim, keepdim, dtype, out, mean=False)
 
 
 @register_kernel("aten::sum.out", 3)
-def sum_full_out(self, dtype=None, out=None):
+def sum_full_out(self: Value, dtype: Value = None, out: OutInfo | None = None) -> np.ndarray:
     return _reduce("aten::sum.out", self, None, False, dtype, out, mean=False)
 
 
 @register_kernel("aten::mean.out", 5)
-def mean_out(self, dim=None, keepdim=False, dtype=None, out=None):
+def mean_out(self: Value, dim: Value = None, keepdim: Value = False, dtype: Value = None,
+             out: OutInfo | None = None) -> np.ndarray:
     return _reduce("aten::mean.out", self, dim, keepdim, dtype, out, mean=True)
 
 
 @register_kernel("aten::mean.dtype_out", 3)
-def mean_dtype_out(self, dtype=None, out=None):
+def mean_dtype_out(self: Value, dtype: Value = None, out: OutInfo | None = None) -> np.ndarray:
     return _reduce("aten::mean.dtype_out", self, None, False, dtype, out, mean=True)

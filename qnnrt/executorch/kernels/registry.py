@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -34,9 +34,13 @@ class KernelDef:
 KERNELS: dict[str, KernelDef] = {}
 
 
-def register_kernel(name: str, n_args: int, n_out: int = 1, cast: str = "same_kind"):
+KernelFn = TypeVar("KernelFn", bound=Callable[..., np.ndarray])
+
+
+def register_kernel(name: str, n_args: int, n_out: int = 1,
+                    cast: str = "same_kind") -> Callable[[KernelFn], KernelFn]:
     """Decorator: register ``fn(*inputs, out=OutInfo|None) -> np.ndarray`` under ``name``."""
-    def deco(fn):
+    def deco(fn: KernelFn) -> KernelFn:
         KERNELS[name] = KernelDef(name, fn, n_args, n_out, cast)
         return fn
     return deco

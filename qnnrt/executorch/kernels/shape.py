@@ -4,14 +4,17 @@ The out dtype may differ: results are copied into it, as Tensor.copy_.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from qnnrt.errors import KernelError
 from qnnrt.executorch.kernels.dtypes import _arr, _astype, _wrap_dim, result_type
-from qnnrt.executorch.kernels.registry import register_kernel
+from qnnrt.executorch.kernels.dtypes import Value
+from qnnrt.executorch.kernels.registry import OutInfo, register_kernel
 
 
-def _infer_size(op, size, numel) -> tuple[int, ...]:
+def _infer_size(op: str, size: Value, numel: Value) -> tuple[int, ...]:
     size = [int(s) for s in size]
     neg = [i for i, s in enumerate(size) if s == -1]
     if len(neg) > 1:
@@ -32,13 +35,13 @@ def _infer_size(op, size, numel) -> tuple[int, ...]:
 
 
 @register_kernel("aten::view_copy.out", 3, cast="any")
-def view_copy_out(self, size, out=None):
+def view_copy_out(self: Value, size: Value, out: OutInfo | None = None) -> np.ndarray:
     x = _arr(self)
     return np.array(x.reshape(_infer_size("aten::view_copy.out", size, x.size)), copy=True)
 
 
 @register_kernel("aten::permute_copy.out", 3, cast="any")
-def permute_copy_out(self, dims, out=None):
+def permute_copy_out(self: Value, dims: Value, out: OutInfo | None = None) -> np.ndarray:
     op = "aten::permute_copy.out"
     x = _arr(self)
     dims = [int(d) for d in dims]
@@ -52,7 +55,7 @@ def permute_copy_out(self, dims, out=None):
 
 
 @register_kernel("aten::transpose_copy.int_out", 4, cast="any")
-def transpose_copy_out(self, dim0, dim1, out=None):
+def transpose_copy_out(self: Value, dim0: Value, dim1: Value, out: OutInfo | None = None) -> np.ndarray:
     op = "aten::transpose_copy.int_out"
     x = _arr(self)
     d0, d1 = _wrap_dim(int(dim0), x.ndim, op), _wrap_dim(int(dim1), x.ndim, op)
@@ -62,7 +65,7 @@ def transpose_copy_out(self, dim0, dim1, out=None):
 
 
 @register_kernel("aten::cat.out", 3)
-def cat_out(tensors, dim=0, out=None):
+def cat_out(tensors: Value, dim: Value = 0, out: OutInfo | None = None) -> np.ndarray:
     op = "aten::cat.out"
     ts = [_arr(t) for t in tensors]
     if not ts:
@@ -84,7 +87,8 @@ def cat_out(tensors, dim=0, out=None):
 
 
 @register_kernel("aten::slice_copy.Tensor_out", 6, cast="any")
-def slice_copy_out(self, dim=0, start=None, end=None, step=1, out=None):
+def slice_copy_out(self: Value, dim: Value = 0, start: Value = None, end: Value = None, step: Value = 1,
+                   out: OutInfo | None = None) -> np.ndarray:
     op = "aten::slice_copy.Tensor_out"
     x = _arr(self)
     if x.ndim == 0:
@@ -109,7 +113,7 @@ def slice_copy_out(self, dim=0, start=None, end=None, step=1, out=None):
 
 
 @register_kernel("aten::select_copy.int_out", 4, cast="any")
-def select_copy_out(self, dim, index, out=None):
+def select_copy_out(self: Value, dim: Value, index: Value, out: OutInfo | None = None) -> np.ndarray:
     op = "aten::select_copy.int_out"
     x = _arr(self)
     if x.ndim == 0:
@@ -124,7 +128,7 @@ def select_copy_out(self, dim, index, out=None):
 
 
 @register_kernel("aten::expand_copy.out", 4, cast="any")
-def expand_copy_out(self, size, implicit=False, out=None):
+def expand_copy_out(self: Value, size: Value, implicit: Value = False, out: OutInfo | None = None) -> np.ndarray:
     op = "aten::expand_copy.out"
     x = _arr(self)
     size = [int(s) for s in size]
@@ -153,7 +157,7 @@ def expand_copy_out(self, size, implicit=False, out=None):
 
 
 @register_kernel("aten::unsqueeze_copy.out", 3, cast="any")
-def unsqueeze_copy_out(self, dim, out=None):
+def unsqueeze_copy_out(self: Value, dim: Value, out: OutInfo | None = None) -> np.ndarray:
     op = "aten::unsqueeze_copy.out"
     x = _arr(self)
     d = int(dim)
@@ -164,7 +168,7 @@ def unsqueeze_copy_out(self, dim, out=None):
     return np.expand_dims(x, d % n).copy()
 
 
-def _squeeze(op, x, dims):
+def _squeeze(op: str, x: Value, dims: Iterable[int]) -> np.ndarray:
     x = _arr(x)
     if x.ndim == 0:
         for d in dims:
@@ -180,10 +184,10 @@ def _squeeze(op, x, dims):
 
 
 @register_kernel("aten::squeeze_copy.dims_out", 3, cast="any")
-def squeeze_copy_dims_out(self, dim, out=None):
+def squeeze_copy_dims_out(self: Value, dim: Value, out: OutInfo | None = None) -> np.ndarray:
     return _squeeze("aten::squeeze_copy.dims_out", self, list(dim))
 
 
 @register_kernel("aten::squeeze_copy.dim_out", 3, cast="any")
-def squeeze_copy_dim_out(self, dim, out=None):
+def squeeze_copy_dim_out(self: Value, dim: Value, out: OutInfo | None = None) -> np.ndarray:
     return _squeeze("aten::squeeze_copy.dim_out", self, [dim])

@@ -1,0 +1,133 @@
+"""`qnnrt serve MODEL.pte --tokenizer DIR`: the LLM behind an OpenAI-compatible HTTP API
+(/v1/chat/completions, /v1/completions, /v1/models; /health, /metrics). One model instance, requests
+in a bounded FIFO; binds 127.0.0.1 unless told otherwise."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from qnnrt.cli.process import Stopped, stop_signals
+from qnnrt.cli.run import add_profiles, add_runtime_options, check_targets, open_program, write_report
+from qnnrt.errors import QnnrtError
+from qnnrt.units import parse_size
+
+SERVE_HINT = "pip install 'qnnrt[serve]'"
+API_KEY_ENV = "QNNRT_API_KEY"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve", help="serve an ExecuTorch Qualcomm LLM .pte through an OpenAI-compatible "
+                                     f"HTTP API ({SERVE_HINT})")
+    p.add_argument("path", help="the .pte (hybrid prefill_forward + kv_forward, or kv_forward)")
+    p.add_argument("--tokenizer", required=True,
+                   help="a Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json, "
+                        "chat_template.jinja) or a tokenizer.json")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="default 8000 (0: any free port, printed)")
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' (401 otherwise); also ${API_KEY_ENV}")
+    p.add_argument("--model-name", default=None, help="the model id clients use (default: the file's stem)")
+    p.add_argument("--max-queue", type=int, default=16,
+                   help="requests waiting behind the running one; more are answered 429 (default 16)")
+    p.add_argument("--max-body-bytes", default="4MiB", help="largest request body (default 4MiB)")
+    p.add_argument("--no-kv-reuse", action="store_true",
+                   help="prefill every prompt in full (by default a prompt that extends the previous "
+                        "request's tokens, the next turn of a chat, prefills only the new ones)")
+    add_runtime_options(p)
+    p.set_defaults(func=run)
+
+
+def require_stack() -> None:
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise QnnrtError(f"qnnrt serve needs an ASGI stack ({e.name} is missing): {SERVE_HINT}") from None
+
+
+def _check_args(args) -> tuple[str | None, int]:
+    if not 0 <= args.port <= 65535:
+        raise QnnrtError(f"--port {args.port}: expected 0..65535")
+    if args.max_queue < 0:
+        raise QnnrtError("--max-queue must be >= 0")
+    try:
+        max_body = parse_size(args.max_body_bytes)
+    except ValueError as e:
+        raise QnnrtError(f"--max-body-bytes: {e}") from None
+    if max_body < 1024:
+        raise QnnrtError("--max-body-bytes: at least 1KiB")
+    key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    if key is not None and not key.isprintable():
+        raise QnnrtError("--api-key: printable characters only")
+    return key, max_body
+
+
+def run(args) -> int:
+    require_stack()
+    key, max_body = _check_args(args)
+    from qnnrt.llm import LlmRunner
+    from qnnrt.llm.session import CachedGenerator
+    from qnnrt.llm.text import TextModel, TextTokenizer
+    from qnnrt.serve.app import Service, ServeSettings, create_app
+    from qnnrt.serve.engine import Engine
+    from qnnrt.serve.server import listen, run_server
+    tokenizer = TextTokenizer.from_path(args.tokenizer)
+    check_targets(args)
+    sock = listen(args.host, args.port)          # a taken port fails before the model loads
+    if key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"qnnrt serve: warning: listening on {args.host} without --api-key: anyone who can reach "
+              f"this address can use the model", file=sys.stderr)
+    t_start = time.perf_counter()
+    prog, profiler = open_program(args)
+    report: dict[str, Any] = {"path": str(args.path)}
+    signum: int | None = None
+    engine: Engine | None = None
+    runner: LlmRunner | None = None
+    try:
+        runner = LlmRunner(prog)
+        text = TextModel.of(tokenizer, runner.layout)
+        report["layout"] = runner.layout.describe()
+        report["load_s"] = round(time.perf_counter() - t_start, 6)
+        engine = Engine(CachedGenerator(runner), text, max_queue=args.max_queue, reuse_kv=not args.no_kv_reuse,
+                        pd_in_use=lambda: _pd_in_use(prog))
+        engine.start()
+        model_id = args.model_name or Path(args.path).stem
+        service = Service(engine, text, runner.layout, ServeSettings(model_id, key, max_body), int(time.time()))
+        level = {"verbose": "debug"}.get(args.log_level, args.log_level if args.log_level != "warn" else "warning")
+        signum = run_server(create_app(service), engine, sock, log_level=level, stop_signals=stop_signals(),
+                            max_connections=args.max_queue + 64)
+    finally:
+        if engine is not None:
+            engine.stop()
+            report["requests"] = engine.records
+            report["totals"] = dict(engine.totals)
+        sock.close()
+        report["method_calls"] = dict(runner.calls) if runner is not None else {}
+        report["residency"] = prog.pool.summary()
+        prog.close()
+    add_profiles(report, prog, profiler, args)
+    _print_summary(report)
+    write_report(args, report)
+    if signum is not None:
+        raise Stopped(signum)     # exit 128 + signum, as every command stopped by a signal
+    return 0
+
+
+def _pd_in_use(prog) -> int | None:
+    """PD bytes of the live contexts (QNN's reservations, else qnnrt's prediction)."""
+    s = prog.pool.summary()
+    est, pred = s.get("pd_estimate_bytes") or {}, s.get("pd_predicted_bytes") or {}
+    sizes = [est.get(k) or pred.get(k) for k in prog.pool.live_keys]
+    known = [x for x in sizes if isinstance(x, int)]
+    return sum(known) if len(known) == len(sizes) else None
+
+
+def _print_summary(r: dict) -> None:
+    t = r.get("totals") or {}
+    print(f"qnnrt serve: {int(t.get('completed', 0))} request(s) completed, {int(t.get('cancelled', 0))} cancelled, "
+          f"{int(t.get('failed', 0))} failed, {int(t.get('rejected_queue_full', 0))} refused (queue full); "
+          f"{int(t.get('completion_tokens', 0))} tokens generated, {int(t.get('cached_tokens', 0))} prompt "
+          f"tokens reused from the KV cache", flush=True)

@@ -1,0 +1,56 @@
+"""Generation that keeps one KV cache across calls: a prompt that extends the tokens the cache holds
+(the next turn of a chat) prefills only the tokens after the shared prefix."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from qnnrt.llm.kv_cache import KVCache
+from qnnrt.llm.loops import GenerationResult
+from qnnrt.llm.runner import LlmRunner
+
+
+def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class CachedGenerator:
+    """An LlmRunner with a KV cache that outlives one generation. ``tokens`` are the ids whose
+    entries the cache holds (prompt + generated, less the last generated token, never fed back)."""
+
+    def __init__(self, runner: LlmRunner):
+        self.runner = runner
+        self.cache = KVCache(runner.layout)
+        self.tokens: list[int] = []
+
+    def forget(self) -> None:
+        self.cache.truncate(0)
+        self.tokens = []
+
+    def generate(self, prompt: Sequence[int], max_new_tokens: int, *,
+                 sampler: Callable[[np.ndarray], int] | None = None,
+                 eos_ids: Sequence[int] | None = None, on_token: Callable[[int], bool | None] | None = None,
+                 reuse: bool = True) -> tuple[GenerationResult, int]:
+        """(result, reused): ``reused`` prompt tokens came from the cache; the result's
+        prompt_tokens are the ones prefilled. At least one prompt token is always prefilled (its
+        logits give the first new token)."""
+        prompt = [int(t) for t in prompt]
+        if not prompt:
+            raise ValueError("empty prompt")
+        reused = min(shared_prefix(self.tokens, prompt), len(prompt) - 1) if reuse else 0
+        self.cache.truncate(reused)
+        self.tokens = prompt[:reused]
+        try:
+            res = self.runner.generate(prompt[reused:], max_new_tokens, sampler=sampler, eos_ids=eos_ids,
+                                       on_token=on_token, cache=self.cache)
+        except BaseException:
+            self.forget()   # a call may have stopped half-way: trust nothing in the cache
+            raise
+        self.tokens = (prompt + res.tokens)[:self.cache.n_past]
+        return res, reused

@@ -1,0 +1,63 @@
+"""What the runtime expects of the observers it is given: the context pool's hooks (the heap
+profiler), the profiler of context creations, and the execution profiler. Protocols, so an observer
+is any object with these methods (profiling/ implements them; tests may bring their own), and mypy
+checks every call the runtime makes on them."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from qnnrt.core import Profile
+
+# a QNN profile event tree, as `core.Profile.events()` returns it
+ProfileEvents = list[dict[str, Any]]
+
+
+class DspProbe(Protocol):
+    """Whether this backend supports DSP memory profiling (probed on the first creation)."""
+    decided: bool
+    supported: bool
+
+    def mark_supported(self, note: str = "") -> None: ...
+
+    def mark_unsupported(self, note: str) -> None: ...
+
+
+class PoolHooks(Protocol):
+    """Told about every context creation and free of a pool, in order (the heap profiler)."""
+
+    @property
+    def dsp(self) -> DspProbe | None: ...
+
+    def before_create(self, context: str) -> None: ...
+
+    def after_create(self, context: str, ok: bool, pd_estimate_bytes: int | None = None) -> None: ...
+
+    def after_free(self, context: str, evicted: bool = False) -> None: ...
+
+    def mark(self, event: str, **info: Any) -> None: ...
+
+    def record_dsp_events(self, context: str, events: ProfileEvents) -> int: ...
+
+
+class CreationProfiler(Protocol):
+    """Profiles context creations: a QNN profile for the next creation, then its events."""
+
+    def context_profile(self) -> Profile: ...
+
+    def created(self, key: str, events: ProfileEvents) -> None: ...
+
+
+class ExecutionRecorder(Protocol):
+    """Receives the profile events of context creations and graph executions
+    (`profiling.ExecutionProfiler`)."""
+
+    def record(self, phase: str, graph: str | None, context: str, events: ProfileEvents,
+               iteration: int | None = None) -> None: ...
+
+
+if TYPE_CHECKING:  # mypy proves that profiling/'s observers are what the runtime expects
+    from qnnrt.profiling.exec_profile import ExecutionProfiler
+    from qnnrt.profiling.heap import HeapProfiler
+
+    def _conforms(heap: HeapProfiler, profiler: ExecutionProfiler) -> tuple[PoolHooks, ExecutionRecorder]:
+        return heap, profiler

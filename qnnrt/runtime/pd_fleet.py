@@ -1,0 +1,503 @@
+"""Multi-PD residency: a program's contexts spread over worker processes, one PD each, all resident.
+
+`MultiPdPool` stands where a `ContextPool` stands for a Program: the plans ask it whether every
+context is live (always, once the workers started) and the Program asks it for each graph's call
+object (`bound_call`). A `RemoteCall` has the calling shape of `core.graph.BoundCall` (set_input /
+point_input / set_output / point_output / sizes, then `call(handle)` -> seconds in graphExecute):
+its tensors are staging arrays in the shared arena, which the worker's own BoundCall reads and
+writes in place; an array bound that is not the staging array itself is copied in (inputs) or out
+(outputs) around the call. The placement comes from `pd_plan.place`.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from qnnrt.core import Backend, ContextBinary, GraphSpec
+from qnnrt.errors import QnnrtError
+from qnnrt.runtime import pd_channel as ch
+from qnnrt.profiling.heap import HeapProfiler
+from qnnrt.runtime.pd_plan import Placement
+from qnnrt.runtime.residency import Residency
+from qnnrt.runtime.pd_worker import KEY_ENV, PARENT_ENV
+
+STOP_GRACE_S = 2.0   # a worker asked to close and still alive after this is killed
+CLOSE_WAIT_S = 60.0  # for the close reply: freeing hundreds of contexts takes a while under load
+
+
+class PdWorkerError(QnnrtError):
+    """A PD worker failed: it could not create its contexts, a graph call failed, or it died."""
+
+
+def _signal_name(sig: int) -> str:
+    import signal
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _worker_command(tail: list[str]) -> list[str]:
+    import qnnrt
+    root = os.path.dirname(os.path.dirname(os.path.abspath(qnnrt.__file__)))
+    code = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
+            "from qnnrt.runtime.pd_worker import main; main()")
+    flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # noqa: SLF001 - the stdlib's own way to pass -X / -W flags on
+    return [sys.executable, *flags, "-c", code, root, *tail]
+
+
+class PdWorker:
+    """The main process's handle on one worker: its process, its channel end, its contexts."""
+
+    def __init__(self, index: int, keys: list[str]):
+        self.index, self.keys = index, list(keys)
+        self.proc: subprocess.Popen | None = None
+        self.end: Any = None
+        self.pid: int | None = None
+        self.calls = 0
+        self.channel_s = 0.0     # round trip minus the time inside graphExecute
+        self.execute_s = 0.0
+        self.load_seconds: float | None = None
+        self.summary: dict = {}
+        self.gone = False
+        self.pending = False     # a request sent whose reply was not read (an interrupt between)
+        self.heap_report: dict | None = None   # the worker's heap profile, sent when it closed
+
+    @property
+    def name(self) -> str:
+        return f"PD {self.index}" + (f" (worker pid {self.pid})" if self.pid else "")
+
+    def spawn(self) -> None:
+        env = dict(os.environ, **{PARENT_ENV: str(os.getpid())})
+        if ch.use_pipes():
+            req_r, req_w = os.pipe()
+            rep_r, rep_w = os.pipe()
+            try:
+                self.proc = subprocess.Popen(_worker_command(["fds", str(req_r), str(rep_w)]),
+                                             env=env, pass_fds=(req_r, rep_w))
+            finally:
+                os.close(req_r)
+                os.close(rep_w)
+            self.end = ch.PipeEnd(rep_r, req_w)
+        else:
+            from multiprocessing.connection import Listener
+            key = os.urandom(16)
+            with Listener(authkey=key) as listener:
+                env[KEY_ENV] = key.hex()
+                self.proc = subprocess.Popen(_worker_command(["conn", str(listener.address)]), env=env)
+                self.end = ch.ConnEnd(listener.accept())
+        self.pid = self.proc.pid
+
+    # -- requests ------------------------------------------------------------------------------
+    def gone_error(self, what: str) -> PdWorkerError:
+        """The worker ended: mark it gone; the error naming how and while doing `what`."""
+        self.gone = True
+        rc = self.proc.poll() if self.proc is not None else None
+        if rc is None and self.proc is not None:
+            try:
+                rc = self.proc.wait(0.5)
+            except subprocess.TimeoutExpired:
+                rc = None
+        how = (f"killed by {_signal_name(-rc)}" if rc is not None and rc < 0 else
+               f"exit status {rc}" if rc is not None else "its channel closed")
+        return PdWorkerError(f"{self.name} ended ({how}) while {what}. The main process is fine; "
+                             f"the program's workers were stopped. A crash inside QNN or a kill "
+                             f"from outside (perhaps the out-of-memory killer) ends a worker.")
+
+    def failure(self, msg: bytes, what: str) -> PdWorkerError:
+        """The error a worker's E reply describes."""
+        name, text, code, _tb = ch.parse_pickle(msg)
+        err = PdWorkerError(f"{self.name}: {what} failed: {text}")
+        err.code = code  # type: ignore[attr-defined]
+        return err
+
+    def control(self, op: tuple, what: str) -> Any:
+        if self.gone:
+            raise PdWorkerError(f"{self.name} is stopped; {what} is not possible")
+        try:
+            self.end.send(ch.control_message(ch.CONTROL, op))
+        except OSError:
+            raise self.gone_error(what) from None
+        msg = self.end.recv()
+        if not msg:
+            raise self.gone_error(what)
+        if msg[:1] == ch.ERROR:
+            raise self.failure(msg, what)
+        return ch.parse_pickle(msg)
+
+    def stop(self) -> None:
+        """Ask the worker to close (it frees its contexts), kill it if it does not; idempotent."""
+        proc = self.proc
+        if proc is None:
+            return
+        if not self.gone and proc.poll() is None:
+            try:
+                if self.pending:  # a call interrupted after its request: its reply comes first
+                    if self.end.ready(STOP_GRACE_S):
+                        self.end.recv()
+                    self.pending = False
+                self.end.send(ch.control_message(ch.CONTROL, ("close",)))
+                if self.end.ready(CLOSE_WAIT_S):  # a worker stuck in QNN is killed below
+                    msg = self.end.recv()
+                    if msg[:1] == ch.REPLY:
+                        self.heap_report = ch.parse_pickle(msg)
+            except OSError:
+                pass
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        self.gone = True
+        if self.end is not None:
+            self.end.close()
+        self.proc = None
+
+
+class RemoteCall:
+    """A graph call executed by a PD worker, with the calling shape of `core.graph.BoundCall`."""
+
+    def __init__(self, pool: "MultiPdPool", worker: PdWorker, call_id: int, key: str, spec: GraphSpec):
+        self.pool, self.worker, self.call_id = pool, worker, call_id
+        self.key, self.name = key, spec.name
+        self._msg = ch.call_message(call_id)
+        self._ins: list[np.ndarray] = []
+        self._outs: list[np.ndarray] = []
+        ins, outs = [], []
+        for s in spec.inputs:
+            a, b = pool.arena.alloc(tuple(s.shape), s.dtype)
+            self._ins.append(a)
+            ins.append(b)
+        for s in spec.outputs:
+            a, b = pool.arena.alloc(tuple(s.shape), s.dtype)
+            self._outs.append(a)
+            outs.append(b)
+        self._src: list[np.ndarray | None] = [None] * len(self._ins)   # bound input arrays
+        self._dst: list[np.ndarray | None] = [None] * len(self._outs)  # bound output arrays
+        self._home = {"in": ins, "out": outs}                     # the staging blocks
+        self._at = {"in": list(ins), "out": list(outs)}           # where the worker points now
+        worker.control(("bind", call_id, key, spec.name, ins, outs),
+                       f"binding graph {spec.name!r} of context {key!r}")
+
+    @property
+    def staging_inputs(self) -> list[np.ndarray]:
+        """The arena arrays the worker reads: bind these to avoid the copy-in."""
+        return list(self._ins)
+
+    @property
+    def staging_outputs(self) -> list[np.ndarray]:
+        """The arena arrays the worker writes: bind these (or read them) to avoid the copy-out."""
+        return list(self._outs)
+
+    @property
+    def staged(self) -> int:
+        """How many bound arrays live outside the arena (each copied per call)."""
+        return sum(a is not None for a in self._src) + sum(a is not None for a in self._dst)
+
+    def _point(self, kind: str, i: int, arr: np.ndarray) -> bool:
+        """Point the worker's tensor at `arr` when it lives in the arena (True: no copy needed),
+        else back at the staging array (False). A change costs one control round trip, so plans
+        bind arena buffers once (`Program.buffer`), never per call."""
+        block = self.pool.arena.block_of(arr)
+        want = block if block is not None else self._home[kind][i]
+        if self._at[kind][i] != want:
+            self.worker.control(("point", self.call_id, kind, i, want),
+                                f"binding graph {self.name!r} of context {self.key!r}")
+            self._at[kind][i] = want
+        return block is not None
+
+    def set_input(self, i: int, arr: np.ndarray) -> None:
+        self._src[i] = None if self._point("in", i, arr) else arr
+
+    def point_input(self, i: int, arr: np.ndarray) -> None:
+        if arr is not self._src[i]:
+            self.set_input(i, arr)
+
+    def set_input_size(self, i: int, nbytes: int) -> None:
+        pass  # the staging array has the tensor's size
+
+    def set_output(self, j: int, arr: np.ndarray) -> None:
+        self._dst[j] = None if self._point("out", j, arr) else arr
+
+    def point_output(self, j: int, arr: np.ndarray) -> None:
+        if arr is not self._dst[j]:
+            self.set_output(j, arr)
+
+    def set_output_size(self, j: int, nbytes: int) -> None:
+        pass
+
+    def __call__(self, handle: object = None) -> float:
+        """Execute on the worker; seconds inside graphExecute (there). `handle` is unused."""
+        for a, src in zip(self._ins, self._src):
+            if src is not None:
+                np.copyto(a, src.reshape(a.shape), casting="no")
+        w = self.worker
+        if w.pending:  # an earlier call was interrupted after its request: drop its reply
+            if not w.end.recv():
+                self.pool.broken(w, self)
+            w.pending = False
+        pc = time.perf_counter
+        t0 = pc()
+        try:
+            w.end.send(self._msg)
+        except OSError:
+            self.pool.broken(w, self)
+        w.pending = True
+        msg = w.end.recv()
+        w.pending = False
+        rtt = pc() - t0
+        if msg[:1] != ch.OK:
+            if not msg:
+                self.pool.broken(w, self)
+            raise w.failure(msg, f"graph {self.name!r} of context {self.key!r}")
+        dt = ch.parse_ok(msg)
+        w.calls += 1
+        w.execute_s += dt
+        w.channel_s += rtt - dt
+        for a, dst in zip(self._outs, self._dst):
+            if dst is not None:
+                np.copyto(dst.reshape(a.shape), a, casting="no")
+        return dt
+
+
+class RemoteGraph:
+    """What `ctx.graph(name)` gives on the reference path: execute / execute_prepared."""
+
+    def __init__(self, pool: "MultiPdPool", key: str, spec: GraphSpec):
+        self.pool, self.key, self.spec, self.name = pool, key, spec, spec.name
+        self.handle = None
+        self.last_execute_seconds = 0.0
+        self._call: RemoteCall | None = None
+
+    @property
+    def inputs(self) -> tuple:
+        return self.spec.inputs
+
+    @property
+    def outputs(self) -> tuple:
+        return self.spec.outputs
+
+    def execute(self, inputs: Any, profile: object = None,
+                dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
+        from qnnrt.core.tensor import order_inputs, prepare_input
+        where = f"graph {self.name!r}"
+        values = order_inputs([s.name for s in self.spec.inputs], inputs, where)
+        return self.execute_prepared([prepare_input(s, v, where) for s, v in
+                                      zip(self.spec.inputs, values)], profile, dequantize)
+
+    def execute_prepared(self, arrays: Sequence[np.ndarray], profile: object = None,
+                         dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
+        if self._call is None:
+            self._call = self.pool.bound_call(self.key, self.spec)
+        c = self._call
+        for i, a in enumerate(arrays):
+            c.set_input(i, a)
+        for j, a in enumerate(c.staging_outputs):
+            c.set_output(j, a)
+        self.last_execute_seconds = c()
+        flags = ([dequantize] * len(self.spec.outputs) if isinstance(dequantize, bool)
+                 else list(dequantize))
+        return {s.name: (s.dequantize(raw) if deq and s.is_fixed_point else raw.copy())
+                for s, raw, deq in zip(self.spec.outputs, c.staging_outputs, flags)}
+
+
+class RemoteContext:
+    """A context that lives in a worker: what the pool's users read of a live Context."""
+
+    def __init__(self, pool: "MultiPdPool", key: str, binary: ContextBinary):
+        self.pool, self.key, self.binary, self.name = pool, key, binary, binary.name
+        self._graphs: dict[str, RemoteGraph] = {}
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def mark_closed(self) -> None:
+        """Its worker stopped: plans that cached this context must look again."""
+        self._closed = True
+
+    def graph(self, name: str) -> RemoteGraph:
+        g = self._graphs.get(name)
+        if g is None:
+            g = self._graphs[name] = RemoteGraph(self.pool, self.key, self.binary.graph(name))
+        return g
+
+
+def htp_devices(backend: Backend) -> tuple[int, str]:
+    """(HTP devices x cores the backend reports, what was done about them). Every PD worker opens
+    the backend's default device: choosing another device or core per worker needs a device
+    config qnnrt cannot test on the simulator (one device, one core), so it is reported, not done."""
+    from qnnrt.core.device_info import platform_info
+    try:
+        devs = platform_info(backend.lib)
+    except QnnrtError as e:
+        return 0, f"the backend does not report its devices ({e}); every PD on the default device"
+    cores = sum(max(1, d.cores) for d in devs)
+    if cores <= 1:
+        return cores, "the backend reports one HTP device with one core: every PD on it"
+    return cores, (f"the backend reports {len(devs)} HTP device(s), {cores} core(s) in all; every PD "
+                   f"is on the default device (placing workers per device/core is not done yet)")
+
+
+class MultiPdPool:
+    """Every context resident, spread over worker processes by a `Placement`."""
+
+    def __init__(self, backend: Backend, binaries: dict[str, ContextBinary], placement: Placement,
+                 residency: Residency, log_level: str = "warn",
+                 progress: Callable[[int, int], None] | None = None, heap: HeapProfiler | None = None):
+        self.backend, self.binaries, self.placement = backend, binaries, placement
+        self.residency = residency
+        self.heap = heap
+        self.arena = ch.Arena()
+        self.generation = 0
+        self.workers = [PdWorker(i, keys) for i, keys in enumerate(placement.groups)]
+        self._where = {k: w for w in self.workers for k in w.keys}
+        self._live = {k: RemoteContext(self, k, binaries[k]) for k in self._where}
+        self._calls = 0
+        self._closed = False
+        self.failure: str | None = None
+        self.predictions = dict(placement.sizes)
+        self.htp_cores, self.device_note = htp_devices(backend)
+        try:
+            for w in self.workers:   # all spawned first: they import and load QNN side by side
+                w.spawn()
+            for i, w in enumerate(self.workers):
+                cfg = {"backend_lib": str(backend.lib.backend_path), "soc": backend.soc_model,
+                       "log_level": log_level, "names": {k: binaries[k].name for k in w.keys},
+                       "binaries": {k: (str(binaries[k].path) if binaries[k].path is not None
+                                        else bytes(binaries[k].buffer)) for k in w.keys},
+                       "predictions": {k: placement.sizes.get(k) for k in w.keys},
+                       "evict_budget": (placement.budget_bytes
+                                        if placement.pd_bytes[i] > placement.budget_bytes else None),
+                       "heap": heap is not None}
+                info = w.control(("start", cfg), f"creating its {len(w.keys)} context(s) "
+                                 f"({w.keys[0]} .. {w.keys[-1]})" if w.keys else "starting")
+                w.load_seconds = info["load_seconds"]
+                if progress:
+                    progress(i + 1, len(self.workers))
+        except BaseException:
+            self.close()
+            raise
+
+    # -- what the plans and the Program ask ----------------------------------------------------
+    def buffer(self, shape: tuple, dtype: DTypeLike) -> np.ndarray:
+        """A zeroed array in the shared arena: bound to a RemoteCall, the worker reads or writes
+        it in place (no copy in the main process)."""
+        return self.arena.alloc(tuple(shape), dtype)[0]
+
+    def bound_call(self, key: str, spec: GraphSpec) -> RemoteCall:
+        w = self._where[key]
+        c = RemoteCall(self, w, self._calls, key, spec)
+        self._calls += 1
+        return c
+
+    def all_live(self, keys: Iterable[str]) -> int | None:
+        return None if self._closed or self.failure else self.generation
+
+    def set_order(self, order: list[str]) -> None:
+        pass  # nothing is ever evicted
+
+    def acquire(self, key: str, position: int = 0) -> RemoteContext:
+        if self._closed or self.failure:
+            raise PdWorkerError(self.failure or "program is closed")
+        return self._live[key]
+
+    def release(self, key: str, position: int | None = None) -> None:
+        pass
+
+    def load_all(self, progress: Callable[[int, int], None] | None = None) -> None:
+        pass  # the workers created every context at start
+
+    @property
+    def live_keys(self) -> list[str]:
+        return list(self._live)
+
+    def broken(self, worker: PdWorker, call: RemoteCall) -> None:
+        """A worker died during `call`: stop every worker, raise the error naming both."""
+        err = worker.gone_error(f"running graph {call.name!r} of context {call.key!r}")
+        self.failure = str(err)
+        self.generation += 1
+        for c in self._live.values():
+            c.mark_closed()
+        self._stop_workers()
+        raise err
+
+    # -- reporting -----------------------------------------------------------------------------
+    def pd_summaries(self) -> list[dict]:
+        out = []
+        for w in self.workers:
+            s = w.summary
+            if not w.gone:
+                try:
+                    s = w.summary = w.control(("summary",), "reporting")
+                except PdWorkerError:
+                    pass
+            out.append({"pd": w.index, "pid": w.pid, "contexts": len(w.keys),
+                        "first": w.keys[0] if w.keys else None,
+                        "last": w.keys[-1] if w.keys else None,
+                        "pd_predicted_bytes": self.placement.pd_bytes[w.index],
+                        "pd_reported_bytes": s.get("pd_estimate_total_bytes"),
+                        "creates": s.get("creates"), "evictions": s.get("evictions"),
+                        "evicting": w.index in self.placement.evicting,
+                        "load_seconds": w.load_seconds,
+                        "graph_calls": w.calls,
+                        "channel_us_per_call": (round(w.channel_s / w.calls * 1e6, 2)
+                                                if w.calls else None),
+                        "execute_seconds": round(w.execute_s, 6)})
+        return out
+
+    def summary(self) -> dict:
+        pds = self.pd_summaries()
+        creates = sum(p["creates"] or 0 for p in pds)
+        total = self.placement.total_bytes
+        reported = [p["pd_reported_bytes"] for p in pds]
+        return {"policy": str(self.residency), "contexts_total": len(self.binaries),
+                "pds": len(self.workers), "pd_workers": pds,
+                "peak_live": len(self._live), "creates": creates, "frees": 0,
+                "evictions": sum(p["evictions"] or 0 for p in pds),
+                "reloads": 0, "capacity_found": None, "create_failures": 0,
+                "pd_failures_handled": 0, "prefetches": 0, "prefetch_hits": 0,
+                "create_seconds": None, "prefetch_wait_seconds": 0.0,
+                "pd_estimate_total_bytes": (sum(reported) if None not in reported else None),
+                "pd_peak_bytes": max((r or 0) for r in reported) if reported else 0,
+                "pd_predicted_bytes": dict(self.predictions),
+                "pd_predicted_total_bytes": total,
+                "pd_peak_predicted_bytes": max(self.placement.pd_bytes, default=0),
+                "pd_mismatches": [], "pd_budget_bytes": self.placement.budget_bytes,
+                "pd_budget_source": self.placement.budget_source,
+                "capacity_bytes_found": None, "failure": self.failure,
+                "htp_cores_reported": self.htp_cores, "pd_devices": self.device_note}
+
+    # -- lifetime ------------------------------------------------------------------------------
+    def _stop_workers(self) -> None:
+        for w in self.workers:
+            try:
+                w.stop()
+            except BaseException:  # noqa: BLE001 - stop the others whatever happens
+                if w.proc is not None:
+                    w.proc.kill()
+
+    def close(self) -> None:
+        """Stop every worker (each frees its contexts), then release the arena. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.generation += 1
+        for c in self._live.values():
+            c.mark_closed()
+        try:
+            self._stop_workers()
+        finally:
+            self.arena.close()
+        if self.heap is not None:
+            for w in self.workers:
+                if w.heap_report is not None:
+                    self.heap.add_process(f"pd{w.index}", w.heap_report)

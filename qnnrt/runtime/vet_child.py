@@ -1,0 +1,118 @@
+"""The vetting child: the QNN calls a corrupt context binary can crash or hang, run on each binary
+of a job in a fresh interpreter, with a progress line before every step.
+
+It imports `qnnrt.core` and the shared modules only (the parent boots it with a bare `qnnrt`
+package module, so the loader, ONNX and the runtime are never imported: start-up stays short).
+
+Protocol (stdout, one line per event, flushed):
+    step <i> info <bytes>                  before systemContextGetBinaryInfo of item i
+    step <i> create <bytes>                before contextCreateFromBinary
+    step <i> execute <bytes> <graph name>  before graphExecute of one graph on zeros
+    done <i> ok <graphs executed>
+    done <i> rejected <message>            QNN refused it cleanly (a QnnrtError)
+<bytes> is what the step works on (the parent scales the step's stall timeout by it). A crash leaves
+the last `step` line as the step that crashed; a step that never ends is the one that hangs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, TextIO
+
+from qnnrt.errors import QnnrtError
+
+if TYPE_CHECKING:
+    from qnnrt.core.binary import GraphSpec
+
+# test hook, read here only (never by the parent or the user's process): "stage:seconds" makes the
+# child sleep that long at the start of every step of that stage (info, create, execute)
+TEST_DELAY_ENV = "QNNRT_VET_TEST_DELAY"
+
+
+def hook_delay(stage: str) -> float:
+    """Seconds QNNRT_VET_TEST_DELAY asks to sleep before a step of `stage` (0 when not asked)."""
+    spec = os.environ.get(TEST_DELAY_ENV, "")
+    name, _, secs = spec.partition(":")
+    try:
+        return float(secs) if name == stage else 0.0
+    except ValueError:
+        return 0.0
+
+
+def graph_io_bytes(graph: GraphSpec) -> int:
+    return sum(t.nbytes for t in (*graph.inputs, *graph.outputs))
+
+
+def executes(mode: str, binary_bytes: int, io_bytes: int, limit: int) -> bool:
+    """Does vetting run this graph on zeros? 'execute': every graph; 'auto': the cheap ones (binary
+    plus the graph's I/O within `limit` bytes); 'create': none."""
+    return mode == "execute" or (mode == "auto" and binary_bytes + io_bytes <= limit)
+
+
+class _Reporter:
+    def __init__(self, out: TextIO):
+        self.out = out
+
+    def line(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def step(self, i: int, stage: str, nbytes: int, graph: str = "") -> None:
+        self.line(f"step {i} {stage} {nbytes}" + (f" {graph}" if graph else ""))
+        delay = hook_delay(stage)
+        if delay:
+            time.sleep(delay)
+
+
+def _vet_one(rep: _Reporter, i: int, item: dict, job: dict, state: dict) -> int:
+    """Info, create, the graphs the mode runs, free; the number of graphs executed."""
+    import numpy as np
+    from qnnrt.core.backend import Backend
+    from qnnrt.core.binary import ContextBinary
+    from qnnrt.core.context import Context
+    size = int(item["size"])
+    b = ContextBinary(item["path"], name=item["name"], backend_lib=job["backend_lib"])
+    try:
+        rep.step(i, "info", size)
+        info = b.info
+        if state.get("backend") is None:
+            state["backend"] = Backend(backend_lib=job["backend_lib"],
+                                       soc=job["soc"] or info.soc_model or None, log_level="error")
+        rep.step(i, "create", size)
+        ran = 0
+        with Context(state["backend"], b) as ctx:
+            for g in info.graphs:
+                io = graph_io_bytes(g)
+                if not executes(job["mode"], size, io, int(job["execute_bytes"])):
+                    continue
+                rep.step(i, "execute", size + io, g.name)
+                ctx.graph(g.name).execute_prepared([np.zeros(t.shape, t.dtype) for t in g.inputs],
+                                                   dequantize=False)
+                ran += 1
+        return ran
+    finally:
+        b.close()
+
+
+def main(job_path: str) -> int:
+    with open(job_path, encoding="utf-8") as f:
+        job = json.load(f)
+    rep = _Reporter(sys.stdout)
+    state: dict = {}
+    try:
+        for i, item in enumerate(job["items"]):
+            try:
+                ran = _vet_one(rep, i, item, job, state)
+                rep.line(f"done {i} ok {ran}")
+            except QnnrtError as e:
+                rep.line(f"done {i} rejected {' '.join(str(e).split())[:500]}")
+    finally:
+        if state.get("backend") is not None:
+            state["backend"].close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,390 @@
+"""The HTTP side (Starlette, an ASGI app): OpenAI's /v1/models, /v1/chat/completions and
+/v1/completions (plain JSON or server-sent events), /health and /metrics. Requests become engine jobs;
+nothing a request sends reaches the filesystem."""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse as StarletteJSON
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from qnnrt.llm.chat_template import render_chat
+from qnnrt.llm.errors import ChatTemplateError, TokenizerError
+from qnnrt.llm.layout import LlmLayout
+from qnnrt.llm.sampling import Sampler
+from qnnrt.llm.text import TextModel
+from qnnrt.serve import openai_api as api
+from qnnrt.serve.engine import DoneEvent, Engine, ErrorEvent, Event, Job, QueueFull, ShuttingDown, TextEvent
+
+log = logging.getLogger("qnnrt.serve")
+
+
+class JSONResponse(StarletteJSON):
+    """JSON with non-ASCII escaped: a request's lone surrogate echoed in an error (say, in a model
+    name) is still valid JSON and UTF-8."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    model_id: str
+    api_key: str | None
+    max_body_bytes: int
+
+
+class Service:
+    """Requests in, engine jobs out, responses shaped like OpenAI's."""
+
+    def __init__(self, engine: Engine, text: TextModel, layout: LlmLayout, settings: ServeSettings,
+                 created: int):
+        self.engine, self.text, self.layout, self.settings, self.created = engine, text, layout, settings, created
+
+    # -- request plumbing ----------------------------------------------------------------------
+    def authorize(self, request: Request) -> None:
+        key = self.settings.api_key
+        if key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+            raise api.ApiError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>' with the "
+                                    "key given to qnnrt serve --api-key", code="invalid_api_key")
+
+    async def read_json(self, request: Request) -> dict[str, Any]:
+        limit = self.settings.max_body_bytes
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            raise api.ApiError(413, f"request body of {length} bytes exceeds the limit of {limit} bytes "
+                                    f"(qnnrt serve --max-body-bytes)", code="request_too_large")
+        data = bytearray()
+        try:
+            async for chunk in request.stream():
+                data += chunk
+                if len(data) > limit:
+                    raise api.ApiError(413, f"request body exceeds the limit of {limit} bytes "
+                                            f"(qnnrt serve --max-body-bytes)", code="request_too_large")
+        except ClientDisconnect:
+            raise api.ApiError(400, "the client left before sending the whole body", code="incomplete_body") from None
+        try:
+            body = json.loads(bytes(data))
+        except (ValueError, RecursionError) as e:
+            raise api.ApiError(400, f"the body is not valid JSON ({type(e).__name__}: {str(e)[:200]})",
+                               code="invalid_json") from None
+        if not isinstance(body, dict):
+            raise api.ApiError(400, "the body must be a JSON object", code="invalid_json")
+        model = body.get("model")
+        if not isinstance(model, str):
+            raise api.ApiError(400, "model: required, a string (see GET /v1/models)", param="model",
+                               code="missing_model")
+        if model != self.settings.model_id:
+            raise api.ApiError(404, f"The model '{model[:100]}' does not exist; this server serves "
+                                    f"'{self.settings.model_id}'", param="model", code="model_not_found")
+        return body
+
+    def encode(self, text: str, param: str) -> list[int]:
+        try:
+            return self.text.prompt_ids(text)
+        except TokenizerError as e:
+            raise api.ApiError(400, str(e), param=param, code="invalid_value") from None
+
+    def check_fits(self, ids: list[int]) -> None:
+        cap = self.layout.prompt_capacity
+        if len(ids) > cap:
+            raise api.ApiError(400, f"the prompt has {len(ids)} tokens; at most {cap} fit this model (context "
+                                    f"{self.layout.context_len} tokens, prefill window {self.layout.prefill.ar_len})",
+                               param="messages", code="context_length_exceeded")
+
+    # -- endpoints -----------------------------------------------------------------------------
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [api.model_card(self.settings.model_id, self.created)]})
+
+    async def model(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != self.settings.model_id:
+            raise api.ApiError(404, f"The model '{name[:100]}' does not exist", param="model",
+                               code="model_not_found")
+        return JSONResponse(api.model_card(name, self.created))
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "queue_depth": self.engine.queue_depth, "busy": self.engine.busy})
+
+    async def metrics(self, request: Request) -> Response:
+        t, e = self.engine.totals, self.engine
+        lines = [f'qnnrt_requests_total{{status="{k}"}} {int(t[k])}'
+                 for k in ("completed", "cancelled", "failed", "rejected_queue_full")]
+        lines += [f"qnnrt_requests_received_total {int(t['requests'])}",
+                  f"qnnrt_queue_depth {e.queue_depth}", f"qnnrt_busy {int(e.busy)}",
+                  f"qnnrt_prompt_tokens_total {int(t['prompt_tokens'])}",
+                  f"qnnrt_prompt_tokens_cached_total {int(t['cached_tokens'])}",
+                  f"qnnrt_completion_tokens_total {int(t['completion_tokens'])}",
+                  f"qnnrt_generated_tokens_total {int(t['generated_tokens'])}",
+                  f"qnnrt_time_to_first_token_seconds_sum {t['ttft_s_sum']:.6f}",
+                  f"qnnrt_time_to_first_token_seconds_count {int(t['completed'])}",
+                  f"qnnrt_decode_seconds_sum {t['decode_s_sum']:.6f}",
+                  f"qnnrt_decode_tokens_total {int(t['decode_tokens'])}",
+                  f"qnnrt_decode_tokens_per_second "
+                  f"{t['decode_tokens'] / t['decode_s_sum'] if t['decode_s_sum'] else 0:.3f}"]
+        if e.pd_bytes is not None:
+            lines.append(f"qnnrt_pd_in_use_bytes {e.pd_bytes}")
+        return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+    async def chat(self, request: Request) -> Response:
+        body = await self.read_json(request)
+        params = api.parse_params(body, chat=True)
+        messages = api.chat_messages(body)
+        try:
+            prompt = render_chat(self.text.tokenizer.chat_template, messages,
+                                 special_tokens=self.text.tokenizer.special_tokens)
+        except ChatTemplateError as e:
+            raise api.ApiError(400, str(e), param="messages", code="chat_template_error") from None
+        return await self.generate(request, "chat", self.encode(prompt, "messages"), params)
+
+    async def completions(self, request: Request) -> Response:
+        body = await self.read_json(request)
+        params = api.parse_params(body, chat=False)
+        api.check_completion_only(body)
+        p = api.completion_prompt(body, self.layout.vocab_size)
+        ids = p if isinstance(p, list) else self.encode(p, "prompt")
+        return await self.generate(request, "completion", ids, params)
+
+    # -- one generation ------------------------------------------------------------------------
+    async def generate(self, request: Request, kind: str, ids: list[int], params: api.Params) -> Response:
+        self.check_fits(ids)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Event] = asyncio.Queue()
+
+        def emit(ev: Event) -> None:       # on the engine thread
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, ev)
+            except RuntimeError:           # the loop is gone (shutdown): nobody is listening
+                pass
+
+        room = self.layout.context_len - len(ids)
+        job = Job(api.new_id("chatcmpl" if kind == "chat" else "cmpl"), kind, ids,
+                  min(params.max_tokens or room, room), Sampler(params.temperature, 0, params.top_p, params.seed),
+                  emit, params.stops, params.top_logprobs)
+        try:
+            self.engine.submit(job)
+        except QueueFull as e:
+            raise api.ApiError(429, f"the server is busy: {e}", code="rate_limit_exceeded") from None
+        except ShuttingDown as e:
+            raise api.ApiError(503, str(e), code="server_shutting_down") from None
+        shaper = ChatShaper(self, job, params) if kind == "chat" else CompletionShaper(self, job, params)
+        if params.stream:
+            return StreamingResponse(self._stream(job, events, shaper), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return await self._collect(request, job, events, shaper)
+
+    async def _stream(self, job: Job, events: asyncio.Queue[Event], shaper: Shaper) -> AsyncIterator[str]:
+        """Server-sent events; a client that leaves cancels the task (Starlette), and with it the job."""
+        try:
+            for chunk in shaper.stream_start():
+                yield _sse(chunk)
+            while True:
+                ev = await events.get()
+                if isinstance(ev, ErrorEvent):
+                    yield _sse(api.ApiError(ev.status, ev.message, code=ev.code).body())
+                    return
+                for chunk in shaper.stream_event(ev):
+                    yield _sse(chunk)
+                if isinstance(ev, DoneEvent):
+                    yield "data: [DONE]\n\n"
+                    return
+        finally:
+            job.cancel()    # no-op when it finished; stops it at the next token when the client left
+
+    async def _collect(self, request: Request, job: Job, events: asyncio.Queue[Event], shaper: Shaper) -> Response:
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            while True:
+                get = asyncio.ensure_future(events.get())
+                done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if get not in done:
+                    get.cancel()
+                    job.cancel()
+                    return Response(status_code=499)   # nobody reads it
+                ev = get.result()
+                if isinstance(ev, ErrorEvent):
+                    raise api.ApiError(ev.status, ev.message, code=ev.code)
+                shaper.collect(ev)
+                if isinstance(ev, DoneEvent):
+                    return JSONResponse(shaper.body(ev))
+        finally:
+            gone.cancel()
+            job.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _sse(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+class Shaper:
+    """Turns a job's events into one endpoint's JSON, streamed or whole."""
+    object_name = ""
+
+    def __init__(self, service: Service, job: Job, params: api.Params):
+        self.service, self.job, self.params = service, job, params
+        self.created = api.now()
+        self.texts: list[str] = []
+        self.logprobs: list[Any] = []
+
+    def envelope(self, choices: list[dict[str, Any]], obj: str | None = None) -> dict[str, Any]:
+        return {"id": self.job.request_id, "object": obj or self.object_name, "created": self.created,
+                "model": self.service.settings.model_id, "system_fingerprint": "qnnrt", "choices": choices}
+
+    def token_texts(self, ev: TextEvent) -> tuple[str, list[tuple[str, float]]]:
+        assert ev.logprob is not None
+        tok = self.service.text.tokenizer
+        top = ev.logprob.top
+        texts = tok.token_texts([ev.logprob.token] + [i for i, _ in top])
+        return texts[0], [(t, lp) for t, (_, lp) in zip(texts[1:], top)]
+
+    def collect(self, ev: Event) -> None:
+        if isinstance(ev, TextEvent):
+            self.texts.append(ev.text)
+            if ev.logprob is not None:
+                self.logprobs.append(self.logprob_item(ev))
+
+    def usage(self, ev: DoneEvent) -> dict[str, Any]:
+        return api.usage(ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens)
+
+    def stream_start(self) -> list[dict[str, Any]]:
+        return []
+
+    def logprob_item(self, ev: TextEvent) -> Any:
+        raise NotImplementedError
+
+    def stream_event(self, ev: Event) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def body(self, ev: DoneEvent) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class ChatShaper(Shaper):
+    object_name = "chat.completion.chunk"
+
+    def logprob_item(self, ev: TextEvent) -> Any:
+        assert ev.logprob is not None
+        text, top = self.token_texts(ev)
+        return api.chat_logprob_entry(text, ev.logprob.logprob, top)
+
+    def _lp(self, items: list[Any]) -> dict[str, Any] | None:
+        return {"content": items, "refusal": None} if self.params.top_logprobs is not None else None
+
+    def stream_start(self) -> list[dict[str, Any]]:
+        return [self.envelope([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                "finish_reason": None}])]
+
+    def stream_event(self, ev: Event) -> list[dict[str, Any]]:
+        if isinstance(ev, TextEvent):
+            lp = [self.logprob_item(ev)] if ev.logprob is not None and self.params.top_logprobs is not None else []
+            if not ev.text and not lp:
+                return []
+            return [self.envelope([{"index": 0, "delta": {"content": ev.text}, "logprobs": self._lp(lp) if lp else None,
+                                    "finish_reason": None}])]
+        assert isinstance(ev, DoneEvent)
+        out = [self.envelope([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": ev.finish_reason}])]
+        if self.params.include_usage:
+            out.append(self.envelope([]) | {"usage": self.usage(ev)})
+        return out
+
+    def body(self, ev: DoneEvent) -> dict[str, Any]:
+        choice = {"index": 0, "message": {"role": "assistant", "content": "".join(self.texts), "refusal": None},
+                  "logprobs": self._lp(self.logprobs), "finish_reason": ev.finish_reason}
+        return self.envelope([choice], "chat.completion") | {"usage": self.usage(ev)}
+
+
+class CompletionShaper(Shaper):
+    object_name = "text_completion"
+
+    def __init__(self, service: Service, job: Job, params: api.Params):
+        super().__init__(service, job, params)
+        self.offset = 0
+
+    def logprob_item(self, ev: TextEvent) -> Any:
+        assert ev.logprob is not None
+        text, top = self.token_texts(ev)
+        item = (text, ev.logprob.logprob, dict(top), self.offset)
+        self.offset += len(ev.text)
+        return item
+
+    def _lp(self, items: list[Any]) -> dict[str, Any] | None:
+        if self.params.top_logprobs is None:
+            return None
+        return {"tokens": [i[0] for i in items], "token_logprobs": [i[1] for i in items],
+                "top_logprobs": [i[2] for i in items], "text_offset": [i[3] for i in items]}
+
+    def stream_event(self, ev: Event) -> list[dict[str, Any]]:
+        if isinstance(ev, TextEvent):
+            lp = [self.logprob_item(ev)] if ev.logprob is not None and self.params.top_logprobs is not None else []
+            if not ev.text and not lp:
+                return []
+            return [self.envelope([{"index": 0, "text": ev.text, "logprobs": self._lp(lp) if lp else None,
+                                    "finish_reason": None}])]
+        assert isinstance(ev, DoneEvent)
+        out = [self.envelope([{"index": 0, "text": "", "logprobs": None, "finish_reason": ev.finish_reason}])]
+        if self.params.include_usage:
+            out.append(self.envelope([]) | {"usage": self.usage(ev)})
+        return out
+
+    def body(self, ev: DoneEvent) -> dict[str, Any]:
+        choice = {"index": 0, "text": "".join(self.texts), "logprobs": self._lp(self.logprobs),
+                  "finish_reason": ev.finish_reason}
+        return self.envelope([choice]) | {"usage": self.usage(ev)}
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _guarded(service: Service, handler: Handler, *, public: bool = False) -> Handler:
+    """API key, then the handler; an ApiError is its OpenAI-shaped JSON, anything else a 500 that
+    names no internals (logged here)."""
+
+    async def run(request: Request) -> Response:
+        try:
+            if not public:
+                service.authorize(request)
+            return await handler(request)
+        except api.ApiError as e:
+            return JSONResponse(e.body(), status_code=e.status)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.url.path)
+            return JSONResponse(api.ApiError(500, "internal server error", code="internal_error").body(),
+                                status_code=500)
+
+    return run
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    msg = f"{request.method} {request.url.path[:200]}: {exc.detail}"
+    return JSONResponse(api.ApiError(exc.status_code, msg, code=code).body(), status_code=exc.status_code)
+
+
+def create_app(service: Service) -> Starlette:
+    g = lambda h, **k: _guarded(service, h, **k)
+    routes = [Route("/v1/models", g(service.models), methods=["GET"]),
+              Route("/v1/models/{name:path}", g(service.model), methods=["GET"]),
+              Route("/v1/chat/completions", g(service.chat), methods=["POST"]),
+              Route("/v1/completions", g(service.completions), methods=["POST"]),
+              Route("/health", g(service.health, public=True), methods=["GET"]),
+              Route("/metrics", g(service.metrics), methods=["GET"])]
+    return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})

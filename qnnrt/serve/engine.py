@@ -1,0 +1,233 @@
+"""One model, many clients: a FIFO of generation jobs in front of a single model instance, run on
+one thread. The HTTP side submits jobs and receives their events through a callback; it never
+touches the model."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from qnnrt.errors import QnnrtError
+from qnnrt.llm.errors import ContextLengthError
+from qnnrt.llm.sampling import Sampler, log_softmax
+from qnnrt.llm.session import CachedGenerator
+from qnnrt.llm.text import TextModel
+from qnnrt.llm.textgen import generate_text
+
+log = logging.getLogger("qnnrt.serve")
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: int
+    logprob: float
+    top: list[tuple[int, float]]       # the best ids and their log-probabilities, best first
+
+
+@dataclass(frozen=True)
+class TextEvent:
+    text: str                          # may be "" (a token whose text is held back or cut)
+    token: int | None = None           # None: text released at the end, not a new token
+    logprob: TokenLogprob | None = None
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    finish_reason: str                 # "stop" | "length"
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    status: int
+    message: str
+    code: str
+
+
+Event = TextEvent | DoneEvent | ErrorEvent
+
+
+class QueueFull(QnnrtError):
+    pass
+
+
+class ShuttingDown(QnnrtError):
+    pass
+
+
+@dataclass
+class Job:
+    """One request: prompt ids in, events out through ``emit`` (called on the engine thread)."""
+    request_id: str
+    endpoint: str
+    prompt: list[int]
+    max_tokens: int
+    sampler: Sampler
+    emit: Callable[[Event], None]
+    stops: list[str] = field(default_factory=list)
+    top_logprobs: int | None = None    # None: no logprobs; k >= 0: the chosen token's and k best
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    submitted: float = field(default_factory=time.perf_counter)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+class LogprobSampler:
+    """Wraps a sampler: remembers the log-probabilities of the logits it was last called with."""
+
+    def __init__(self, sampler: Sampler, top: int):
+        self.sampler, self.top = sampler, top
+        self._last: np.ndarray | None = None
+
+    def __call__(self, logits: np.ndarray) -> int:
+        self._last = log_softmax(np.asarray(logits, dtype=np.float64).reshape(-1))
+        return self.sampler(logits)
+
+    def of(self, token: int) -> TokenLogprob:
+        assert self._last is not None
+        lp = self._last
+        best: list[int] = [int(i) for i in np.argsort(-lp, kind="stable")[:self.top]] if self.top else []
+        return TokenLogprob(token, float(lp[token]), [(i, float(lp[i])) for i in best])
+
+
+class Engine:
+    """The FIFO (at most ``max_queue`` waiting; more is QueueFull at once), the one thread that runs
+    jobs in order, the figures per request and in total."""
+
+    def __init__(self, generator: CachedGenerator, text: TextModel, *, max_queue: int = 16,
+                 reuse_kv: bool = True, pd_in_use: Callable[[], int | None] = lambda: None):
+        self.generator, self.text, self.max_queue, self.reuse_kv = generator, text, max_queue, reuse_kv
+        self._pd_in_use = pd_in_use
+        self._waiting: deque[Job] = deque()
+        self._cond = threading.Condition()
+        self._running: Job | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="qnnrt-serve-engine", daemon=True)
+        self.records: list[dict[str, Any]] = []
+        self.totals: dict[str, float] = {"requests": 0, "completed": 0, "cancelled": 0, "failed": 0,
+                                         "rejected_queue_full": 0, "prompt_tokens": 0, "cached_tokens": 0,
+                                         "completion_tokens": 0, "generated_tokens": 0, "ttft_s_sum": 0.0,
+                                         "decode_s_sum": 0.0, "decode_tokens": 0}
+        self.pd_bytes: int | None = None
+
+    # -- the HTTP side ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+        self.pd_bytes = self._pd_in_use()
+
+    def submit(self, job: Job) -> None:
+        with self._cond:
+            if self._stopping:
+                raise ShuttingDown("the server is shutting down")
+            if len(self._waiting) >= self.max_queue:
+                self.totals["rejected_queue_full"] += 1
+                raise QueueFull(f"{len(self._waiting)} requests are waiting (--max-queue {self.max_queue}); "
+                                f"retry later")
+            self.totals["requests"] += 1
+            self._waiting.append(job)
+            self._cond.notify()
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def busy(self) -> bool:
+        return self._running is not None
+
+    def stop(self, timeout: float | None = None) -> None:
+        """``abort``, then wait for the thread."""
+        self.abort()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def abort(self) -> None:
+        """Refuse new jobs, end the waiting ones (503) and the running one at its next token. Does
+        not block (a signal handler calls it)."""
+        with self._cond:
+            self._stopping = True
+            waiting, self._waiting = list(self._waiting), deque()
+            if self._running is not None:
+                self._running.cancel()
+            self._cond.notify_all()
+        for job in waiting:
+            job.emit(ErrorEvent(503, "the server is shutting down", "server_shutting_down"))
+
+    # -- the engine thread -----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._stopping:
+                    self._cond.wait()
+                if not self._waiting:
+                    return
+                job = self._running = self._waiting.popleft()
+            try:
+                if job.cancelled.is_set():
+                    self.totals["cancelled"] += 1
+                    self._record(job, "cancelled before it started", {})
+                else:
+                    self._run(job)
+            finally:
+                with self._cond:
+                    self._running = None
+
+    def _run(self, job: Job) -> None:
+        lp = LogprobSampler(job.sampler, job.top_logprobs) if job.top_logprobs is not None else None
+
+        def on_text(chunk: str, token: int | None) -> None:
+            self.totals["generated_tokens"] += token is not None
+            job.emit(TextEvent(chunk, token, lp.of(token) if lp is not None and token is not None else None))
+
+        started = time.perf_counter()
+        try:
+            g = generate_text(self.generator, self.text, job.prompt, job.max_tokens, sampler=lp or job.sampler,
+                              stops=job.stops, on_text=on_text, cancelled=job.cancelled.is_set,
+                              reuse=self.reuse_kv)
+        except ContextLengthError as e:
+            self._fail(job, 400, str(e), "context_length_exceeded")
+            return
+        except QnnrtError as e:
+            self._fail(job, 500, f"generation failed: {e}", "generation_failed")
+            return
+        except Exception as e:
+            log.exception("request %s failed", job.request_id)
+            self._fail(job, 500, f"internal error ({type(e).__name__})", "internal_error")
+            return
+        finally:
+            self.pd_bytes = self._pd_in_use()
+        res = g.result
+        figures = res.report() | {"prompt_tokens": len(job.prompt), "cached_tokens": g.reused,
+                                  "prefilled_tokens": len(res.prompt_tokens), "queue_wait_s": started - job.submitted}
+        if g.finish_reason == "cancelled":
+            self.totals["cancelled"] += 1
+            self._record(job, "cancelled", figures)
+            why = "the server is shutting down" if self._stopping else "the request was cancelled"
+            job.emit(ErrorEvent(503, f"generation stopped: {why}", "cancelled"))
+            return
+        t = self.totals
+        t["completed"] += 1
+        t["prompt_tokens"] += len(job.prompt)
+        t["cached_tokens"] += g.reused
+        t["completion_tokens"] += len(res.tokens)
+        t["ttft_s_sum"] += res.ttft_s
+        t["decode_s_sum"] += sum(res.decode_s)
+        t["decode_tokens"] += len(res.decode_s)
+        self._record(job, g.finish_reason, figures)
+        job.emit(DoneEvent(g.finish_reason, len(job.prompt), len(res.tokens), g.reused))
+
+    def _fail(self, job: Job, status: int, message: str, code: str) -> None:
+        self.totals["failed"] += 1
+        self._record(job, "error", {"error": message})
+        job.emit(ErrorEvent(status, message, code))
+
+    def _record(self, job: Job, finish: str, figures: dict[str, Any]) -> None:
+        self.records.append({"id": job.request_id, "endpoint": job.endpoint, "finish_reason": finish} | figures)
