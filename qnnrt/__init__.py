@@ -7,7 +7,7 @@ import logging as _logging
 from typing import TYPE_CHECKING
 
 from qnnrt.errors import (BuildError, FormatError, InputError, KernelError, LibraryNotFoundError, QnnError,
-                          QnnrtError)
+                          QnnrtError, RecoveryError)
 
 if TYPE_CHECKING:
     from qnnrt.loader import LoadOptions, load
@@ -35,4 +35,5 @@ __version__ = "0.1.0"
 _logging.getLogger("qnnrt").addHandler(_logging.NullHandler())
 
 __all__ = ["load", "LoadOptions", "Program", "Method", "IOSpec", "Residency", "QnnrtError", "QnnError",
-           "FormatError", "InputError", "BuildError", "KernelError", "LibraryNotFoundError", "__version__"]
+           "FormatError", "InputError", "BuildError", "KernelError", "LibraryNotFoundError", "RecoveryError",
+           "__version__"]

@@ -101,3 +101,14 @@ class QnnError(QnnrtError):
         if self.remedy:
             parts.append("What to do: " + self.remedy)
         return "\n".join(parts)
+
+
+class RecoveryError(QnnError):
+    """A graph call failed with an error a device can raise transiently, and re-creating what it
+    ran on did not make it succeed (or the run's recovery budget was used up): `recoveries` says how
+    many re-creations this call was given."""
+
+    def __init__(self, error: QnnError, recoveries: int, remedy: str, context: str):
+        self.recoveries = recoveries
+        super().__init__(error.function, error.code, error.code_name, error.message, error.log_tail,
+                         remedy, context)

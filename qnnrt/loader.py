@@ -21,6 +21,7 @@ from qnnrt.runtime.performance import Choice, Performance, check_mode, choose, d
 from qnnrt.runtime.program import Program
 from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS
+from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES
 from qnnrt.runtime.residency import Residency
 from qnnrt.runtime.vet import StepWatch, VetMode, VetReport, vet_binaries, vet_mode, watch_binaries
 from qnnrt.soc import parse_soc
@@ -67,6 +68,9 @@ class LoadOptions:
     rpc_control_latency_us / rpc_polling_time_us: instead of the mode's RPC settings.
     shared_buffer: graph I/O in registered rpcmem (None: as the file asks); off where the backend
         cannot (the simulator), which the program's `performance` section says.
+    max_recoveries: how many graph calls failing with an error a device raises transiently (1100,
+        1007, 1011) the program recovers in all, by re-creating their contexts (or backend) and
+        calling again (runtime/recovery.py); 0 turns recovery off.
     """
     residency: Residency | str = "auto"
     soc: str | int | None = None
@@ -86,6 +90,7 @@ class LoadOptions:
     rpc_control_latency_us: int | None = None
     rpc_polling_time_us: int | None = None
     shared_buffer: bool | None = None
+    max_recoveries: int = DEFAULT_MAX_RECOVERIES
 
     def __post_init__(self) -> None:
         LogLevel.parse(self.log_level)
@@ -98,6 +103,8 @@ class LoadOptions:
         object.__setattr__(self, "soc", parse_soc(self.soc))
         if self.pd_budget is not None:
             object.__setattr__(self, "pd_budget", parse_size(self.pd_budget, "PD budget"))
+        if self.max_recoveries < 0:
+            raise QnnrtError(f"max_recoveries {self.max_recoveries}: give 0 (no recovery) or more")
 
     @property
     def policy(self) -> Residency:
@@ -159,7 +166,8 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
                           progress=opts.progress, owned=owned, constants=src.constants,
                           pd_budget=None if opts.pd_budget is None else int(opts.pd_budget),
                           watch=watch, max_pds=opts.max_pds,
-                          log_level=LogLevel.parse(opts.log_level).name.lower(), spill_fill_group=group)
+                          log_level=LogLevel.parse(opts.log_level).name.lower(), spill_fill_group=group,
+                          max_recoveries=opts.max_recoveries)
         program.vet_reports = vet_reports
         program.performance = performance
         undo.pop_all()  # the program owns them now

@@ -48,6 +48,10 @@ ERROR_NAMES: dict[int, str] = {
 
 NOT_SUPPORTED = 1000
 MEM_ALLOC = 1002
+SYSTEM_COMMUNICATION = 1007        # the DSP restarted (SSR) and QNN recovered: handles made before are stale
+SYSTEM_COMMUNICATION_FATAL = 1011  # the DSP restarted and QNN could not recover the session
+GENERAL = 1100                     # e.g. "Dma execution failed on the skel side. result = 1100"
+
 
 def code_of(handle: int) -> int:
     """The error code inside a 64-bit Qnn_ErrorHandle_t (its low 16 bits)."""

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, latency_stats, open_program,
-                           print_performance, write_report)
+                           print_performance, print_recoveries, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.fileio import check_output_path, write_atomic
 from qnnrt.units import format_bytes
@@ -135,6 +135,7 @@ def run(args) -> int:
                 report["text"] = text.tokenizer.decode(res.tokens)
         report["method_calls"] = dict(runner.calls)
         report["residency"] = prog.pool.summary()
+        report["recoveries"] = prog.recovery.summary()
     finally:
         prog.close()
     add_profiles(report, prog, profiler, args)
@@ -238,6 +239,7 @@ def _print_summary(r: dict, profiler, args) -> None:
     if res.get("pd_estimate_total_bytes"):
         print(f"  PD (QNN's estimates): {format_bytes(res['pd_estimate_total_bytes'])}")
     print_performance(r)
+    print_recoveries(r["recoveries"])
     if "heap" in r and args.heap_profiling_path:
         print(f"  heap profile: {args.heap_profiling_path} (+ .json)")
     if profiler is not None:

@@ -16,6 +16,7 @@ from qnnrt.errors import QnnrtError
 from qnnrt.units import format_bytes
 from qnnrt.fileio import check_free_space, check_output_dir, check_writable, write_atomic
 from qnnrt.progress import Heartbeat, ProgressBar
+from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES
 
 
 def add_parser(sub) -> None:
@@ -60,6 +61,10 @@ def add_runtime_options(p) -> None:
     p.add_argument("--profile-path", help="write the execution profile (JSON + CSV)")
     p.add_argument("--max-input-bytes", help="refuse an inference whose inputs would take more "
                    "(e.g. 2GiB; default: QNNRT_MAX_INPUT_BYTES, else a quarter of the RAM)")
+    p.add_argument("--max-recoveries", type=int, default=DEFAULT_MAX_RECOVERIES, metavar="N",
+                   help="graph calls failing with a transient device error (1100, 1007, 1011) to "
+                        f"recover per run by re-creating their contexts (default "
+                        f"{DEFAULT_MAX_RECOVERIES}; 0: none)")
     p.add_argument("--no-vet", action="store_true",
                    help="do not vet binaries qnnrt did not write (by default the worker notes each "
                         "risky QNN step on them, so a crash or a stall names the binary and step)")
@@ -148,7 +153,8 @@ def open_program(args, graph: str | None = None, default_mode: str | None = None
                                         profile_level=args.profile_level, exec_profiler=profiler,
                                         progress=load_progress, pd_budget=args.pd_budget,
                                         vet=vet, vet_progress=vet_progress,
-                                        **_max_pds(args), **performance_options(args, default_mode)))
+                                        max_recoveries=args.max_recoveries, **_max_pds(args),
+                                        **performance_options(args, default_mode)))
     if vet_bar:
         vet_bar.done()
     if bar:
@@ -335,6 +341,7 @@ def run(args) -> int:
                              if args.check_repeat else {"checked": False}),
             "time_breakdown": time_breakdown(parts),
             "vetting": vetting_json(prog, args),
+            "recoveries": prog.recovery.summary(),
         }
         if len(methods) > 1:
             report["latency_ms_per_method"] = {k: latency_stats(v) for k, v in per_method.items() if v}
@@ -413,6 +420,17 @@ def print_performance(r: dict) -> None:
         print(f"  note: {note}")
 
 
+def print_recoveries(rec: dict) -> None:
+    """The summary's count of recovered graph-call failures (each was a warning when it happened)."""
+    if not rec["tried"]:
+        return
+    print(f"  recoveries: {rec['succeeded']} of {rec['tried']} succeeded (budget {rec['max_recoveries']})")
+    for x in rec["records"]:
+        print(f"    graph {x['graph']!r} iteration {x['iteration']}: QNN error {x['code']} ({x['code_name']}), "
+              f"re-created {x['recreated']} ({', '.join(x['contexts'])}) in {x['seconds'] * 1e3:.1f} ms"
+              f"{'' if x['succeeded'] else ', failed again'}")
+
+
 def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
     lat, res = r["latency_ms"], r["residency"]
     print(f"{r['path']}: method {r['method']} ({len(method.graph_calls)} QNN graph call(s) per "
@@ -460,6 +478,7 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
         print(f"  PD budget {res['pd_budget_bytes']} B ({format_bytes(res['pd_budget_bytes'])}, "
               f"{src.get(res.get('pd_budget_source') or '', res.get('pd_budget_source') or 'bounded')})")
     print_performance(r)
+    print_recoveries(r["recoveries"])
     if args.check_repeat:
         print(f"  check-repeat: {r['check_repeat']['mismatches']} mismatching iteration(s)")
     if out_dir is not None:

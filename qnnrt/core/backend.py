@@ -217,6 +217,32 @@ class Backend:
     def closed(self) -> bool:
         return self._closed
 
+    def restart(self) -> None:
+        """Free every context and profile made on this backend (newest first), then the device and
+        the backend handle, and create both again with the same log, SoC and arch: what a session
+        needs after its DSP restarted and QNN could not recover it (QNN error 1011). The object, its
+        function table and its log stay; contexts made before are closed (create them again)."""
+        with self._lock:
+            if self._closed:
+                raise QnnrtError("backend is closed")
+            for child in reversed(self._live_children()):
+                try:
+                    child.close()
+                except Exception:  # noqa: BLE001 - keep freeing the rest
+                    pass
+            self._children = []
+            had_device = bool(self.device)
+            if self.device:
+                self.api.deviceFree(self.device)
+                self.device = C.c_void_p()
+            if self.handle:
+                self.api.backendFree(self.handle)
+                self.handle = C.c_void_p()
+            self.check(self.api.backendCreate(self.log_handle, None, C.byref(self.handle)),
+                       "backendCreate")
+            if had_device:
+                self._create_device()
+
     def close(self) -> None:
         """Free live contexts and profiles (newest first), then device, backend, log. Idempotent."""
         with self._lock:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from qnnrt.core.tensor import prepare_input
-from qnnrt.errors import QnnrtError
+from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.executorch import kernels as K
 from qnnrt.executorch.interpreter import UNDEFINED, MethodAnalysis, shape_fits
 from qnnrt.executorch.kernels.dtypes import _astype
@@ -421,7 +421,7 @@ class InterpretedPlan:
             g = self._delegate_step(program, site, len(graph_steps))
             self.by_step[id(site.step)] = g
             graph_steps.append(g)
-        self.live = LiveGraphs(program.pool, graph_steps, order=method.graph_order)
+        self.live = LiveGraphs(program.pool, graph_steps, program.recovery, order=method.graph_order)
         self.timing = RunTiming()
         self._accelerator = 0.0
         self._all_live = False
@@ -440,7 +440,10 @@ class InterpretedPlan:
         values: list = list(arrays) + [None] * len(step.outputs)
         self.program.graph_calls += 1  # as they happen: progress lines read it
         if self._all_live:
-            self._accelerator += g.run(values)
+            try:
+                self._accelerator += g.run(values)
+            except QnnError as e:
+                self._accelerator += self.live.recover(g, values, e)
         else:
             self._accelerator += self.live.run_pooled(g, values, position)
         return values[len(arrays):]

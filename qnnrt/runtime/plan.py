@@ -25,13 +25,16 @@ import numpy as np
 from qnnrt.core import Profile
 from qnnrt.core.graph import GraphBinding
 from qnnrt.core.tensor import address_of, order_inputs, prepare_input
-from qnnrt.errors import QnnrtError
+from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.runtime.cpu_segment import CpuSegment
 from qnnrt.runtime.method import CpuStep, Inputs, Method, QnnStep
 
 if TYPE_CHECKING:
     from qnnrt.runtime.program import Program
+    from qnnrt.core import Context
+    from qnnrt.runtime.pd_fleet import RemoteContext
+    from qnnrt.runtime.recovery import Recovery
     from qnnrt.runtime.residency import ContextSource, LiveContext
 
 Shape = tuple[int, ...]
@@ -123,9 +126,9 @@ class LiveGraphs:
     """Keeps graph steps pointed at live graphs. `all_live()` is one generation comparison while
     nothing changed; otherwise the pool is asked, under its lock, for the contexts."""
 
-    def __init__(self, pool: ContextSource, steps: list[GraphStep],
+    def __init__(self, pool: ContextSource, steps: list[GraphStep], recovery: Recovery,
                  order: list[str] | None = None) -> None:
-        self.pool, self.steps = pool, steps
+        self.pool, self.steps, self.recovery = pool, steps, recovery
         # context keys in call order (for the policy): the steps', unless they repeat
         self.order = [s.key for s in steps] if order is None else order
         self.keys = sorted(set(self.order))
@@ -158,9 +161,25 @@ class LiveGraphs:
         ctx = pool.acquire(step.key, at)
         try:
             step.point_at(ctx)
-            return step.run(values)
+            try:
+                return step.run(values)
+            except QnnError as e:
+                return self.recover(step, values, e)
         finally:
             pool.release(step.key, at)
+
+    def recover(self, step: GraphStep, values: list, error: QnnError) -> float:
+        """`step`'s call failed with `error`: the program's recovery policy (runtime/recovery.py)
+        re-creates what the error calls for, or raises, and the call runs again with the same
+        inputs (outputs bound afresh by the binder); then every step is pointed at the re-created
+        contexts, so the rest of a run goes on."""
+        def again(context: LiveContext) -> float:
+            step.point_at(context)
+            return step.run(values)
+        seconds = self.recovery.rerun(step.key, step.graph, error, again)
+        self._generation = None
+        self.all_live()   # re-points every step when all are live (the fast path's state)
+        return seconds
 
 
 class StepPlan:
@@ -171,7 +190,7 @@ class StepPlan:
     def __init__(self, program: Program, graph_steps: list[GraphStep]) -> None:
         self.program = program
         self.graph_steps = graph_steps
-        self.live = LiveGraphs(program.pool, graph_steps)
+        self.live = LiveGraphs(program.pool, graph_steps, program.recovery)
         self.timing = RunTiming()
 
     def run_steps(self, values: list) -> None:
@@ -181,7 +200,10 @@ class StepPlan:
             for step in self.steps:
                 if step.on_accelerator:
                     program.graph_calls += 1  # as they happen: progress lines read it
-                    accelerator += step.run(values)
+                    try:
+                        accelerator += step.run(values)
+                    except QnnError as e:
+                        accelerator += self.live.recover(step, values, e)  # type: ignore[arg-type]
                 else:
                     cpu += step.run(values)
         else:
@@ -386,10 +408,18 @@ class ReferencePlan:
         program.graph_calls += 1  # read by progress reporters on other threads
         ctx = program.pool.acquire(step.key, position)
         try:
-            g = ctx.graph(step.graph)
-            out = g.execute(arrays, dequantize=step.dequantize)
-            self.timing.accelerator_s += g.last_execute_seconds
-            return [out[s.name] for s in g.spec.outputs]
+            try:
+                return self._execute(ctx, step, arrays)
+            except QnnError as e:
+                return program.recovery.rerun(step.key, step.graph, e,
+                                              lambda c: self._execute(c, step, arrays))
         finally:
             program.pool.release(step.key, position)
+
+    def _execute(self, ctx: Context | RemoteContext, step: QnnStep,
+                 arrays: list[np.ndarray]) -> list[np.ndarray]:
+        g = ctx.graph(step.graph)
+        out = g.execute(arrays, dequantize=step.dequantize)
+        self.timing.accelerator_s += g.last_execute_seconds
+        return [out[s.name] for s in g.spec.outputs]
 

@@ -23,6 +23,7 @@ from qnnrt.runtime.performance import Performance
 from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.pd_fleet import MultiPdPool, RemoteCall
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, Placement, first_use_order, place
+from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES, Recovery
 from qnnrt.runtime.residency import ContextPool, Residency
 from qnnrt.runtime.vet import StepWatch, VetReport
 
@@ -91,7 +92,8 @@ class Program:
                  owned: list[Closable] | None = None, constants: dict[str, object] | None = None,
                  pd_budget: int | None = None, watch: StepWatch | None = None,
                  max_pds: int = DEFAULT_MAX_PDS, log_level: str = "warn",
-                 spill_fill_group: SpillFillGroup | None = None) -> None:
+                 spill_fill_group: SpillFillGroup | None = None,
+                 max_recoveries: int = DEFAULT_MAX_RECOVERIES) -> None:
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
         self.backend = backend
@@ -141,6 +143,9 @@ class Program:
             if exec_profiler is not None and profile_level != "off":
                 self.profiling = Profiling(Profile(backend, profile_level), exec_profiler,
                                            lambda: self.iterations)
+            # multi-PD pools run graphs in worker processes: recovery there is not built yet
+            self.recovery = Recovery(self.pool if isinstance(self.pool, ContextPool) else None,
+                                     max_recoveries, lambda: self.iterations)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)

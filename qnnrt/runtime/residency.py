@@ -659,6 +659,45 @@ class ContextPool:
         with self._lock:
             return list(self._live)
 
+    def live_context(self, key: str) -> Context:
+        """The live context `key` (QnnrtError when it is not live)."""
+        with self._lock:
+            ctx = self._live.get(key)
+        if ctx is None:
+            raise QnnrtError(f"context {key!r} is not live")
+        return ctx
+
+    def recreate(self, keys: list[str], restart_backend: bool = False) -> list[str]:
+        """Free and create again the live contexts `keys` (with `restart_backend`, every live
+        context, around a restart of the backend and device), after a graph call failed in a way
+        re-creation can cure. The live set is the same afterwards and nothing is pending, so a plan
+        that ran with all its contexts live may re-bind and go on; in-use marks are kept (their
+        callers release them as usual). Returns the keys re-created, in order."""
+        if self._closed:
+            raise QnnrtError("program is closed")
+        with self._lock:
+            pending = list(self._pending.values())
+        for fut in pending:  # a prefetch in flight finishes first (it may fail: then it is not live)
+            try:
+                fut.result()
+            except Exception:  # noqa: BLE001 - a failed prefetch leaves the context not live
+                pass
+        with self._lock:
+            again = [k for k in self._live if restart_backend or k in keys]
+        for key in reversed(again):  # newest first, as at close
+            self._free(key, evicted=False)
+        if restart_backend:
+            self.backend.restart()
+        for key in again:
+            self._insert(key, self._create(key))
+        for key in keys:  # not live before (e.g. freed by a failed prefetch): live for the retry
+            if key not in again:
+                again.append(key)
+                self._insert(key, self._create(key))
+        if self.hooks is not None:
+            self.hooks.mark("recovered", contexts=again, backend_restarted=restart_backend)
+        return again
+
     def summary(self) -> dict:
         s = self.stats
         return {"policy": str(self.residency), "contexts_total": len(self.binaries),

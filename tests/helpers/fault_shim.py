@@ -1,0 +1,65 @@
+"""A fault injector for recovery tests: tests/data/qnn_fault_shim.c built into a libQnnHtp.so that
+forwards every call to the real library (onnxruntime-qnn's) and fails chosen graphExecute calls.
+
+The library sits in a folder beside links to every other file of the real library's folder (the
+system library and the simulator's libraries are found there), so `--backend-lib FOLDER` or
+`backend_lib=FOLDER` uses it. Which calls fail: `QNNRT_FAULT_EXEC` ("3", "3,7", "3-", optionally
+":CODE"; counted per process from 1), read at each call."""
+from __future__ import annotations
+
+import ctypes as C
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SOURCE = Path(__file__).resolve().parents[1] / "data" / "qnn_fault_shim.c"
+
+
+@dataclass
+class FaultShim:
+    folder: Path        # give this as --backend-lib / backend_lib
+    real: Path          # the real libQnnHtp.so it forwards to
+
+    def env(self, fail: str | None = None) -> dict[str, str]:
+        """Environment for a process that loads the shim; `fail` is QNNRT_FAULT_EXEC."""
+        env = dict(os.environ, QNNRT_FAULT_REAL=str(self.real))
+        env.pop("QNNRT_FAULT_EXEC", None)
+        if fail:
+            env["QNNRT_FAULT_EXEC"] = fail
+        return env
+
+    def counter(self) -> C.CDLL:
+        """This process's copy of the shim (the one qnnrt loaded: same path, same handle)."""
+        lib = C.CDLL(str(self.folder / "libQnnHtp.so"), mode=C.RTLD_LOCAL)
+        lib.qnnrt_fault_calls.restype = C.c_ulong
+        return lib
+
+
+def build_fault_shim(out: Path) -> FaultShim:
+    """Compile the shim into `out` and link the real library folder's other files beside it."""
+    from qnnrt._capi.functions import INTERFACE_SLOTS, InterfaceProvider
+    from qnnrt._capi.library import BACKEND_LIB, find_library
+    cc = next((c for c in (os.environ.get("CC"), "gcc", "cc", "clang") if c and shutil.which(c)), None)
+    if cc is None:
+        pytest.skip("no C compiler (gcc, cc or clang) on PATH to build the fault-injection shim")
+    real = find_library(BACKEND_LIB)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in real.parent.iterdir():
+        if f.name != BACKEND_LIB and not (out / f.name).exists():
+            (out / f.name).symlink_to(f)
+    cmd = [cc, "-shared", "-fPIC", "-O1", f"-DIFACE_BYTES={C.sizeof(InterfaceProvider)}",
+           f"-DEXEC_SLOT={INTERFACE_SLOTS.index('graphExecute')}", "-o", str(out / BACKEND_LIB),
+           str(SOURCE), "-ldl"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"building the fault shim failed: {' '.join(cmd)}\n{r.stderr}")
+    return FaultShim(out, real)
+
+
+@pytest.fixture(scope="session")
+def fault_shim(tmp_path_factory) -> FaultShim:
+    return build_fault_shim(tmp_path_factory.mktemp("fault_shim"))
