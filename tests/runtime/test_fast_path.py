@@ -99,19 +99,26 @@ def test_breakdown_adds_up(chain12):
             assert t.graph_calls == 12
 
 
-def _pte_fixtures():
+def _pte_cases():
+    """(.pte, residency) pairs: every fixture under each policy; a large program (seed000_fits:
+    94 MB, minutes per forward pass on the simulator) under `auto` only, marked slow."""
     from pathlib import Path
     out = []
     for root in (Path(__file__).parents[1] / "data" / "executorch",
                  Path("/work/shared/fixtures/executorch")):
         for pte in sorted(root.glob("*/*.pte")):
-            if "llama" not in pte.parent.name:   # large programs (seed000_fits: 94 MB) are slow
-                out.append(pytest.param(pte, marks=pytest.mark.slow) if pte.stat().st_size > 10 << 20 else pte)
+            if "llama" in pte.parent.name:
+                continue
+            name = f"{pte.parent.parent.name[:6]}-{pte.parent.name}"
+            if pte.stat().st_size > 10 << 20:
+                out.append(pytest.param(pte, "auto", marks=pytest.mark.slow, id=f"auto-{name}"))
+            else:
+                out += [pytest.param(pte, policy, id=f"{policy}-{name}")
+                        for policy in ("eager", "auto", "sequential")]
     return out
 
 
-@pytest.mark.parametrize("pte", _pte_fixtures(), ids=lambda p: f"{p.parent.parent.name[:6]}-{p.parent.name}")
-@pytest.mark.parametrize("policy", ["eager", "auto", "sequential"])
+@pytest.mark.parametrize("pte, policy", _pte_cases())
 def test_pte_bit_identical(pte, policy):
     from qnnrt.executorch.plan import InterpretedPlan, PtePlan
     kinds: set = set()
