@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 import numpy as np
+from numpy.typing import DTypeLike
 
-from qnnrt.core import Backend, ContextBinary, Profile
+from qnnrt.core import Backend, ContextBinary, GraphSpec, Profile
 from qnnrt.core.graph import BoundCall
 from qnnrt.core.spill_fill import SpillFillGroup
 from qnnrt.errors import FormatError, QnnrtError
@@ -20,7 +21,7 @@ from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import Inputs, Method, UnavailableMethod
 from qnnrt.runtime.plan import Plan, Profiling, ReferencePlan, RunTiming
 from qnnrt.runtime.performance import Performance
-from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
+from qnnrt.runtime.pd_budget import Budget, backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.pd_fleet import MultiPdPool, RemoteCall
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, Placement, first_use_order, place
 from qnnrt.runtime.residency import ContextPool, Residency
@@ -43,7 +44,8 @@ def predicted_needs(binaries: dict[str, ContextBinary]) -> dict[str, int | None]
 
 
 def choose_placement(methods: dict[str, Method], binaries: dict[str, ContextBinary], policy: Residency,
-                     needs: dict[str, int | None], budget, max_pds: int) -> Placement | None:
+                     needs: dict[str, int | None], budget: Budget | None,
+                     max_pds: int) -> Placement | None:
     """Multi-PD placement: forced by `multi-pd[:N]`; chosen by `auto` when the contexts do not fit
     one PD and fit at most `max_pds`; else None (one PD, in this process)."""
     if policy.kind not in ("auto", "multi-pd"):
@@ -149,14 +151,14 @@ class Program:
             self.close()
             raise
 
-    def bound_call(self, key: str, spec) -> BoundCall | RemoteCall:
+    def bound_call(self, key: str, spec: GraphSpec) -> BoundCall | RemoteCall:
         """The call object a plan binds a graph of context `key` through: in this process, or in
         the PD worker that holds the context (the same calling shape)."""
         if isinstance(self.pool, MultiPdPool):
             return self.pool.bound_call(key, spec)
         return BoundCall(self.backend, spec)
 
-    def buffer(self, shape: tuple, dtype) -> np.ndarray:
+    def buffer(self, shape: tuple, dtype: DTypeLike) -> np.ndarray:
         """A zeroed array for a plan's intermediate: in the shared arena under multi-PD (graph calls
         in the workers read and write it in place), else an ordinary one."""
         if isinstance(self.pool, MultiPdPool):
