@@ -3,6 +3,7 @@ DelegateCalls run QNN graphs through the program's context pool (so residency, p
 runner work the same as for qnnrt's own programs)."""
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,7 +154,8 @@ def pte_methods(path: Path, lib: QnnLibrary | None) -> tuple[
     prog = read_pte(path, require_qnn=True)
     constants = {name: constant_method_value(m) for name, m in prog.methods.items()
                  if is_constant_method(m)}
-    try:
+    with contextlib.ExitStack() as undo:
+        undo.callback(prog.close)
         binaries: dict[str, ContextBinary] = {}
         soc = None
         for blob_key, users in prog.unique_delegate_blobs().items():
@@ -161,9 +163,7 @@ def pte_methods(path: Path, lib: QnnLibrary | None) -> tuple[
             binaries[key] = ContextBinary(buffer=qnn_context_binary(users[0]),
                                           name=f"{path.name}:{key}", lib=lib)
             soc = soc or parse_qnn_compile_spec(users[0]).get("soc_model")
-    except BaseException:
-        prog.close()
-        raise
+        undo.pop_all()
 
     def build(program: Program) -> dict[str, Method]:
         """Every method that is not a constant; one that cannot run says why when it is run."""

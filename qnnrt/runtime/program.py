@@ -3,6 +3,7 @@
 `qnnrt.load` (qnnrt/loader.py) opens the sources and hands a Program its binaries and methods."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -113,7 +114,8 @@ class Program:
         self._plans: dict[tuple[str, bool], Plan] = {}
         self.compiled = True  # False: run every method on the step-by-step reference path
         self.performance: Performance | None = None  # set by qnnrt.load: votes, shared buffers, groups
-        try:
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.close)  # a failure closes what was opened
             self.methods: dict[str, Method] = method_builder(self)
             if not self.methods and not self.constants:
                 raise FormatError(f"{path}: the program has no methods")
@@ -147,9 +149,7 @@ class Program:
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)
             self.load_seconds = time.perf_counter() - t0
-        except BaseException:
-            self.close()
-            raise
+            undo.pop_all()
 
     def bound_call(self, key: str, spec: GraphSpec) -> BoundCall | RemoteCall:
         """The call object a plan binds a graph of context `key` through: in this process, or in
