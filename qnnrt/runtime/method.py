@@ -151,6 +151,10 @@ class Method:
                 "cpu_segments": sum(1 for s in self.steps if isinstance(s, CpuStep))}
 
 
+# makes a program's methods; called once, after the binaries were vetted (it may read their info)
+MethodBuilder = Callable[[], dict[str, Method]]
+
+
 class UnavailableMethod(Method):
     """A method the program holds but qnnrt cannot run; it says why only when it is run, so the
     program's other methods stay usable."""

@@ -19,7 +19,7 @@ from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
 from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.profiling.heap import HeapProfiler
-from qnnrt.runtime.method import Inputs, Method, UnavailableMethod
+from qnnrt.runtime.method import Inputs, Method, MethodBuilder, UnavailableMethod
 from qnnrt.runtime.plan import Plan, Profiling, ReferencePlan, RunTiming
 from qnnrt.runtime.performance import Performance
 from qnnrt.runtime.pd_budget import Budget, backend_identity, remember_budget, resolve_budget
@@ -87,7 +87,7 @@ class Program:
     """Methods sharing a pool of contexts. Use as a context manager, or call close()."""
 
     def __init__(self, path: Path, binaries: dict[str, ContextBinary],
-                 method_builder: Callable[[Program], dict[str, Method]], backend: Backend,
+                 method_builder: MethodBuilder, backend: Backend,
                  residency: str | Residency = "auto", heap: HeapProfiler | None = None,
                  exec_profiler: ExecutionRecorder | None = None, profile_level: str = "off",
                  progress: Callable[[int, int], None] | None = None,
@@ -116,7 +116,7 @@ class Program:
         self.performance: Performance | None = None  # set by qnnrt.load: votes, shared buffers, groups
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)  # a failure closes what was opened
-            self.methods: dict[str, Method] = method_builder(self)
+            self.methods: dict[str, Method] = method_builder()
             if not self.methods and not self.constants:
                 raise FormatError(f"{path}: the program has no methods")
             blocked = [m for m in self.methods.values() if isinstance(m, UnavailableMethod)]
