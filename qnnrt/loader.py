@@ -16,7 +16,7 @@ from qnnrt.core.profile import PROFILE_LEVELS
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.units import parse_size
 from qnnrt.profiling.heap import HeapProfiler
-from qnnrt.runtime.method import GraphMethod, Method, OnnxMethod
+from qnnrt.runtime.method import GraphMethod, Method, MethodBuilder, OnnxMethod
 from qnnrt.runtime.performance import Choice, Performance, check_mode, choose, describe_optimizations
 from qnnrt.runtime.program import Program
 from qnnrt.runtime.hooks import ExecutionRecorder
@@ -116,7 +116,7 @@ class LoadOptions:
 class Source:
     """What `_open_source` found: the method builder, the SoC the artifact was built for, the
     constant methods' values, and the binaries already proven (sha256 from the manifest)."""
-    build: Callable
+    build: MethodBuilder
     built_for: Any = None
     constants: dict = field(default_factory=dict)
     trusted: set = field(default_factory=set)
@@ -338,7 +338,7 @@ def _onnx_methods(models: dict[str, Path], root: Path, lib: QnnLibrary, binaries
 
     trusted = _trusted_by_manifest(manifest, binaries) if manifest is not None else set()
 
-    def build(program: Program) -> dict[str, Method]:
+    def build() -> dict[str, Method]:
         resolve_non_main_nodes()
         return {name: OnnxMethod(name, em, binaries, lambda n, name=name: node_key[(name, n.index)])
                 for name, em in parsed.items()}
@@ -369,7 +369,7 @@ def _open_source(p: Path, lib: QnnLibrary, graph: str | None, binaries: dict[str
     key = p.name
     binaries[key] = ContextBinary(p, name=key, lib=lib)
 
-    def build(program: Program) -> dict[str, Method]:  # reads the binary info: after vetting
+    def build() -> dict[str, Method]:  # reads the binary info: after vetting
         b = binaries[key]
         return {s.name: GraphMethod(key, s) for s in ([b.graph(graph)] if graph is not None else b.graphs)}
     return Source(build)
@@ -393,4 +393,4 @@ def open_for_planning(path: str | os.PathLike, backend_lib: str | os.PathLike | 
         undo.callback(_close_opened, binaries, owned)
         src = _open_source(p, lib, None, binaries, owned)
         undo.pop_all()
-    return binaries, src.build(None), src.built_for or _soc_of(binaries), owned, lib
+    return binaries, src.build(), src.built_for or _soc_of(binaries), owned, lib

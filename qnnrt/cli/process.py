@@ -108,20 +108,6 @@ def restore_handlers(previous: dict[int, Any]) -> None:
             pass
 
 
-def _die_with_parent(parent: int) -> None:
-    """Linux: the kernel sends SIGKILL to this process when the parent exits, however it exits."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            PR_SET_PDEATHSIG = 1
-            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    if parent and os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
-
-
 def worker_main(run: Callable[[list[str]], int], argv: list[str]) -> None:
     """Entry of the spawned worker: never returns; exits with the command's status."""
     install_stop_handlers()
@@ -129,7 +115,8 @@ def worker_main(run: Callable[[list[str]], int], argv: list[str]) -> None:
         parent = int(os.environ.pop(WORKER_ENV, "0") or 0)
     except ValueError:
         parent = 0
-    _die_with_parent(parent)
+    from qnnrt.core.process import die_with_parent  # here: the parent process never needs qnnrt.core
+    die_with_parent(parent)
     code = 1
     try:
         code = run(argv)

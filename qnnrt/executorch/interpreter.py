@@ -366,34 +366,7 @@ class PteMethodRunner:
         while pc < n:
             ins = instrs[pc]
             t0 = time.perf_counter() if timing else 0.0
-            nxt = pc + 1
-            if isinstance(ins, KernelCall):
-                kd = self._kernels[pc]
-                self._run_kernel(pc, ins, kd, get, slots)
-                label, kind = kd.name, "kernel"
-            elif isinstance(ins, DelegateCall):
-                self._run_delegate(pc, ins, get, slots)
-                label, kind = f"delegate {ins.delegate_index}", "delegate"
-            elif isinstance(ins, MoveCall):
-                slots[ins.move_to] = get(ins.move_from)
-                label, kind = "move", "move"
-            elif isinstance(ins, JumpFalseCall):
-                cond = get(ins.cond_value_index)
-                if isinstance(cond, np.ndarray):
-                    if cond.dtype != np.bool_:
-                        raise QnnrtError(f"method {name!r} instruction {pc}: jump condition is a "
-                                         f"{cond.dtype} tensor, expected bool")
-                    ok = bool(np.all(cond))
-                else:
-                    ok = bool(cond)
-                if not ok:
-                    nxt = ins.destination_instruction
-                label, kind = "jump_false", "jump"
-            elif isinstance(ins, FreeCall):
-                slots.pop(ins.value_index, None)
-                label, kind = "free", "free"
-            else:  # pragma: no cover - the reader only produces the five kinds
-                raise QnnrtError(f"method {name!r}: unknown instruction {ins!r}")
+            nxt, label, kind = self._step(pc, ins, get, slots)
             for fv in self._free_after.get(pc, ()):
                 slots.pop(fv, None)
             if trace is not None:
@@ -418,6 +391,37 @@ class PteMethodRunner:
         return outs
 
     __call__ = run
+
+    def _step(self, pc: int, ins: object, get: Callable[[int], Any],
+              slots: dict[int, Any]) -> tuple[int, str, str]:
+        """Execute instruction `pc`; returns the next instruction's index and the trace's name and kind."""
+        name = self.name
+        nxt = pc + 1
+        if isinstance(ins, KernelCall):
+            kd = self._kernels[pc]
+            self._run_kernel(pc, ins, kd, get, slots)
+            return nxt, kd.name, "kernel"
+        if isinstance(ins, DelegateCall):
+            self._run_delegate(pc, ins, get, slots)
+            return nxt, f"delegate {ins.delegate_index}", "delegate"
+        if isinstance(ins, MoveCall):
+            slots[ins.move_to] = get(ins.move_from)
+            return nxt, "move", "move"
+        if isinstance(ins, JumpFalseCall):
+            cond = get(ins.cond_value_index)
+            if isinstance(cond, np.ndarray):
+                if cond.dtype != np.bool_:
+                    raise QnnrtError(f"method {name!r} instruction {pc}: jump condition is a "
+                                     f"{cond.dtype} tensor, expected bool")
+                ok = bool(np.all(cond))
+            else:
+                ok = bool(cond)
+            return (nxt if ok else ins.destination_instruction), "jump_false", "jump"
+        if isinstance(ins, FreeCall):
+            slots.pop(ins.value_index, None)
+            return nxt, "free", "free"
+        # pragma: no cover - the reader only produces the five kinds
+        raise QnnrtError(f"method {name!r}: unknown instruction {ins!r}")
 
     def _run_kernel(self, pc: int, ins: KernelCall, kd: K.KernelDef, get: Callable[[int], Any],
                     slots: dict[int, Any]) -> None:
@@ -480,7 +484,7 @@ class PteMethodRunner:
             t: TensorInfo = v.value
             a = np.asarray(r)
             if t.dtype is not None and a.dtype != t.dtype:
-                a = K._astype(a, t.dtype)
+                a = K.astype(a, t.dtype)
             if len(t.dim_order) == len(t.shape) and not t.is_contiguous_order:
                 phys = tuple(t.shape[d] for d in t.dim_order)
                 if a.size == t.numel:      # the delegate wrote the physical layout

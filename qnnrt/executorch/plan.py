@@ -28,7 +28,7 @@ from qnnrt.core.tensor import prepare_input
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.executorch import kernels as K
 from qnnrt.executorch.interpreter import UNDEFINED, MethodAnalysis, shape_fits
-from qnnrt.executorch.kernels.dtypes import _astype
+from qnnrt.executorch.kernels.dtypes import astype
 from qnnrt.executorch.program import DelegateSite, PteMethodAdapter, size1_reshape
 from qnnrt.executorch.reader import DelegateCall, FreeCall, KernelCall, MoveCall, TensorInfo
 from qnnrt.runtime.method import QnnStep, validate_inputs
@@ -140,7 +140,7 @@ class DelegateStep(GraphStep):
         for c in self.conversions:
             a, t = values[c.slot], c.tensor
             if t.dtype is not None and a.dtype != t.dtype:
-                a = _astype(a, t.dtype)
+                a = astype(a, t.dtype)
             if a.shape != tuple(t.shape):
                 if a.size != t.numel:
                     raise QnnrtError(f"{self.where}: output {c.output} of graph {self.graph!r} has "

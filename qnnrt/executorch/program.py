@@ -3,7 +3,8 @@ DelegateCalls run QNN graphs through the program's context pool (so residency, p
 runner work the same as for qnnrt's own programs)."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,8 +18,8 @@ from qnnrt.executorch.reader import (PteIOSpec, PteMethod, PteProgram, constant_
                                      is_constant_method,
                                      parse_qnn_compile_spec, qnn_context_binary, qnn_graph_io_order,
                                      read_pte)
-from qnnrt.runtime.method import (GraphRunner, Inputs, IOSpec, Method, QnnStep, UnavailableMethod,
-                                  validate_inputs)
+from qnnrt.runtime.method import (GraphRunner, Inputs, IOSpec, Method, MethodBuilder, QnnStep,
+                                  UnavailableMethod, validate_inputs)
 from qnnrt.executorch.interpreter import PteMethodRunner
 from qnnrt.executorch.compile_spec import runtime_options
 
@@ -146,14 +147,15 @@ def pte_runtime_options(prog: PteProgram) -> dict:
 
 
 def pte_methods(path: Path, lib: QnnLibrary | None) -> tuple[
-        dict[str, ContextBinary], Callable[[Program], dict[str, Method]], str | None, PteProgram,
+        dict[str, ContextBinary], MethodBuilder, str | None, PteProgram,
         dict[str, object]]:
     """(binaries by pool key, method builder, target SoC, the open PteProgram to close last,
     constant-method values by name)."""
     prog = read_pte(path, require_qnn=True)
     constants = {name: constant_method_value(m) for name, m in prog.methods.items()
                  if is_constant_method(m)}
-    try:
+    with contextlib.ExitStack() as undo:
+        undo.callback(prog.close)
         binaries: dict[str, ContextBinary] = {}
         soc = None
         for blob_key, users in prog.unique_delegate_blobs().items():
@@ -161,11 +163,9 @@ def pte_methods(path: Path, lib: QnnLibrary | None) -> tuple[
             binaries[key] = ContextBinary(buffer=qnn_context_binary(users[0]),
                                           name=f"{path.name}:{key}", lib=lib)
             soc = soc or parse_qnn_compile_spec(users[0]).get("soc_model")
-    except BaseException:
-        prog.close()
-        raise
+        undo.pop_all()
 
-    def build(program: Program) -> dict[str, Method]:
+    def build() -> dict[str, Method]:
         """Every method that is not a constant; one that cannot run says why when it is run."""
         methods: dict[str, Method] = {}
         for name, m in prog.methods.items():

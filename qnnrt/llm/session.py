@@ -2,6 +2,7 @@
 (the next turn of a chat) prefills only the tokens after the shared prefix."""
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Sequence
 
 import numpy as np
@@ -46,11 +47,10 @@ class CachedGenerator:
         reused = min(shared_prefix(self.tokens, prompt), len(prompt) - 1) if reuse else 0
         self.cache.truncate(reused)
         self.tokens = prompt[:reused]
-        try:
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.forget)  # a call may have stopped half-way: trust nothing in the cache
             res = self.runner.generate(prompt[reused:], max_new_tokens, sampler=sampler, eos_ids=eos_ids,
                                        on_token=on_token, cache=self.cache)
-        except BaseException:
-            self.forget()   # a call may have stopped half-way: trust nothing in the cache
-            raise
+            undo.pop_all()
         self.tokens = (prompt + res.tokens)[:self.cache.n_past]
         return res, reused

@@ -56,7 +56,7 @@ class CpuSegment:
         model.ir_version = ir_version
         try:
             inferred = onnx.shape_inference.infer_shapes(model)
-        except Exception:
+        except Exception:  # noqa: BLE001 - inference only refines output types; any failure keeps the declared ones
             inferred = model
         self.output_types: dict[str, tuple[int, Dims | None]] = {}
         for vi in list(inferred.graph.output) + list(inferred.graph.value_info):

@@ -15,7 +15,7 @@ from qnnrt.core import ContextBinary
 from qnnrt.core.binary import GraphSpec
 from qnnrt.core.tensor import TensorSpec, order_inputs, prepare_input
 from qnnrt.errors import FormatError, QnnrtError
-from qnnrt.formats.epcontext import EPContextModel, is_epcontext
+from qnnrt.formats.epcontext import EPContextModel, EPContextNode, is_epcontext
 from qnnrt.formats.onnx_graph import Dims, node_reads, tensor_type
 from qnnrt.runtime.cpu_segment import CpuSegment
 
@@ -151,6 +151,10 @@ class Method:
                 "cpu_segments": sum(1 for s in self.steps if isinstance(s, CpuStep))}
 
 
+# makes a program's methods; called once, after the binaries were vetted (it may read their info)
+MethodBuilder = Callable[[], dict[str, Method]]
+
+
 class UnavailableMethod(Method):
     """A method the program holds but qnnrt cannot run; it says why only when it is run, so the
     program's other methods stay usable."""
@@ -247,20 +251,8 @@ class OnnxMethod(Method):
             flush()
             ep = by_index[i]
             key = key_of(ep)
-            spec = binaries[key].graph(ep.graph_name)
-            node_where = f"{where}: EPContext node {ep.name!r}"
-            ins = self._match(ep.inputs, spec.inputs, node_where, "inputs")
-            outs = self._match(ep.outputs, spec.outputs, node_where, "outputs")
-            dequant = []  # per output: floats unless the model declares the integer type
-            for tname, ts in zip(outs, spec.outputs):
-                want = declared.get(tname)
-                deq = not (ts.is_fixed_point and want and _numpy_of(want[0]).kind != "f")
-                dequant.append(deq)
-                out_dtype = (np.dtype(np.float32) if ts.is_fixed_point and deq else ts.dtype)
-                types.setdefault(tname, (_elem_of(out_dtype), list(ts.shape)))
-            for tname, ts in zip(ins, spec.inputs):
-                types.setdefault(tname, (_elem_of(ts.dtype), list(ts.shape)))
-            self.steps.append(QnnStep(key, ep.graph_name, ins, outs, tuple(dequant)))
+            self.steps.append(self._qnn_step(key, ep, binaries[key].graph(ep.graph_name), declared,
+                                             types, f"{where}: EPContext node {ep.name!r}"))
         flush()
         # graph outputs that are initializers (constants) come straight from the model
         self.constants = {t.name: numpy_helper.to_array(t) for t in g.initializer
@@ -269,6 +261,25 @@ class OnnxMethod(Method):
             types.setdefault(name, (_elem_of(arr.dtype), list(arr.shape)))
         self.outputs = [_iospec(o.name, types.get(o.name), where) for o in g.output]
         self._plan_lifetimes()
+
+    @classmethod
+    def _qnn_step(cls, key: str, ep: EPContextNode, spec: GraphSpec,
+                  declared: dict[str, tuple[int, Dims | None]], types: dict[str, tuple[int, Dims | None]],
+                  where: str) -> QnnStep:
+        """The QNN step of one EPContext node; records its tensors' types in `types` (what the CPU
+        segments after it are typed from)."""
+        ins = cls._match(ep.inputs, spec.inputs, where, "inputs")
+        outs = cls._match(ep.outputs, spec.outputs, where, "outputs")
+        dequant = []  # per output: floats unless the model declares the integer type
+        for tname, ts in zip(outs, spec.outputs):
+            want = declared.get(tname)
+            deq = not (ts.is_fixed_point and want and _numpy_of(want[0]).kind != "f")
+            dequant.append(deq)
+            out_dtype = (np.dtype(np.float32) if ts.is_fixed_point and deq else ts.dtype)
+            types.setdefault(tname, (_elem_of(out_dtype), list(ts.shape)))
+        for tname, ts in zip(ins, spec.inputs):
+            types.setdefault(tname, (_elem_of(ts.dtype), list(ts.shape)))
+        return QnnStep(key, ep.graph_name, ins, outs, tuple(dequant))
 
     @staticmethod
     def _match(names: list[str], specs: tuple[TensorSpec, ...], where: str, what: str) -> list[str]:

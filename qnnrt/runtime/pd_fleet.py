@@ -10,6 +10,7 @@ writes in place; an array bound that is not the staging array itself is copied i
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -370,7 +371,8 @@ class MultiPdPool:
         self.failure: str | None = None
         self.predictions = dict(placement.sizes)
         self.htp_cores, self.device_note = htp_devices(backend)
-        try:
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.close)  # a failed start stops every worker
             for w in self.workers:   # all spawned first: they import and load QNN side by side
                 w.spawn()
             for i, w in enumerate(self.workers):
@@ -387,9 +389,7 @@ class MultiPdPool:
                 w.load_seconds = info["load_seconds"]
                 if progress:
                     progress(i + 1, len(self.workers))
-        except BaseException:
-            self.close()
-            raise
+            undo.pop_all()
 
     # -- what the plans and the Program ask ----------------------------------------------------
     def buffer(self, shape: tuple, dtype: DTypeLike) -> np.ndarray:

@@ -3,24 +3,26 @@
 `qnnrt.load` (qnnrt/loader.py) opens the sources and hands a Program its binaries and methods."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Protocol
 
 import numpy as np
+from numpy.typing import DTypeLike
 
-from qnnrt.core import Backend, ContextBinary, Profile
+from qnnrt.core import Backend, ContextBinary, GraphSpec, Profile
 from qnnrt.core.graph import BoundCall
 from qnnrt.core.spill_fill import SpillFillGroup
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
 from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.profiling.heap import HeapProfiler
-from qnnrt.runtime.method import Inputs, Method, UnavailableMethod
+from qnnrt.runtime.method import Inputs, Method, MethodBuilder, UnavailableMethod
 from qnnrt.runtime.plan import Plan, Profiling, ReferencePlan, RunTiming
 from qnnrt.runtime.performance import Performance
-from qnnrt.runtime.pd_budget import backend_identity, remember_budget, resolve_budget
+from qnnrt.runtime.pd_budget import Budget, backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.pd_fleet import MultiPdPool, RemoteCall
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, Placement, first_use_order, place
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES, Recovery
@@ -44,7 +46,8 @@ def predicted_needs(binaries: dict[str, ContextBinary]) -> dict[str, int | None]
 
 
 def choose_placement(methods: dict[str, Method], binaries: dict[str, ContextBinary], policy: Residency,
-                     needs: dict[str, int | None], budget, max_pds: int) -> Placement | None:
+                     needs: dict[str, int | None], budget: Budget | None,
+                     max_pds: int) -> Placement | None:
     """Multi-PD placement: forced by `multi-pd[:N]`; chosen by `auto` when the contexts do not fit
     one PD and fit at most `max_pds`; else None (one PD, in this process)."""
     if policy.kind not in ("auto", "multi-pd"):
@@ -85,7 +88,7 @@ class Program:
     """Methods sharing a pool of contexts. Use as a context manager, or call close()."""
 
     def __init__(self, path: Path, binaries: dict[str, ContextBinary],
-                 method_builder: Callable[[Program], dict[str, Method]], backend: Backend,
+                 method_builder: MethodBuilder, backend: Backend,
                  residency: str | Residency = "auto", heap: HeapProfiler | None = None,
                  exec_profiler: ExecutionRecorder | None = None, profile_level: str = "off",
                  progress: Callable[[int, int], None] | None = None,
@@ -113,8 +116,9 @@ class Program:
         self._plans: dict[tuple[str, bool], Plan] = {}
         self.compiled = True  # False: run every method on the step-by-step reference path
         self.performance: Performance | None = None  # set by qnnrt.load: votes, shared buffers, groups
-        try:
-            self.methods: dict[str, Method] = method_builder(self)
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.close)  # a failure closes what was opened
+            self.methods: dict[str, Method] = method_builder()
             if not self.methods and not self.constants:
                 raise FormatError(f"{path}: the program has no methods")
             blocked = [m for m in self.methods.values() if isinstance(m, UnavailableMethod)]
@@ -150,18 +154,16 @@ class Program:
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)
             self.load_seconds = time.perf_counter() - t0
-        except BaseException:
-            self.close()
-            raise
+            undo.pop_all()
 
-    def bound_call(self, key: str, spec) -> BoundCall | RemoteCall:
+    def bound_call(self, key: str, spec: GraphSpec) -> BoundCall | RemoteCall:
         """The call object a plan binds a graph of context `key` through: in this process, or in
         the PD worker that holds the context (the same calling shape)."""
         if isinstance(self.pool, MultiPdPool):
             return self.pool.bound_call(key, spec)
         return BoundCall(self.backend, spec)
 
-    def buffer(self, shape: tuple, dtype) -> np.ndarray:
+    def buffer(self, shape: tuple, dtype: DTypeLike) -> np.ndarray:
         """A zeroed array for a plan's intermediate: in the shared arena under multi-PD (graph calls
         in the workers read and write it in place), else an ordinary one."""
         if isinstance(self.pool, MultiPdPool):

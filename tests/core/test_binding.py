@@ -15,12 +15,19 @@ def live(small_binary):
         yield be, ctx.graph(small_binary.graphs[0])
 
 
-def test_binding_over_slots_equals_graph_execute(live):
+def _binding(live, in_slots: list[int], out_slots: list[int]) -> GraphBinding:
+    """A binder over the live graph (dequantizing outputs), its call pointed at the graph."""
     backend, graph = live
+    b = GraphBinding(BoundCall(backend, graph.spec), graph.spec, in_slots, out_slots, True, "test")
+    b.call.handle = graph.handle
+    return b
+
+
+def test_binding_over_slots_equals_graph_execute(live):
+    graph = live[1]
     x = np.random.default_rng(3).standard_normal((1, WIDTH)).astype(np.float32)
     want = graph.execute([x])["y"]
-    b = GraphBinding(BoundCall(backend, graph.spec), graph.spec, [2], [0], True, "test")
-    b.call.handle = graph.handle
+    b = _binding(live, [2], [0])
     values: list = [None, None, x]
     assert b.run(values) > 0
     assert np.array_equal(values[0], want) and values[2] is x
@@ -30,11 +37,10 @@ def test_binding_over_slots_equals_graph_execute(live):
 
 
 def test_planned_buffers_are_bound_once(live):
-    backend, graph = live
+    graph = live[1]
     x = np.random.default_rng(4).standard_normal((1, WIDTH)).astype(np.float32)
     want = graph.execute([x])["y"]
-    b = GraphBinding(BoundCall(backend, graph.spec), graph.spec, [0], [1], True, "test")
-    b.call.handle = graph.handle
+    b = _binding(live, [0], [1])
     xin, yout = np.empty((1, WIDTH), np.float32), np.empty((1, WIDTH), np.float32)
     b.bind_input(0, xin)
     b.bind_output(0, yout)
@@ -45,10 +51,9 @@ def test_planned_buffers_are_bound_once(live):
 
 
 def test_checked_input_is_converted_by_its_adapter(live):
-    backend, graph = live
+    graph = live[1]
     x64 = np.random.default_rng(5).standard_normal((1, WIDTH))      # float64: converted
-    b = GraphBinding(BoundCall(backend, graph.spec), graph.spec, [0], [1], True, "test")
-    b.call.handle = graph.handle
+    b = _binding(live, [0], [1])
     values: list = [x64, None]
     b.run(values)
     assert np.array_equal(values[1], graph.execute([x64.astype(np.float32)])["y"])
@@ -58,7 +63,7 @@ def test_checked_input_is_converted_by_its_adapter(live):
 
 def test_a_planned_buffer_of_another_kind_is_refused(live):
     backend, graph = live
-    b = GraphBinding(BoundCall(backend, graph.spec), graph.spec, [0], [1], True, "test")
+    b = _binding(live, [0], [1])
     with pytest.raises(QnnrtError, match="planned buffer"):
         b.bind_input(0, np.zeros((1, WIDTH + 1), np.float32))
     with pytest.raises(QnnrtError, match="planned buffer"):

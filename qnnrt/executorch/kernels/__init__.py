@@ -25,8 +25,7 @@ from __future__ import annotations
 from qnnrt.errors import KernelError
 # the family modules register their kernels on import
 from qnnrt.executorch.kernels import copy, elementwise, linalg, quantized, reduction, shape  # noqa: F401
-from qnnrt.executorch.kernels.dtypes import _astype as _astype  # the interpreter casts with K._astype
-from qnnrt.executorch.kernels.dtypes import can_cast, cast_to_out, promote_types, result_type
+from qnnrt.executorch.kernels.dtypes import astype, can_cast, cast_to_out, promote_types, result_type
 from qnnrt.executorch.kernels.registry import (
     KERNELS,
     KernelDef,
@@ -43,6 +42,7 @@ __all__ = [
     "KernelDef",
     "KernelError",
     "OutInfo",
+    "astype",
     "can_cast",
     "cast_to_out",
     "get_kernel",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qnnrt.executorch.kernels.dtypes import _arr, _astype
+from qnnrt.executorch.kernels.dtypes import _arr, astype
 from qnnrt.executorch.kernels.dtypes import Value
 from qnnrt.executorch.kernels.registry import OutInfo, register_kernel
 
@@ -22,4 +22,4 @@ def to_copy_out(self: Value, non_blocking: Value = False, memory_format: Value =
     x = _arr(self)
     if out is None or out.dtype is None:
         return np.array(x, copy=True)
-    return np.array(_astype(x, out.dtype), copy=True)
+    return np.array(astype(x, out.dtype), copy=True)

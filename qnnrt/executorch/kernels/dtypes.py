@@ -137,10 +137,12 @@ def cast_to_out(result: np.ndarray, out: OutInfo | None, op: str, mode: str = "s
     if mode == "same_kind" and not can_cast(result.dtype, out.dtype):
         raise KernelError(f"{op}: result type {result.dtype} can't be cast to the desired output "
                           f"type {out.dtype}")
-    return _astype(result, out.dtype)
+    return astype(result, out.dtype)
 
 
-def _astype(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+def astype(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """`x` as dtype `dt` (the kernels' and the interpreter's one cast): nonzero is True for bool,
+    out-of-range values convert without a warning."""
     dt = np.dtype(dt)
     if x.dtype == dt:
         return x

@@ -6,7 +6,7 @@ import numpy as np
 from qnnrt.errors import KernelError
 from qnnrt.executorch.kernels.dtypes import (
     _arr,
-    _astype,
+    astype,
     _F32,
     _I64,
     _is_bool,
@@ -35,8 +35,8 @@ def _binary_prep(op: str, a: Value, b: Value) -> tuple[np.dtype, np.dtype, np.nd
     a, b = _to_operand(a), _to_operand(b)
     common = result_type(a, b)
     om = _opmath(common)
-    av = _astype(np.asarray(a), om) if isinstance(a, np.ndarray) else a
-    bv = _astype(np.asarray(b), om) if isinstance(b, np.ndarray) else b
+    av = astype(np.asarray(a), om) if isinstance(a, np.ndarray) else a
+    bv = astype(np.asarray(b), om) if isinstance(b, np.ndarray) else b
     if not isinstance(av, np.ndarray):
         av = _scalar_as(av, om)
     if not isinstance(bv, np.ndarray):
@@ -74,7 +74,7 @@ def _add(op: str, a: Value, b: Value, alpha: Value, sign: Value) -> np.ndarray:
         else:
             al = np.asarray(alpha, dtype=om)
             r = av + al * bv if sign > 0 else av - al * bv
-    return _astype(np.asarray(r), common)
+    return astype(np.asarray(r), common)
 
 
 @register_kernel("aten::add.out", 4)
@@ -101,7 +101,7 @@ def _mul(op: str, a: Value, b: Value) -> np.ndarray:
     common, om, av, bv = _binary_prep(op, a, b)
     with np.errstate(all="ignore"):
         r = (av & bv) if _is_bool(common) else av * bv
-    return _astype(np.asarray(r), common)
+    return astype(np.asarray(r), common)
 
 
 @register_kernel("aten::mul.out", 3)
@@ -124,16 +124,16 @@ def _div(op: str, a: Value, b: Value, mode: Value) -> np.ndarray:
         # true division: integer / bool inputs give the default float type
         rt = common if _is_float(common) else _F32
         om = _opmath(rt)
-        av = _astype(np.asarray(a), om)
-        bv = _astype(np.asarray(b), om)
+        av = astype(np.asarray(a), om)
+        bv = astype(np.asarray(b), om)
         with np.errstate(all="ignore"):
             r = av / bv
-        return _astype(np.asarray(r), rt)
+        return astype(np.asarray(r), rt)
     if _is_bool(common):
         common = _I64 if mode else common
     om = _opmath(common)
-    av = _astype(np.asarray(a), om)
-    bv = _astype(np.asarray(b), om)
+    av = astype(np.asarray(a), om)
+    bv = astype(np.asarray(b), om)
     if _is_int(common):
         if np.any(bv == 0):
             raise KernelError(f"{op}: ZeroDivisionError (integer division by zero)")
@@ -141,7 +141,7 @@ def _div(op: str, a: Value, b: Value, mode: Value) -> np.ndarray:
         if mode == "trunc":
             rem = av - q * bv
             q = q + ((rem != 0) & ((av < 0) != (bv < 0)))
-        return _astype(np.asarray(q), common)
+        return astype(np.asarray(q), common)
     with np.errstate(all="ignore"):
         if mode == "trunc":
             r = np.trunc(av / bv)
@@ -150,7 +150,7 @@ def _div(op: str, a: Value, b: Value, mode: Value) -> np.ndarray:
             zero = bv == 0
             if np.any(zero):
                 r = np.where(zero, av / bv, r)
-    return _astype(np.asarray(r), common)
+    return astype(np.asarray(r), common)
 
 
 @register_kernel("aten::div.out", 3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from qnnrt.errors import KernelError
-from qnnrt.executorch.kernels.dtypes import _arr, _astype, _is_bool, _is_int, _opmath, _scalar
+from qnnrt.executorch.kernels.dtypes import _arr, astype, _is_bool, _is_int, _opmath, _scalar
 from qnnrt.executorch.kernels.dtypes import Value
 from qnnrt.executorch.kernels.registry import OutInfo, register_kernel
 
@@ -23,7 +23,7 @@ def _same_dtype(op: str, *xs: Value) -> np.dtype:
 def _matmul(a: Value, b: Value, dt: np.dtype) -> np.ndarray:
     om = _opmath(dt)
     with np.errstate(all="ignore"):
-        return _astype(np.matmul(_astype(a, om), _astype(b, om)), dt)
+        return astype(np.matmul(astype(a, om), astype(b, om)), dt)
 
 
 @register_kernel("aten::mm.out", 3, cast="strict")
@@ -70,13 +70,13 @@ def addmm_out(self: Value, mat1: Value, mat2: Value, beta: Value = 1, alpha: Val
                           f"[{n}, {p}]") from None
     om = _opmath(dt)
     with np.errstate(all="ignore"):
-        prod = np.matmul(_astype(a, om), _astype(b, om))
+        prod = np.matmul(astype(a, om), astype(b, om))
         if alpha != 1:
             prod = prod * np.asarray(alpha, dtype=om)
         if beta != 0:   # beta == 0: self is ignored (nan / inf in it do not propagate)
-            sv = _astype(s, om)
+            sv = astype(s, om)
             prod = prod + (sv if beta == 1 else sv * np.asarray(beta, dtype=om))
-    return _astype(np.broadcast_to(prod, (n, p)), dt)
+    return astype(np.broadcast_to(prod, (n, p)), dt)
 
 
 @register_kernel("aten::linear.out", 4, cast="strict")
@@ -95,7 +95,7 @@ def linear_out(input: Value, weight: Value, bias: Value = None, out: OutInfo | N
     dt = _same_dtype(op, x, w, *bs)
     om = _opmath(dt)
     with np.errstate(all="ignore"):
-        r = np.matmul(_astype(x, om), _astype(w, om).T)
+        r = np.matmul(astype(x, om), astype(w, om).T)
         if bs:
-            r = r + _astype(bs[0], om)
-    return _astype(np.asarray(r), dt)
+            r = r + astype(bs[0], om)
+    return astype(np.asarray(r), dt)

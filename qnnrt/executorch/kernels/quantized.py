@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from qnnrt.errors import KernelError
-from qnnrt.executorch.kernels.dtypes import _arr, _astype, _F32, _is_float, _opmath, _scalar, _scalar_type
+from qnnrt.executorch.kernels.dtypes import _arr, astype, _F32, _is_float, _opmath, _scalar, _scalar_type
 from qnnrt.executorch.kernels.dtypes import Value
 from qnnrt.executorch.kernels.registry import OutInfo, register_kernel
 
@@ -28,7 +28,7 @@ def _quantize(op: str, x: Value, scale: Value, zp: Value, qmin: Value, qmax: Val
         raise KernelError(f"{op}: quant_min {qmin} > quant_max {qmax}")
     inv = np.float32(1.0 / scale)      # torch.round(input * (1.0 / scale)) in float32
     with np.errstate(all="ignore"):
-        q = np.rint(_astype(x, _F32) * inv).astype(np.float64) + zp
+        q = np.rint(astype(x, _F32) * inv).astype(np.float64) + zp
     return np.clip(q, qmin, qmax).astype(dt)
 
 
@@ -43,8 +43,8 @@ def _dequantize(op: str, x: Value, scale: Value, zp: Value, dtype: Value, out_dt
         odt = np.dtype(out.dtype)
     om = _opmath(odt)
     with np.errstate(all="ignore"):
-        r = (_astype(x, om) - np.asarray(zp, dtype=om)) * np.asarray(scale, dtype=om)
-    return _astype(r, odt)
+        r = (astype(x, om) - np.asarray(zp, dtype=om)) * np.asarray(scale, dtype=om)
+    return astype(r, odt)
 
 
 @register_kernel("quantized_decomposed::quantize_per_tensor.out", 7, cast="strict")

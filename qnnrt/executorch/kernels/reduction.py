@@ -6,7 +6,7 @@ import numpy as np
 from qnnrt.errors import KernelError
 from qnnrt.executorch.kernels.dtypes import (
     _arr,
-    _astype,
+    astype,
     _I64,
     _is_bool,
     _is_float,
@@ -52,7 +52,7 @@ def _reduce(op: str, x: Value, dim: Value, keepdim: Value, dtype: Value, out: Ou
             np.dtype(out.dtype) != rdt:
         raise KernelError(f"{op}: expected out tensor to have dtype {rdt}, but got {out.dtype}")
     om = _opmath(rdt)
-    xv = _astype(x, om)
+    xv = astype(x, om)
     with np.errstate(all="ignore"):
         if mean:
             r = np.mean(xv, axis=dims, keepdims=bool(keepdim), dtype=om)
@@ -60,7 +60,7 @@ def _reduce(op: str, x: Value, dim: Value, keepdim: Value, dtype: Value, out: Ou
             r = np.sum(xv, axis=dims, keepdims=bool(keepdim), dtype=om)
     if x.ndim == 0 and keepdim:
         r = np.reshape(r, ())
-    return _astype(np.asarray(r), rdt)
+    return astype(np.asarray(r), rdt)
 
 
 @register_kernel("aten::sum.IntList_out", 5)

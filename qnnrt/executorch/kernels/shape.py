@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from qnnrt.errors import KernelError
-from qnnrt.executorch.kernels.dtypes import _arr, _astype, _wrap_dim, result_type
+from qnnrt.executorch.kernels.dtypes import _arr, astype, _wrap_dim, result_type
 from qnnrt.executorch.kernels.dtypes import Value
 from qnnrt.executorch.kernels.registry import OutInfo, register_kernel
 
@@ -83,7 +83,7 @@ def cat_out(tensors: Value, dim: Value = 0, out: OutInfo | None = None) -> np.nd
         if t.ndim != len(ref) or any(t.shape[i] != ref[i] for i in range(len(ref)) if i != d):
             raise KernelError(f"{op}: sizes of tensors must match except in dimension {d}; got "
                               f"{[list(t.shape) for t in kept]}")
-    return np.concatenate([_astype(t, rt) for t in kept], axis=d)
+    return np.concatenate([astype(t, rt) for t in kept], axis=d)
 
 
 @register_kernel("aten::slice_copy.Tensor_out", 6, cast="any")
