@@ -1,4 +1,4 @@
-"""Round-trip cost of request/reply channel candidates between two processes (issue 21).
+"""Round-trip cost of request/reply channel candidates between two processes.
 
 Each candidate sends a tiny request to a spawned child and waits for its reply, N times; the child
 does nothing but answer. Reported: median / p90 / p99 microseconds per round trip. Run it niced and

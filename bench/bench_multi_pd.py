@@ -1,5 +1,5 @@
 """Per-iteration time of one PD that evicts (`auto --max-pds 1`) vs multi-PD (every context
-resident) vs the limit (time inside graphExecute + CPU ops of the same iteration), issue 21.
+resident) vs the limit (time inside graphExecute + CPU ops of the same iteration).
 
     nice -n 10 python bench/bench_multi_pd.py ~/.cache/qnnrt/demo/pd --iterations 5
     nice -n 10 python bench/bench_multi_pd.py /tmp/pd2 --method decode --iterations 10
