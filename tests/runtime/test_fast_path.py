@@ -122,20 +122,20 @@ def _pte_cases():
 def test_pte_bit_identical(pte, policy):
     from qnnrt.executorch.plan import InterpretedPlan, PtePlan
     kinds: set = set()
+    seeds = (0,) if pte.stat().st_size > 10 << 20 else (0, 1)   # a large program: one feed
     with qnnrt.load(pte, residency="eager") as p:
         names = [n for n, m in p.methods.items() if m.inputs]
-        feeds = {n: [_feeds(p.methods[n], s) for s in (0, 1)] for n in names}
+        feeds = {n: [_feeds(p.methods[n], s) for s in seeds] for n in names}
     ref = {}
     with qnnrt.load(pte, residency="eager") as p:
         p.compiled = False
         ref = {n: [p.run(n, f) for f in fs] for n, fs in feeds.items()}
     with qnnrt.load(pte, residency=policy) as p:
         for n, fs in feeds.items():
-            first = p.run(n, fs[0])
-            second = p.run(n, fs[1])
+            outs = [p.run(n, f) for f in fs]
             assert isinstance(p.plan(n), (PtePlan, InterpretedPlan))
             kinds.add(type(p.plan(n)).__name__)
-            assert _same(first, ref[n][0]) and _same(second, ref[n][1]), n
+            assert all(_same(o, r) for o, r in zip(outs, ref[n], strict=True)), n
             assert p.timing.graph_calls == len(p.methods[n].graph_order)
 
 
