@@ -30,6 +30,7 @@ import tempfile
 import time
 from types import FrameType
 from typing import Any, Callable
+from qnnrt.spawn import python_command, signal_name
 
 WORKER_ENV = "QNNRT_WORKER_PARENT"   # set in the worker's environment: the parent's pid
 GRACE_S = 0.8                        # a signalled worker still alive after this is killed
@@ -42,13 +43,6 @@ def stop_signals() -> list[int]:
     """The signals that stop a command (SIGHUP does not exist on Windows)."""
     return [s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP"))
             if s is not None]
-
-
-def signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
 
 
 class Stopped(KeyboardInterrupt):
@@ -143,12 +137,7 @@ def worker_main(run: Callable[[list[str]], int], argv: list[str]) -> None:
 
 # -- the parent side ---------------------------------------------------------------------------
 def _worker_command(argv: list[str]) -> list[str]:
-    import qnnrt
-    root = os.path.dirname(os.path.dirname(os.path.abspath(qnnrt.__file__)))
-    code = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
-            "from qnnrt.cli.main import _worker; _worker(sys.argv[1:])")
-    flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # noqa: SLF001 - the stdlib's own way to pass -X / -W flags on
-    return [sys.executable, *flags, "-c", code, root, *argv]
+    return python_command("from qnnrt.cli.main import _worker; _worker(sys.argv[1:])", argv)
 
 
 def _windows_kill_on_close_job(proc: subprocess.Popen) -> Any:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -28,6 +27,7 @@ from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.pd_plan import Placement
 from qnnrt.runtime.residency import LiveContexts, Residency
 from qnnrt.runtime.pd_worker import KEY_ENV, PARENT_ENV
+from qnnrt.spawn import python_command, signal_name
 
 STOP_GRACE_S = 2.0   # a worker asked to close and still alive after this is killed
 CLOSE_WAIT_S = 60.0  # for the close reply: freeing hundreds of contexts takes a while under load
@@ -37,21 +37,8 @@ class PdWorkerError(QnnrtError):
     """A PD worker failed: it could not create its contexts, a graph call failed, or it died."""
 
 
-def _signal_name(sig: int) -> str:
-    import signal
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
-
-
 def _worker_command(tail: list[str]) -> list[str]:
-    import qnnrt
-    root = os.path.dirname(os.path.dirname(os.path.abspath(qnnrt.__file__)))
-    code = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
-            "from qnnrt.runtime.pd_worker import main; main()")
-    flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]  # noqa: SLF001 - the stdlib's own way to pass -X / -W flags on
-    return [sys.executable, *flags, "-c", code, root, *tail]
+    return python_command("from qnnrt.runtime.pd_worker import main; main()", tail)
 
 
 class PdWorker:
@@ -106,7 +93,7 @@ class PdWorker:
                 rc = self.proc.wait(0.5)
             except subprocess.TimeoutExpired:
                 rc = None
-        how = (f"killed by {_signal_name(-rc)}" if rc is not None and rc < 0 else
+        how = (f"killed by {signal_name(-rc)}" if rc is not None and rc < 0 else
                f"exit status {rc}" if rc is not None else "its channel closed")
         return PdWorkerError(f"{self.name} ended ({how}) while {what}. The main process is fine; "
                              f"the program's workers were stopped. A crash inside QNN or a kill "

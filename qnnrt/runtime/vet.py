@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Literal
 
 from qnnrt.errors import FormatError, QnnrtError
+from qnnrt.spawn import signal_name
 from qnnrt.fileio import buffer_sha256, default_cache_dir, loads_json, write_atomic
 
 if TYPE_CHECKING:
@@ -294,14 +295,6 @@ class _ChildRun:
         return "unvetted", f"the vetting child ended ({self.ended}) before it{self.stderr}", 0, False
 
 
-def _signal_name(rc: int) -> str:
-    import signal
-    try:
-        return signal.Signals(-rc).name
-    except ValueError:
-        return f"signal {-rc}"
-
-
 def _pump(stream: IO[bytes], lines: queue.Queue[str | None]) -> None:
     for raw in stream:
         lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
@@ -347,7 +340,7 @@ def _run_child(job: str, n_items: int, progress: Progress | None) -> _ChildRun:
         rc = proc.wait()
         run.seconds = time.monotonic() - t0
         if run.ended != "hang":
-            run.ended = "ok" if rc == 0 else _signal_name(rc) if rc < 0 else f"exit status {rc}"
+            run.ended = "ok" if rc == 0 else signal_name(-rc) if rc < 0 else f"exit status {rc}"
         if rc != 0:
             err.seek(0)
             tail = err.read()[-4000:].decode("utf-8", "replace").strip().splitlines()[-3:]
