@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -67,7 +67,6 @@ Arg = Slot | Const
 class KernelStep:
     """A CPU kernel: result = kernel(*values[inputs]), cast to the out tensor, in every out slot."""
     __slots__ = ("fn", "inputs", "outs", "info", "tensor", "name", "cast", "where")
-    on_accelerator: ClassVar[bool] = False
 
     def __init__(self, kernel: K.KernelDef, inputs: list[int], outs: list[int], tensor: TensorInfo,
                  where: str) -> None:
@@ -99,7 +98,6 @@ class MatmulStep:
     """aten::mm.out by a constant float32 weight: np.matmul(values[a], weight, out=result), the
     result a planned buffer (`result`) when it never leaves the method, else a fresh array."""
     __slots__ = ("a", "weight", "outs", "shape", "result")
-    on_accelerator: ClassVar[bool] = False
 
     def __init__(self, a: int, weight: np.ndarray, outs: list[int], shape: tuple[int, ...]) -> None:
         self.a, self.weight, self.outs, self.shape = a, weight, outs, shape
@@ -153,7 +151,6 @@ class DelegateStep(GraphStep):
 class MoveStep:
     """ExecuTorch's MoveCall: the value in `source` is also the value in `target`."""
     __slots__ = ("source", "target")
-    on_accelerator: ClassVar[bool] = False
 
     def __init__(self, source: int, target: int) -> None:
         self.source, self.target = source, target
@@ -166,7 +163,6 @@ class MoveStep:
 class FreeStep:
     """ExecuTorch's FreeCall, or a value dead after its last use: the slot lets go of it."""
     __slots__ = ("slot",)
-    on_accelerator: ClassVar[bool] = False
 
     def __init__(self, slot: int) -> None:
         self.slot = slot

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -68,8 +68,8 @@ class Plan(Protocol):
 
 
 class Step(Protocol):
-    """One operation of a plan over the slot list; returns the seconds it spent in its op."""
-    on_accelerator: ClassVar[bool]
+    """One operation of a plan over the slot list; returns the seconds it spent in its op. A
+    `GraphStep` is a graph call on the accelerator, every other step runs on the CPU."""
 
     def run(self, values: list) -> float: ...
 
@@ -82,7 +82,6 @@ class GraphStep:
     """One graph call of a plan: context `key`, graph `graph`, the `position`-th graph call of the
     method (the residency policy plans by it), and the binder that makes the call."""
     __slots__ = ("key", "graph", "position", "binding")
-    on_accelerator: ClassVar[bool] = True
 
     def __init__(self, key: str, graph: str, position: int, binding: GraphBinding) -> None:
         self.key, self.graph, self.position, self.binding = key, graph, position, binding
@@ -198,12 +197,12 @@ class StepPlan:
         program = self.program
         if self.live.all_live():
             for step in self.steps:
-                if step.on_accelerator:
+                if isinstance(step, GraphStep):
                     program.graph_calls += 1  # as they happen: progress lines read it
                     try:
                         accelerator += step.run(values)
                     except QnnError as e:
-                        accelerator += self.live.recover(step, values, e)  # type: ignore[arg-type]
+                        accelerator += self.live.recover(step, values, e)
                 else:
                     cpu += step.run(values)
         else:
@@ -221,7 +220,6 @@ class StepPlan:
 class OrtStep:
     """A CPU segment on an IOBinding made once over planned buffers (or session.run when its types
     or shapes are not static)."""
-    on_accelerator: ClassVar[bool] = False
 
     def __init__(self, plan: MethodPlan, seg: CpuSegment) -> None:
         self.seg = seg
