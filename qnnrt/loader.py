@@ -167,9 +167,8 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
                           pd_budget=None if opts.pd_budget is None else int(opts.pd_budget),
                           watch=watch, max_pds=opts.max_pds,
                           log_level=LogLevel.parse(opts.log_level).name.lower(), spill_fill_group=group,
-                          max_recoveries=opts.max_recoveries)
+                          max_recoveries=opts.max_recoveries, performance=performance)
         program.vet_reports = vet_reports
-        program.performance = performance
         undo.pop_all()  # the program owns them now
     return program
 

@@ -126,9 +126,9 @@ def run(args) -> int:
           f"{res['prefetches']}" + (f"; PD full at {cap} live contexts, handled "
                                     f"({res['pd_failures_handled']} failure(s) absorbed)"
                                     if cap else ""))
-    for pd in res.get("pd_workers") or []:  # multi-PD: every context resident, one PD per worker
-        print(f"  PD {pd['pd']}          {pd['contexts']} contexts {pd['first']} .. {pd['last']} in worker "
-              f"pid {pd['pid']}, {format_bytes(pd['pd_predicted_bytes'])} of PD, created once")
+    for pd in res.get("pd_workers") or []:  # multi-PD: every context resident, PD 0 in this process
+        print(f"  PD {pd['pd']}          {pd['contexts']} contexts {pd['first']} .. {pd['last']} in "
+              f"{pd['where']}, {format_bytes(pd['pd_predicted_bytes'])} of PD, created once")
     print(f"  latency       first output {first_s:.2f} s; per iteration min {lat['min']:.1f} / "
           f"median {lat['median']:.1f} / p90 {lat['p90']:.1f} / max {lat['max']:.1f} ms")
     print(f"  accuracy      max |qnnrt - float32 reference| = {err:.4f} (fp16 on the HTP)")

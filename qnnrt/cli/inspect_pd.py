@@ -129,8 +129,9 @@ def print_pd(d: dict) -> None:
         print(f"\n  multi-PD placement: none within --max-pds {pl['max_pds']} ({pl['error']}); auto "
               f"evicts on one PD")
     elif pl:
-        print(f"\n  multi-PD placement (auto, every context resident): {pl['pds']} PD worker(s), "
-              f"each under {format_bytes(pl['budget_bytes'])}")
+        print(f"\n  multi-PD placement (auto, every context resident): {pl['pds']} PDs (PD 0 in "
+              f"the running process, the others in worker processes), each under "
+              f"{format_bytes(pl['budget_bytes'])}")
         for g in pl["groups"]:
             print(f"    PD {g['pd']}: {g['contexts']} context(s) {g['first']} .. {g['last']}, "
                   f"{format_bytes(g['predicted_bytes'])}")

@@ -458,10 +458,15 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
           + (f", PD capacity found {cap} context(s) ({res['pd_failures_handled']} PD failure(s) "
              f"handled)" if cap else ""))
     for pd in res.get("pd_workers") or []:
-        print(f"    PD {pd['pd']} (worker pid {pd['pid']}): {pd['contexts']} context(s) {pd['first']} .. "
+        channel = ("no channel" if pd["in_process"] else
+                   f"channel {pd['channel_us_per_call']} us per graph call")
+        votes = pd.get("performance")
+        if votes and votes["mode"] != "default":
+            channel += (f", vote {votes['mode']}: {votes['accepted']}/{votes['calls']} calls accepted"
+                        + (f" ({votes['unavailable']})" if votes["unavailable"] else ""))
+        print(f"    PD {pd['pd']} ({pd['where']}): {pd['contexts']} context(s) {pd['first']} .. "
               f"{pd['last']}, PD predicted {format_bytes(pd['pd_predicted_bytes'])}, QNN-reported "
-              f"{format_bytes(pd['pd_reported_bytes'])}, creates {pd['creates']}, channel "
-              f"{pd['channel_us_per_call']} us per graph call")
+              f"{format_bytes(pd['pd_reported_bytes'])}, creates {pd['creates']}, {channel}")
     for name, st in r.get("latency_ms_per_method", {}).items():
         print(f"    {name}: median {st['median']:.3f} ms over {len(st['all'])} iteration(s)")
     if res.get("pd_estimate_total_bytes") or res.get("pd_predicted_total_bytes"):

@@ -21,12 +21,14 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from qnnrt.core import Backend, ContextBinary, GraphSpec
+from qnnrt.core.graph import BoundCall
 from qnnrt.errors import QnnrtError
 from qnnrt.runtime import pd_channel as ch
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.pd_plan import Placement
+from qnnrt.runtime.performance import Choice
 from qnnrt.runtime.residency import LiveContexts, Residency
-from qnnrt.runtime.pd_worker import KEY_ENV, PARENT_ENV
+from qnnrt.runtime.pd_worker import KEY_ENV, PARENT_ENV, group_pool
 from qnnrt.spawn import python_command, signal_name
 
 STOP_GRACE_S = 2.0   # a worker asked to close and still alive after this is killed
@@ -107,12 +109,19 @@ class PdWorker:
         return err
 
     def control(self, op: tuple, what: str) -> Any:
+        self.request(op, what)
+        return self.answer(what)
+
+    def request(self, op: tuple, what: str) -> None:
+        """Send a control request; `answer` reads its reply (a worker starts while others do)."""
         if self.gone:
             raise PdWorkerError(f"{self.name} is stopped; {what} is not possible")
         try:
             self.end.send(ch.control_message(ch.CONTROL, op))
         except OSError:
             raise self.gone_error(what) from None
+
+    def answer(self, what: str) -> Any:
         msg = self.end.recv()
         if not msg:
             raise self.gone_error(what)
@@ -287,7 +296,7 @@ class RemoteGraph:
     def execute_prepared(self, arrays: Sequence[np.ndarray], profile: object = None,
                          dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
         if self._call is None:
-            self._call = self.pool.bound_call(self.key, self.spec)
+            self._call = self.pool.remote_call(self.key, self.spec)
         c = self._call
         for i, a in enumerate(arrays):
             c.set_input(i, a)
@@ -339,18 +348,46 @@ def htp_devices(backend: Backend) -> tuple[int, str]:
                    f"is on the default device (placing workers per device/core is not done yet)")
 
 
+class LocalPd:
+    """PD 0: the main process's own PD, holding the placement's first group in a ContextPool on
+    the program's backend. Its graph calls are plain in-process calls (no channel, no other
+    process); the workers hold the other groups."""
+
+    index = 0
+
+    def __init__(self, backend: Backend, binaries: dict[str, ContextBinary], placement: Placement,
+                 heap: HeapProfiler | None):
+        self.keys = list(placement.groups[0])
+        self.pid = os.getpid()
+        budget = placement.budget_bytes if placement.pd_bytes[0] > placement.budget_bytes else None
+        self.pool = group_pool(backend, {k: binaries[k] for k in self.keys},
+                               {k: placement.sizes.get(k) for k in self.keys}, budget, heap)
+        self.position = {k: i for i, k in enumerate(self.keys)}
+        self.load_seconds: float | None = None
+
+    def load(self) -> None:
+        t0 = time.perf_counter()
+        if self.pool.residency.kind == "eager":
+            self.pool.load_all()
+        self.load_seconds = time.perf_counter() - t0
+
+
 class MultiPdPool:
-    """Every context resident, spread over worker processes by a `Placement`."""
+    """Every context resident, spread by a `Placement` over PDs: the first group in this process's
+    own PD, each other group in a worker process."""
 
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary], placement: Placement,
                  residency: Residency, log_level: str = "warn",
-                 progress: Callable[[int, int], None] | None = None, heap: HeapProfiler | None = None):
+                 progress: Callable[[int, int], None] | None = None, heap: HeapProfiler | None = None,
+                 performance: Choice | None = None):
         self.backend, self.binaries, self.placement = backend, binaries, placement
         self.residency = residency
         self.heap = heap
+        self.performance = performance   # the main process's vote, which every worker makes too
         self.arena = ch.Arena()
-        self.generation = 0
-        self.workers = [PdWorker(i, keys) for i, keys in enumerate(placement.groups)]
+        self._generation = 0
+        self.local = LocalPd(backend, binaries, placement, heap)
+        self.workers = [PdWorker(i, keys) for i, keys in enumerate(placement.groups) if i > 0]
         self._where = {k: w for w in self.workers for k in w.keys}
         self._live = {k: RemoteContext(self, k, binaries[k]) for k in self._where}
         self._calls = 0
@@ -359,74 +396,124 @@ class MultiPdPool:
         self.predictions = dict(placement.sizes)
         self.htp_cores, self.device_note = htp_devices(backend)
         with contextlib.ExitStack() as undo:
-            undo.callback(self.close)  # a failed start stops every worker
-            for w in self.workers:   # all spawned first: they import and load QNN side by side
+            undo.callback(self.close)  # a failed start stops every worker and frees PD 0
+            for w in self.workers:   # all spawned and started first: they create side by side
                 w.spawn()
+            for w in self.workers:
+                w.request(("start", self.worker_config(w, log_level)), _creating(w.keys))
+            self.local.load()
+            if progress:
+                progress(1, len(placement.groups))
             for i, w in enumerate(self.workers):
-                cfg = {"backend_lib": str(backend.lib.backend_path), "soc": backend.soc_model,
-                       "log_level": log_level, "names": {k: binaries[k].name for k in w.keys},
-                       "binaries": {k: (str(binaries[k].path) if binaries[k].path is not None
-                                        else bytes(binaries[k].buffer)) for k in w.keys},
-                       "predictions": {k: placement.sizes.get(k) for k in w.keys},
-                       "evict_budget": (placement.budget_bytes
-                                        if placement.pd_bytes[i] > placement.budget_bytes else None),
-                       "heap": heap is not None}
-                info = w.control(("start", cfg), f"creating its {len(w.keys)} context(s) "
-                                 f"({w.keys[0]} .. {w.keys[-1]})" if w.keys else "starting")
+                info = w.answer(_creating(w.keys))
                 w.load_seconds = info["load_seconds"]
                 if progress:
-                    progress(i + 1, len(self.workers))
+                    progress(i + 2, len(placement.groups))
             undo.pop_all()
 
+    def worker_config(self, w: PdWorker, log_level: str) -> dict:
+        b, pl = self.binaries, self.placement
+        return {"backend_lib": str(self.backend.lib.backend_path), "soc": self.backend.soc_model,
+                "log_level": log_level, "names": {k: b[k].name for k in w.keys},
+                "binaries": {k: (str(b[k].path) if b[k].path is not None else bytes(b[k].buffer))
+                             for k in w.keys},
+                "predictions": {k: pl.sizes.get(k) for k in w.keys},
+                "evict_budget": pl.budget_bytes if pl.pd_bytes[w.index] > pl.budget_bytes else None,
+                "heap": self.heap is not None, "signed_pd": self.backend.signed_pd,
+                "performance": self.performance}
+
+    def vote(self, choice: Choice) -> None:
+        """Every worker votes `choice` (the main process's per-run override, and its end)."""
+        for w in self.workers:
+            if not w.gone:
+                w.control(("vote", choice), f"voting performance mode {choice.mode}")
+
     # -- what the plans and the Program ask ----------------------------------------------------
+    @property
+    def generation(self) -> int:
+        """Bumped on every change: this pool's (a worker stopped) plus PD 0's (an eviction there)."""
+        return self._generation + self.local.pool.generation
+
     def buffer(self, shape: tuple, dtype: DTypeLike) -> np.ndarray:
         """A zeroed array in the shared arena: bound to a RemoteCall, the worker reads or writes
         it in place (no copy in the main process)."""
         return self.arena.alloc(tuple(shape), dtype)[0]
 
-    def bound_call(self, key: str, spec: GraphSpec) -> RemoteCall:
-        w = self._where[key]
-        c = RemoteCall(self, w, self._calls, key, spec)
+    def bound_call(self, key: str, spec: GraphSpec) -> BoundCall | RemoteCall:
+        """PD 0's graphs are called in this process; the others through their worker."""
+        if key in self._where:
+            return self.remote_call(key, spec)
+        return BoundCall(self.backend, spec)
+
+    def remote_call(self, key: str, spec: GraphSpec) -> RemoteCall:
+        c = RemoteCall(self, self._where[key], self._calls, key, spec)
         self._calls += 1
         return c
 
     def live_contexts(self, keys: Iterable[str]) -> LiveContexts | None:
-        """Every context is resident: all of `keys`, unless the pool is closed or broken."""
+        """All of `keys` when PD 0's are live (always, unless it evicts) and the pool is neither
+        closed nor broken."""
         if self._closed or self.failure:
             return None
-        return LiveContexts(self.generation, {k: self._live[k] for k in keys})
+        generation = self.generation
+        keys = list(keys)
+        local = [k for k in keys if k not in self._where]
+        found: dict[str, Any] = {}
+        if local:
+            live = self.local.pool.live_contexts(local)
+            if live is None:
+                return None
+            found.update(live.contexts)
+        found.update((k, self._live[k]) for k in keys if k in self._where)
+        return LiveContexts(generation, found)
 
     def set_order(self, order: list[str]) -> None:
-        pass  # nothing is ever evicted
+        pass  # each PD keeps its group's order (the placement's)
 
-    def acquire(self, key: str, position: int = 0) -> RemoteContext:
+    def acquire(self, key: str, position: int = 0) -> Any:
         if self._closed or self.failure:
             raise PdWorkerError(self.failure or "program is closed")
-        return self._live[key]
+        if key in self._where:
+            return self._live[key]
+        return self.local.pool.acquire(key, self.local.position[key])
 
     def release(self, key: str, position: int | None = None) -> None:
-        pass
+        if key not in self._where and not self._closed:
+            self.local.pool.release(key, self.local.position[key])
 
     def load_all(self, progress: Callable[[int, int], None] | None = None) -> None:
-        pass  # the workers created every context at start
+        pass  # every PD created its contexts at start
 
     @property
     def live_keys(self) -> list[str]:
-        return list(self._live)
+        return self.local.pool.live_keys + list(self._live)
 
     def broken(self, worker: PdWorker, call: RemoteCall) -> None:
         """A worker died during `call`: stop every worker, raise the error naming both."""
         err = worker.gone_error(f"running graph {call.name!r} of context {call.key!r}")
         self.failure = str(err)
-        self.generation += 1
+        self._generation += 1
         for c in self._live.values():
             c.mark_closed()
         self._stop_workers()
         raise err
 
     # -- reporting -----------------------------------------------------------------------------
+    def _local_summary(self) -> dict:
+        s = self.local.pool.summary()
+        return {"pd": 0, "pid": self.local.pid, "in_process": True,
+                "where": f"this process (pid {self.local.pid})", "contexts": len(self.local.keys),
+                "first": self.local.keys[0] if self.local.keys else None,
+                "last": self.local.keys[-1] if self.local.keys else None,
+                "pd_predicted_bytes": self.placement.pd_bytes[0],
+                "pd_reported_bytes": s.get("pd_estimate_total_bytes"),
+                "creates": s.get("creates"), "evictions": s.get("evictions"),
+                "evicting": 0 in self.placement.evicting, "load_seconds": self.local.load_seconds,
+                "graph_calls": None, "channel_us_per_call": None, "execute_seconds": None,
+                "performance": None}
+
     def pd_summaries(self) -> list[dict]:
-        out = []
+        out = [self._local_summary()]
         for w in self.workers:
             s = w.summary
             if not w.gone:
@@ -434,7 +521,8 @@ class MultiPdPool:
                     s = w.summary = w.control(("summary",), "reporting")
                 except PdWorkerError:
                     pass
-            out.append({"pd": w.index, "pid": w.pid, "contexts": len(w.keys),
+            out.append({"pd": w.index, "pid": w.pid, "in_process": False,
+                        "where": f"worker pid {w.pid}", "contexts": len(w.keys),
                         "first": w.keys[0] if w.keys else None,
                         "last": w.keys[-1] if w.keys else None,
                         "pd_predicted_bytes": self.placement.pd_bytes[w.index],
@@ -445,7 +533,8 @@ class MultiPdPool:
                         "graph_calls": w.calls,
                         "channel_us_per_call": (round(w.channel_s / w.calls * 1e6, 2)
                                                 if w.calls else None),
-                        "execute_seconds": round(w.execute_s, 6)})
+                        "execute_seconds": round(w.execute_s, 6),
+                        "performance": s.get("performance")})
         return out
 
     def summary(self) -> dict:
@@ -454,8 +543,9 @@ class MultiPdPool:
         total = self.placement.total_bytes
         reported = [p["pd_reported_bytes"] for p in pds]
         return {"policy": str(self.residency), "contexts_total": len(self.binaries),
-                "pds": len(self.workers), "pd_workers": pds,
-                "peak_live": len(self._live), "creates": creates, "frees": 0,
+                "pds": len(pds), "pd_workers": pds,
+                "peak_live": len(self.live_keys), "creates": creates,
+                "frees": self.local.pool.summary().get("frees", 0),
                 "evictions": sum(p["evictions"] or 0 for p in pds),
                 "reloads": 0, "capacity_found": None, "create_failures": 0,
                 "pd_failures_handled": 0, "prefetches": 0, "prefetch_hits": 0,
@@ -480,18 +570,26 @@ class MultiPdPool:
                     w.proc.kill()
 
     def close(self) -> None:
-        """Stop every worker (each frees its contexts), then release the arena. Idempotent."""
+        """Stop every worker (each frees its contexts), free PD 0's contexts, then release the
+        arena. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        self.generation += 1
+        self._generation += 1
         for c in self._live.values():
             c.mark_closed()
         try:
             self._stop_workers()
         finally:
-            self.arena.close()
+            try:
+                self.local.pool.close()
+            finally:
+                self.arena.close()
         if self.heap is not None:
             for w in self.workers:
                 if w.heap_report is not None:
                     self.heap.add_process(f"pd{w.index}", w.heap_report)
+
+
+def _creating(keys: list[str]) -> str:
+    return f"creating its {len(keys)} context(s) ({keys[0]} .. {keys[-1]})" if keys else "starting"

@@ -29,6 +29,20 @@ KEY_ENV = "QNNRT_PD_WORKER_KEY"
 PARENT_ENV = "QNNRT_PD_WORKER_PARENT"
 
 
+def group_pool(backend: Any, binaries: dict, predictions: dict, evict_budget: int | None,
+               hooks: Any = None) -> ContextPool:
+    """The pool of one PD's contexts (a worker's, or the main process's own PD 0): every context
+    resident, or `auto` under `evict_budget` when the group needs more than one PD holds (a program
+    beyond --max-pds), with the placement's call order."""
+    from qnnrt.profiling.pd_log import pd_estimate_from_log
+    from qnnrt.runtime.residency import ContextPool
+    pool = ContextPool(backend, binaries, "auto" if evict_budget else "eager",
+                       pd_estimate=pd_estimate_from_log, predictions=predictions, hooks=hooks,
+                       budget_bytes=evict_budget, budget_source="placement")
+    pool.set_order(list(binaries))
+    return pool
+
+
 class _Call:
     """One graph's bound call over arena arrays, executed on request. With every context of the
     worker resident (eager), the graph handle is fixed; otherwise (more contexts than its PD holds)
@@ -89,27 +103,26 @@ class Worker:
         self.binaries: dict = {}
         self.pool: Any = None
         self.heap: Any = None
+        self.performance: Any = None
 
     def start(self, cfg: dict) -> dict:
         from qnnrt.core import Backend, ContextBinary
-        from qnnrt.profiling.pd_log import pd_estimate_from_log
-        from qnnrt.runtime.residency import ContextPool
+        from qnnrt.runtime.performance import Performance
         self.backend = Backend(backend_lib=cfg["backend_lib"], soc=cfg["soc"],
-                               log_level=cfg["log_level"])
+                               log_level=cfg["log_level"], signed_pd=cfg.get("signed_pd", False))
+        # the main process's vote, made here too: RPC latency and polling are per process
+        self.performance = Performance(cfg["performance"], self.backend) if cfg.get("performance") else None
         for key, src in cfg["binaries"].items():
             self.binaries[key] = (ContextBinary(src, name=cfg["names"][key]) if isinstance(src, str)
                                   else ContextBinary(buffer=src, name=cfg["names"][key]))
         if cfg.get("heap"):
             from qnnrt.profiling.heap import HeapProfiler
             self.heap = HeapProfiler()
-        budget = cfg.get("evict_budget")  # more contexts than this PD holds: auto, as in one PD
-        self.pool = ContextPool(self.backend, self.binaries, "auto" if budget else "eager",
-                                pd_estimate=pd_estimate_from_log, predictions=cfg["predictions"],
-                                hooks=self.heap, budget_bytes=budget, budget_source="placement")
+        self.pool = group_pool(self.backend, self.binaries, cfg["predictions"], cfg.get("evict_budget"),
+                               self.heap)
         self.order = list(cfg["binaries"])
-        self.pool.set_order(self.order)
         t0 = time.perf_counter()
-        if not budget:
+        if self.pool.residency.kind == "eager":
             self.pool.load_all()
         return {"pid": os.getpid(), "load_seconds": time.perf_counter() - t0}
 
@@ -132,7 +145,14 @@ class Worker:
             call.point(self.view, kind, index, block)
             return None
         if what == "summary":
-            return self.pool.summary() if self.pool is not None else {}
+            s = self.pool.summary() if self.pool is not None else {}
+            if self.performance is not None:
+                s["performance"] = self.performance.vote_counts()
+            return s
+        if what == "vote":
+            if self.performance is not None:
+                self.performance.revote(op[1])
+            return None
         if what == "crash":  # tests: die the way a crash inside QNN would
             os.kill(os.getpid(), signal.SIGKILL)
         raise ValueError(f"unknown control {what!r}")

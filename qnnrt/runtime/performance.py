@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from qnnrt.core.backend import Backend
 from qnnrt.core.perf import Dcvs, PowerVote, VotePlan
@@ -146,6 +146,8 @@ class Performance:
         self.spill_fill_group = Feature()
         self.group: SpillFillGroup | None = None   # the group contexts are created with, if any
         self.backend_signed_pd = bool(getattr(backend, "signed_pd", False))
+        # other processes holding the program's contexts (PD workers): told every new vote
+        self.followers: list[Callable[[Choice], None]] = []
         if backend is not None:
             self.start(backend)
 
@@ -167,13 +169,31 @@ class Performance:
                              f"no vote ({self.choice.mode}{'; ' + self.unavailable if self.unavailable else ''}); "
                              f"load it with LoadOptions(performance_mode=...) instead")
         own = self.vote.plan
-        new = Choice(m, "override", self.choice.rpc_control_latency_us,
-                     self.choice.rpc_polling_time_us).plan()
+        choice = Choice(m, "override", self.choice.rpc_control_latency_us,
+                        self.choice.rpc_polling_time_us)
+        new = choice.plan()
         self.vote.vote(new if new is not None else VotePlan(DOWN_VOTE, DOWN_VOTE))
+        for follow in self.followers:
+            follow(choice)
         try:
             yield
         finally:
             self.vote.vote(own)
+            for follow in self.followers:
+                follow(self.choice)
+
+    def revote(self, choice: Choice) -> None:
+        """Vote `choice` on this process's id (a PD worker following its main process)."""
+        if self.vote is None or not self.vote.active:
+            return
+        plan = choice.plan()
+        self.vote.vote(plan if plan is not None else VotePlan(DOWN_VOTE, DOWN_VOTE))
+
+    def vote_counts(self) -> dict:
+        """How this process's perf-infrastructure calls went (a PD worker's report)."""
+        calls = self.vote.calls if self.vote else []
+        return {"mode": self.choice.mode, "calls": len(calls),
+                "accepted": sum(c.accepted for c in calls), "unavailable": self.unavailable or None}
 
     def _fold_group(self) -> None:
         """What the spill-fill group met at context creation (refused or not) into the feature."""

@@ -96,7 +96,8 @@ class Program:
                  pd_budget: int | None = None, watch: StepWatch | None = None,
                  max_pds: int = DEFAULT_MAX_PDS, log_level: str = "warn",
                  spill_fill_group: SpillFillGroup | None = None,
-                 max_recoveries: int = DEFAULT_MAX_RECOVERIES) -> None:
+                 max_recoveries: int = DEFAULT_MAX_RECOVERIES,
+                 performance: Performance | None = None) -> None:
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
         self.backend = backend
@@ -115,7 +116,7 @@ class Program:
         self.timing = RunTiming()  # the last run: time inside graphExecute and in CPU ops
         self._plans: dict[tuple[str, bool], Plan] = {}
         self.compiled = True  # False: run every method on the step-by-step reference path
-        self.performance: Performance | None = None  # set by qnnrt.load: votes, shared buffers, groups
+        self.performance = performance  # votes, shared buffers, groups (qnnrt.load makes it)
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)  # a failure closes what was opened
             self.methods: dict[str, Method] = method_builder()
@@ -135,7 +136,10 @@ class Program:
             self.pool: ContextPool | MultiPdPool
             if self.placement is not None:
                 self.pool = MultiPdPool(backend, binaries, self.placement, Residency.parse(residency),
-                                        log_level=log_level, progress=progress, heap=heap)
+                                        log_level=log_level, progress=progress, heap=heap,
+                                        performance=performance.choice if performance else None)
+                if performance is not None:
+                    performance.followers.append(self.pool.vote)
             else:
                 self.pool = ContextPool(backend, binaries, residency, hooks=heap,
                                         pd_estimate=pd_estimate_from_log, profiler=profiler,

@@ -132,7 +132,10 @@ class LiveContext(Protocol):
 
 class ContextSource(Protocol):
     """What plans ask of a pool (`ContextPool`, or the multi-PD pool of runtime/pd_fleet.py)."""
-    generation: int
+
+    @property
+    def generation(self) -> int:
+        """Bumped on every change to what is live."""
 
     def live_contexts(self, keys: Iterable[str]) -> LiveContexts | None: ...
 

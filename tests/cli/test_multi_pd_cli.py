@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers.cli_helpers import ROOT, qnnrt
 
-MULTI = ("--residency", "multi-pd:2", "--pd-budget", "64MiB")
+MULTI = ("--residency", "multi-pd:3", "--pd-budget", "64MiB")   # PD 0 here, 2 workers
 
 
 def _descendants(pid: int) -> dict[int, str]:
@@ -51,10 +51,12 @@ def test_run_summary_shows_each_pd(chain12, tmp_path):
     rep = tmp_path / "r.json"
     r = qnnrt("run", chain12.model, *MULTI, "--iteration", 3, "--report", rep)
     assert r.returncode == 0, r.stderr
-    assert "PD 0 (worker pid" in r.stdout and "PD 1 (worker pid" in r.stdout
+    assert "PD 0 (this process (pid" in r.stdout and "no channel" in r.stdout
+    assert "PD 1 (worker pid" in r.stdout and "PD 2 (worker pid" in r.stdout
     res = json.loads(rep.read_text())["residency"]
-    assert res["pds"] == 2 and res["creates"] == 12 and res["evictions"] == 0
-    assert all(w["channel_us_per_call"] is not None for w in res["pd_workers"])
+    assert res["pds"] == 3 and res["creates"] == 12 and res["evictions"] == 0
+    assert [w["in_process"] for w in res["pd_workers"]] == [True, False, False]
+    assert all(w["channel_us_per_call"] > 0 for w in res["pd_workers"][1:])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

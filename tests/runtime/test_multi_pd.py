@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import qnnrt
-from qnnrt.runtime.pd_fleet import MultiPdPool, PdWorkerError
+from qnnrt.runtime.pd_fleet import MultiPdPool, PdWorkerError, RemoteCall
 from tests.helpers.qnn_fixtures import WIDTH
 
 BUDGET = "64MiB"  # six chain12 contexts (10.5 MB each) per PD: the program needs two
@@ -54,7 +54,7 @@ def test_multi_pd_bit_identical_to_one_pd_and_never_creates_again(chain12):
         p.compiled = False   # the reference path goes through the workers too
         outs.append(p.run(None, xs[0]))
         s = p.pool.summary()
-        pids = [w["pid"] for w in s["pd_workers"]]
+        pids = [w["pid"] for w in s["pd_workers"] if not w["in_process"]]
     for a, b in zip(outs, ref + [ref[0]]):
         assert a.keys() == b.keys()
         for k in a:
@@ -63,7 +63,9 @@ def test_multi_pd_bit_identical_to_one_pd_and_never_creates_again(chain12):
     assert [w["contexts"] for w in s["pd_workers"]] == [6, 6]
     assert s["htp_cores_reported"] == 1 and "one HTP device" in s["pd_devices"]
     assert all(w["pd_reported_bytes"] == w["pd_predicted_bytes"] for w in s["pd_workers"])
-    assert sum(w["graph_calls"] for w in s["pd_workers"]) == 4 * 12
+    local, remote = s["pd_workers"]   # PD 0 is this process's own; PD 1 a worker
+    assert local["in_process"] and local["pid"] == os.getpid() and local["graph_calls"] is None
+    assert remote["graph_calls"] == 4 * 6 and remote["channel_us_per_call"] > 0
     assert _gone_soon(pids)  # close stopped every worker
 
 
@@ -93,28 +95,76 @@ def test_killed_worker_is_a_clean_error_and_leaves_no_process(chain12):
             p.run(None, _x(1))
 
 
-def test_two_methods_sharing_a_context_across_pds(two_method_program, chain12):
+@pytest.fixture(scope="module")
+def two_method_two_pd(tmp_path_factory, distinct_binaries):
+    """Methods 'first' (a -> b) and 'second' (b -> a): both contexts shared by both methods, one
+    per PD under multi-pd:2 (so 'b' lives in a worker)."""
+    import json
+    import shutil
+    from onnx import TensorProto, helper
+    from tests.helpers.program_fixtures import epcontext_node, save_model
+    d = tmp_path_factory.mktemp("twomethod2pd")
+    (d / "contexts").mkdir()
+    bins = dict(zip("ab", distinct_binaries[:2]))
+    for c, b in bins.items():
+        shutil.copyfile(b.path, d / "contexts" / f"{c}.bin")
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, WIDTH]) for n in ("x", "y")]
+    for name, (one, two) in (("first", "ab"), ("second", "ba")):
+        save_model([epcontext_node(bins[one].graphs[0], f"contexts/{one}.bin", ["x"], ["t"]),
+                    epcontext_node(bins[two].graphs[0], f"contexts/{two}.bin", ["t"], ["y"])],
+                   io[:1], io[1:], d / f"{name}.onnx")
+    (d / "program.json").write_text(json.dumps({
+        "format": "qnnrt-program", "version": 1, "target": {"soc_model": 43},
+        "methods": [{"name": m, "model": f"{m}.onnx"} for m in ("first", "second")],
+        "contexts": [{"name": c, "path": f"contexts/{c}.bin",
+                      "size": (d / "contexts" / f"{c}.bin").stat().st_size,
+                      "graphs": list(b.graphs)} for c, b in bins.items()]}))
+    return d
+
+
+def test_two_methods_sharing_contexts_across_pds(two_method_two_pd):
     x = _x(3)
-    with qnnrt.load(two_method_program, residency="lazy") as p:
+    with qnnrt.load(two_method_two_pd, residency="lazy") as p:
         ref = {m: p.run(m, x) for m in ("first", "second")}
-    budget = 1 << 30
-    with qnnrt.load(two_method_program, residency="multi-pd:1",
-                    options=qnnrt.LoadOptions(pd_budget=budget)) as p:
-        got = {m: p.run(m, x) for m in ("second", "first", "second")}
+    with qnnrt.load(two_method_two_pd, residency="multi-pd:2",
+                    options=qnnrt.LoadOptions(pd_budget=1 << 30)) as p:
+        got = [(m, p.run(m, x)) for m in ("second", "first", "second", "first")]
         s = p.pool.summary()
-    assert s["creates"] == 1 and s["pds"] == 1
-    for m in ref:
-        assert np.array_equal(got[m]["y"], ref[m]["y"])
+    assert s["creates"] == 2 and s["pds"] == 2
+    local, remote = s["pd_workers"]
+    assert local["in_process"] and not remote["in_process"] and remote["contexts"] == 1
+    assert remote["graph_calls"] == 4   # 'b' ran in the worker for both methods, twice each
+    for m, out in got:
+        assert np.array_equal(out["y"], ref[m]["y"])
 
 
-def test_worker_that_cannot_create_fails_the_load(chain_pd):
-    """A budget far above the real PD puts all 400 contexts on one worker, which cannot create them
-    all: the load fails with the worker's QNN error, and no worker is left."""
+def test_worker_that_cannot_create_fails_the_load(chain12, monkeypatch, tmp_path):
+    """A worker whose context cannot be created (here: its file vanished after the main process
+    read it) fails the load with the worker's error, before any run, and no worker is left."""
+    real = MultiPdPool.worker_config
+
+    def vanished(self, w, log_level):
+        cfg = real(self, w, log_level)
+        key = w.keys[-1]
+        cfg["binaries"][key] = str(tmp_path / "gone.bin")
+        return cfg
+    monkeypatch.setattr(MultiPdPool, "worker_config", vanished)
     before = set(_children())
     with pytest.raises(PdWorkerError) as ei:
+        qnnrt.load(chain12.model, residency="multi-pd:2", options=_opts()).close()
+    assert "PD 1" in str(ei.value) and "creating its 6 context(s)" in str(ei.value)
+    assert "gone.bin" in str(ei.value)
+    assert _gone_soon([p for p in _children() if p not in before])
+
+
+def test_pd_zero_that_cannot_create_fails_the_load(chain_pd):
+    """A budget far above the real PD puts all 400 contexts on PD 0 (this process), which cannot
+    create them all: the load fails with QNN's PD error, and no worker is left."""
+    before = set(_children())
+    with pytest.raises(qnnrt.QnnrtError) as ei:
         qnnrt.load(chain_pd.model, residency="multi-pd:1",
                    options=qnnrt.LoadOptions(pd_budget="1TB")).close()
-    assert "PD 0" in str(ei.value) and "creating its 400 context(s)" in str(ei.value)
+    assert "PD" in str(ei.value)
     assert _gone_soon([p for p in _children() if p not in before])
 
 
@@ -149,14 +199,14 @@ def test_heap_profile_covers_every_pd(chain12, tmp_path):
                     options=_opts(heap_profiling_path=str(heap))) as p:
         p.run(None, _x(0))
     d = json.loads(heap.with_name("heap.txt.json").read_text())
-    assert sorted(d["processes"]) == ["pd0", "pd1"]
-    for r in d["processes"].values():  # each PD's own timeline: 6 creates, 6 frees, none live
+    assert sorted(d["processes"]) == ["pd1"]   # PD 0 is this process's own
+    for r in (d, d["processes"]["pd1"]):  # each PD's own timeline: 6 creates, 6 frees, none live
         assert r["stats"]["creates"] == 6 and r["stats"]["frees"] == 6 and r["stats"]["live"] == 0
     lines = heap.read_text().splitlines()
     before = int(lines[0].rsplit(",", 1)[1])
-    parts = [d["processes"][k]["before_context_created"] for k in ("pd0", "pd1")]
-    assert before > sum(parts) > 0   # this process's checkpoint plus each worker's
-    assert "summed over this process and 2 PD worker" in d["file_source"]
+    worker = d["processes"]["pd1"]["before_context_created"]
+    assert before == d["before_context_created"] > worker > 0   # this process's plus the worker's
+    assert "summed over this process and 1 PD worker" in d["file_source"]
 
 
 def test_beyond_max_pds_each_pd_evicts(chain12):
@@ -228,9 +278,33 @@ def test_arena_buffers_pass_between_pds_without_a_copy(chain12):
             c.set_output(0, nxt)
             calls.append(c)
             cur = nxt
-        for c in calls:
+        remote = [c for c in calls if isinstance(c, RemoteCall)]
+        for s, c in zip(steps, calls):
+            if c not in remote:  # PD 0's graphs: called in this process on the live handle
+                c.handle = p.pool.acquire(s.key).graph(s.graph).handle
             c()
-            assert c.staged == 0   # arena-bound: no staging copy
-        assert {c.worker.index for c in calls} == {0, 1}
+        assert all(c.staged == 0 for c in remote)   # arena-bound: no staging copy
+        assert len(remote) == 6 and {c.worker.index for c in remote} == {1}
         out = cur.copy()
     assert out.dtype == ref.dtype and np.array_equal(out.reshape(ref.shape), ref)
+
+
+def test_every_worker_votes_as_the_main_process_does(chain12):
+    """RPC latency and polling are per process: each worker makes the program's vote, follows a
+    per-run override and its end, and reports how the backend answered."""
+    opts = _opts(performance_mode="burst")
+    with qnnrt.load(chain12.model, residency="multi-pd:3", options=opts) as p:
+        p.run(None, _x(0))
+        before = [w["performance"] for w in p.pool.summary()["pd_workers"][1:]]
+        with p.performance.override("balanced"):
+            p.run(None, _x(0))
+        after = [w["performance"] for w in p.pool.summary()["pd_workers"][1:]]
+        main_calls = len(p.performance.vote.calls)
+    assert len(before) == 2
+    for b, a in zip(before, after):
+        assert b["mode"] == "burst" and b["unavailable"] is None
+        assert b["accepted"] == b["calls"] > 0       # the simulator accepts valid votes
+        assert a["accepted"] == a["calls"] > b["calls"]   # the override and its end, voted there too
+        assert a["calls"] == main_calls   # the same calls as this process made
+    with qnnrt.load(chain12.model, residency="multi-pd:2", options=_opts()) as p:
+        assert p.pool.summary()["pd_workers"][1]["performance"]["calls"] == 0  # default: no vote
