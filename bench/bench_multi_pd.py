@@ -7,6 +7,7 @@ resident) vs the limit (time inside graphExecute + CPU ops of the same iteration
     nice -n 10 python bench/bench_multi_pd.py ~/.cache/qnnrt/demo/tiny --residency multi-pd:2 \
         --pd-budget 1GiB --baseline lazy --iterations 20
     # the same without the simulator's time: the anchor shim's no-op graphExecute
+    QNN_SHIM_REAL=.../onnxruntime_qnn/libQnnHtp.so \
     QNN_SHIM_NO_FIX=1 QNN_SHIM_KEEP_PLATFORM=1 QNN_SHIM_NOOP_EXEC=1 QNN_SHIM_COUNT=1 nice -n 10 \
         python bench/bench_multi_pd.py ~/.cache/qnnrt/demo/tiny --residency multi-pd:2 \
         --pd-budget 1GiB --baseline lazy --iterations 200 --warm-up 5 \
@@ -52,7 +53,8 @@ def measure(path: str, residency: str, max_pds: int, method: str | None, iterati
             "runtime_us_per_call": statistics.median(runtime) * 1e6,
             "iteration_ms": statistics.median(its) * 1e3, "limit_ms": statistics.median(limit) * 1e3,
             "creates_per_iteration": (s["creates"] - creates0) / iterations,
-            "channel_us": [w["channel_us_per_call"] for w in s.get("pd_workers", [])],
+            "channel_us": ["in-process" if w["in_process"] else w["channel_us_per_call"]
+                           for w in s.get("pd_workers", [])],
             "out": out}
 
 
