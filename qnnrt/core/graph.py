@@ -103,6 +103,11 @@ class BoundCall:
     def set_output_size(self, j: int, nbytes: int) -> None:
         self._out[j].dataSize = nbytes
 
+    def attach_profile(self, profile: Profile) -> Callable[[], list[dict]]:
+        """Record every call into `profile`; returns what reads a call's events."""
+        self.profile_handle = profile.handle
+        return profile.events
+
     def __call__(self) -> float:
         """Execute on `handle`; returns the seconds spent inside QNN."""
         mark = self.backend.log.mark() if self.precise_log else None
@@ -165,6 +170,7 @@ class PreparedCall(Protocol):
     def set_output(self, j: int, arr: np.ndarray) -> None: ...
     def point_output(self, j: int, arr: np.ndarray) -> None: ...
     def set_output_size(self, j: int, nbytes: int) -> None: ...
+    def attach_profile(self, profile: Profile) -> Callable[[], list[dict]]: ...
     def __call__(self) -> float: ...
 
 
@@ -254,8 +260,8 @@ class GraphBinding:
 
     def attach_profile(self, profile: Profile, sink: ProfileSink) -> None:
         """Record every call into `profile` and hand its events to `sink` after each call."""
-        self.call.profile_handle = profile.handle
-        self._after_call = lambda: sink(profile.events())
+        read = self.call.attach_profile(profile)   # a worker's call profiles in the worker
+        self._after_call = lambda: sink(read())
 
     # -- run time -----------------------------------------------------------------------------
     def run(self, values: list) -> float:

@@ -6,7 +6,8 @@ here; spinning on a shared flag loses badly on a loaded 2-core machine); elsewhe
 multiprocessing.connection (a named pipe). A worker that dies closes its end: the main side reads
 end-of-file and raises `WorkerGone`, never hangs.
 
-Message = kind (1 byte) + payload. Kinds: X call (u32 call id), K ok (f64 seconds in graphExecute),
+Message = kind (1 byte) + payload. Kinds: X call (u32 call id), K ok (f64 seconds in graphExecute,
+then the pickled QNN profile events when the call is profiled),
 C control (pickle), R reply to a control (pickle), E error (pickle of (kind, text)).
 
 Tensors never travel in messages: they live in arena segments, files mapped by both sides (a memfd
@@ -125,6 +126,16 @@ def call_message(call_id: int) -> bytes:
 
 def ok_message(seconds: float) -> bytes:
     return OK + _F64.pack(seconds)
+
+
+def profiled_ok_message(seconds: float, events: list[dict]) -> bytes:
+    """A profiled call's reply: the seconds, then the QNN profile events the worker read."""
+    return OK + _F64.pack(seconds) + pickle.dumps(events, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def parse_events(msg: bytes) -> list[dict] | None:
+    """The profile events of a profiled call's reply; None for a plain one."""
+    return pickle.loads(msg[9:]) if len(msg) > 9 else None
 
 
 def control_message(kind: bytes, obj: object) -> bytes:

@@ -169,6 +169,8 @@ class RemoteCall:
         self.handle: Any = None
         self.profile_handle: Any = None
         self.precise_log = False
+        self.profiled = False
+        self.events: list[dict] = []   # the last call's profile events, when profiled
         self._ins: list[np.ndarray] = []
         self._outs: list[np.ndarray] = []
         ins, outs = [], []
@@ -186,6 +188,14 @@ class RemoteCall:
         self._at = {"in": list(ins), "out": list(outs)}           # where the worker points now
         worker.control(("bind", call_id, key, spec.name, ins, outs),
                        f"binding graph {spec.name!r} of context {key!r}")
+
+    def attach_profile(self, profile: Any) -> Callable[[], list[dict]]:
+        """The worker records every call of this graph into a QNN profile of its own (at
+        `profile`'s level) and sends the call's events with its reply."""
+        self.worker.control(("profile", self.call_id, profile.level),
+                            f"profiling graph {self.name!r} of context {self.key!r}")
+        self.profiled = True
+        return lambda: self.events
 
     @property
     def staging_inputs(self) -> list[np.ndarray]:
@@ -259,6 +269,8 @@ class RemoteCall:
                 self.pool.broken(w, self)
             raise w.failure(msg, f"graph {self.name!r} of context {self.key!r}")
         dt = ch.parse_ok(msg)
+        if self.profiled:
+            self.events = ch.parse_events(msg) or []
         w.calls += 1
         w.execute_s += dt
         w.channel_s += rtt - dt

@@ -61,6 +61,7 @@ class _Call:
         finally:
             pool.release(key, position)
         self.call = BoundCall(pool.backend, spec)
+        self.profile: Any = None   # a QNN profile every call records into (the main asked for it)
         self.call_specs = (spec.inputs, spec.outputs)
         self.keep = []
         for i, (block, s) in enumerate(zip(ins, g.spec.inputs)):
@@ -98,12 +99,13 @@ class Worker:
     def __init__(self, end: ch.PipeEnd | ch.ConnEnd) -> None:
         self.end = end
         self.view = ch.ArenaView()
-        self.calls: list[_Call | None] = []
+        self.calls: dict[int, _Call] = {}
         self.backend: Any = None
         self.binaries: dict = {}
         self.pool: Any = None
         self.heap: Any = None
         self.performance: Any = None
+        self.profile: Any = None
 
     def start(self, cfg: dict) -> dict:
         from qnnrt.core import Backend, ContextBinary
@@ -132,17 +134,26 @@ class Worker:
             return self.start(op[1])
         if what == "bind":
             _, call_id, key, graph, ins, outs = op
-            while len(self.calls) <= call_id:
-                self.calls.append(None)
             self.calls[call_id] = _Call(self.pool, self.view, key, graph, ins, outs,
                                         self.order.index(key))
             return None
         if what == "point":
             _, call_id, kind, index, block = op
-            call = self.calls[call_id]
+            call = self.calls.get(call_id)
             if call is None:
                 raise ValueError(f"no bound call {call_id}")
             call.point(self.view, kind, index, block)
+            return None
+        if what == "profile":  # record call `call_id` into this worker's profile
+            _, call_id, level = op
+            call = self.calls.get(call_id)
+            if call is None:
+                raise ValueError(f"no bound call {call_id}")
+            if self.profile is None:
+                from qnnrt.core.profile import Profile
+                self.profile = Profile(self.backend, level)   # freed with the backend
+            call.profile = self.profile
+            call.call.attach_profile(self.profile)
             return None
         if what == "summary":
             s = self.pool.summary() if self.pool is not None else {}
@@ -166,7 +177,10 @@ class Worker:
             kind = msg[:1]
             try:
                 if kind == ch.CALL:
-                    end.send(ch.ok_message(calls[ch.parse_call(msg)]()))  # type: ignore[misc]
+                    call = calls[ch.parse_call(msg)]
+                    seconds = call()
+                    end.send(ch.ok_message(seconds) if call.profile is None
+                             else ch.profiled_ok_message(seconds, call.profile.events()))
                     continue
                 op = ch.parse_pickle(msg)
                 if op[0] == "close":

@@ -308,3 +308,27 @@ def test_every_worker_votes_as_the_main_process_does(chain12):
         assert a["calls"] == main_calls   # the same calls as this process made
     with qnnrt.load(chain12.model, residency="multi-pd:2", options=_opts()) as p:
         assert p.pool.summary()["pd_workers"][1]["performance"]["calls"] == 0  # default: no vote
+
+
+def test_execution_profile_covers_the_workers_graphs(chain12):
+    """A profiled multi-PD run: each worker records its graphs into a QNN profile of its own and
+    sends each call's events back, so every graph has its own QNN time (not PD 0's events again)."""
+    from qnnrt.profiling.exec_profile import ExecutionProfiler
+    from qnnrt.runtime.plan import GraphStep
+    prof = ExecutionProfiler("basic")
+    x = [_x(i) for i in range(2)]
+    with qnnrt.load(chain12.model, residency="lazy") as p:
+        ref = [p.run(None, f) for f in x]
+    opts = _opts(profile_level="basic", exec_profiler=prof)
+    with qnnrt.load(chain12.model, residency="multi-pd:2", options=opts) as p:
+        outs = [p.run(None, f) for f in x]
+        calls = [s.binding.call for s in p.plan().steps if isinstance(s, GraphStep)]
+        remote = [c for c in calls if isinstance(c, RemoteCall)]
+        local_events = p.profiling.profile.events()
+    assert all(np.array_equal(o[k], r[k]) for o, r in zip(outs, ref) for k in r)
+    assert len(remote) == 6
+    for c in remote:   # the worker's events for this graph's last call
+        assert c.events and c.events is not local_events and c.events != local_events
+    graphs = prof.to_json()["graphs"]
+    assert len(graphs) == 12 and all(g["executions"] == 2 for g in graphs)
+    assert all(g["records_without_qnn_time"] == 0 and g["qnn_us"]["count"] == 2 for g in graphs)
