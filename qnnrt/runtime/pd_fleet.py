@@ -22,7 +22,7 @@ from numpy.typing import DTypeLike
 
 from qnnrt.core import Backend, ContextBinary, GraphSpec
 from qnnrt.core.graph import BoundCall
-from qnnrt.errors import QnnrtError
+from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime import pd_channel as ch
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.pd_plan import Placement
@@ -37,6 +37,10 @@ CLOSE_WAIT_S = 60.0  # for the close reply: freeing hundreds of contexts takes a
 
 class PdWorkerError(QnnrtError):
     """A PD worker failed: it could not create its contexts, a graph call failed, or it died."""
+
+
+class PdQnnError(PdWorkerError, QnnError):
+    """A QNN call failed inside a PD worker (the worker is fine): a QnnError naming the PD."""
 
 
 def _worker_command(tail: list[str]) -> list[str]:
@@ -102,8 +106,13 @@ class PdWorker:
                              f"from outside (perhaps the out-of-memory killer) ends a worker.")
 
     def failure(self, msg: bytes, what: str) -> PdWorkerError:
-        """The error a worker's E reply describes."""
-        name, text, code, _tb = ch.parse_pickle(msg)
+        """The error a worker's E reply describes: a QNN error stays one (code, log, remedy; the
+        recovery policy reads it), naming the PD."""
+        name, text, code, _tb, qnn = ch.parse_pickle(msg)
+        if qnn is not None:
+            ctx = qnn["context"]
+            return PdQnnError(qnn["function"], code, qnn["code_name"], qnn["message"], qnn["log_tail"],
+                              qnn["remedy"], f"{ctx} in {self.name}" if ctx else f"in {self.name}")
         err = PdWorkerError(f"{self.name}: {what} failed: {text}")
         err.code = code  # type: ignore[attr-defined]
         return err
@@ -495,6 +504,30 @@ class MultiPdPool:
 
     def load_all(self, progress: Callable[[int, int], None] | None = None) -> None:
         pass  # every PD created its contexts at start
+
+    # -- recovery (runtime/recovery.py): one policy and budget in this process, for every PD ----
+    def same_pd(self, key: str) -> list[str]:
+        """The contexts sharing `key`'s PD (what a DSP restart made stale with it)."""
+        w = self._where.get(key)
+        return list(w.keys) if w is not None else self.local.pool.same_pd(key)
+
+    def live_context(self, key: str) -> Any:
+        if key in self._where:
+            if self._closed or self.failure:
+                raise PdWorkerError(self.failure or "program is closed")
+            return self._live[key]
+        return self.local.pool.live_context(key)
+
+    def recreate(self, keys: list[str], restart_backend: bool = False) -> list[str]:
+        """Free and create `keys` again in their PD (all in one: `same_pd`); with
+        `restart_backend`, that PD's backend and device too. Other PDs are left as they are."""
+        w = self._where.get(keys[0]) if keys else None
+        if w is None:
+            return self.local.pool.recreate(keys, restart_backend)
+        done = w.control(("recreate", keys, restart_backend),
+                         f"re-creating {len(keys)} context(s) for recovery")
+        self._generation += 1
+        return list(done)
 
     @property
     def live_keys(self) -> list[str]:

@@ -20,6 +20,7 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from qnnrt.core.process import die_with_parent
+from qnnrt.errors import QnnError
 from qnnrt.runtime import pd_channel as ch
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class _Call:
         try:
             g = ctx.graph(graph)
             self.handle = g.handle
+            self.generation = pool.generation   # the handle is the live one while this holds
             spec = g.spec
         finally:
             pool.release(key, position)
@@ -82,6 +84,9 @@ class _Call:
 
     def __call__(self) -> float:
         if self.resident:
+            if self.generation != self.pool.generation:  # re-created (recovery): its new handle
+                self.handle = self.pool.live_context(self.key).graph(self.graph).handle
+                self.generation = self.pool.generation
             self.call.handle = self.handle
             return self.call()
         pool = self.pool
@@ -155,6 +160,10 @@ class Worker:
             call.profile = self.profile
             call.call.attach_profile(self.profile)
             return None
+        if what == "recreate":  # recovery, driven by the main process: free and create again
+            _, keys, restart_backend = op
+            live = set(self.pool.live_keys)
+            return self.pool.recreate([k for k in keys if k in live], restart_backend=restart_backend)
         if what == "summary":
             s = self.pool.summary() if self.pool is not None else {}
             if self.performance is not None:
@@ -189,8 +198,11 @@ class Worker:
                 end.send(ch.control_message(ch.REPLY, self.control(op)))
             except Exception as e:  # noqa: BLE001 - every failure goes back as a message
                 code = getattr(e, "code", None)
+                qnn = ({"function": e.function, "code_name": e.code_name, "message": e.message,
+                        "log_tail": e.log_tail, "remedy": e.remedy, "context": e.context}
+                       if isinstance(e, QnnError) else None)
                 end.send(ch.control_message(ch.ERROR, (type(e).__name__, str(e), code,
-                                                       traceback.format_exc(limit=4))))
+                                                       traceback.format_exc(limit=4), qnn)))
 
     def close(self) -> dict | None:
         """Free every context, then the backend (idempotent); the heap report when profiling."""

@@ -151,9 +151,7 @@ class Program:
             if exec_profiler is not None and profile_level != "off":
                 self.profiling = Profiling(Profile(backend, profile_level), exec_profiler,
                                            lambda: self.iterations)
-            # multi-PD pools run graphs in worker processes: recovery there is not built yet
-            self.recovery = Recovery(self.pool if isinstance(self.pool, ContextPool) else None,
-                                     max_recoveries, lambda: self.iterations)
+            self.recovery = Recovery(self.pool, max_recoveries, lambda: self.iterations)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)

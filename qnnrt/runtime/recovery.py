@@ -27,11 +27,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
-from qnnrt.core import Context, qnn_codes
+from qnnrt.core import qnn_codes
 from qnnrt.errors import QnnError, QnnrtError, RecoveryError
-from qnnrt.runtime.residency import ContextPool
 
 log = logging.getLogger("qnnrt.runtime")
 T = TypeVar("T")
@@ -76,10 +75,21 @@ class RecoveryRecord:
         return d
 
 
+class RecoverablePool(Protocol):
+    """What recovery asks of a pool: a ContextPool, or the multi-PD pool (runtime/pd_fleet.py),
+    which re-creates in the PD that holds the context."""
+
+    def same_pd(self, key: str) -> list[str]: ...
+
+    def live_context(self, key: str) -> Any: ...
+
+    def recreate(self, keys: list[str], restart_backend: bool = False) -> list[str]: ...
+
+
 class Recovery:
     """The recovery policy of one program: `rerun` a failed graph call, count and record."""
 
-    def __init__(self, pool: ContextPool | None, max_recoveries: int = DEFAULT_MAX_RECOVERIES,
+    def __init__(self, pool: RecoverablePool | None, max_recoveries: int = DEFAULT_MAX_RECOVERIES,
                  iteration: Callable[[], int] = lambda: 0):
         if max_recoveries < 0:
             raise QnnrtError(f"max_recoveries {max_recoveries}: give 0 (no recovery) or more")
@@ -92,12 +102,12 @@ class Recovery:
     def used(self) -> int:
         return len(self.records)
 
-    def rerun(self, key: str, graph: str, error: QnnError, call: Callable[[Context], T]) -> T:
+    def rerun(self, key: str, graph: str, error: QnnError, call: Callable[[Any], T]) -> T:
         """`error` came from the graph call `graph` of context `key`: re-create what it calls for
         and `call(new live context)` again, escalating on a repeat failure; re-raise a
         non-transient error unchanged, and raise RecoveryError when the budget or the steps run
         out. `call` must bind the call's outputs afresh (its inputs are the same arrays). Without
-        a pool to re-create contexts in (a multi-PD program), every error is raised unchanged."""
+        a pool to re-create contexts in, every error is raised unchanged."""
         pool = self.pool
         if not is_transient(error) or pool is None:
             raise error
@@ -116,7 +126,7 @@ class Recovery:
                         "re-creating %s and running it again (recovery %d of at most %d)",
                         graph, key, error.code, error.code_name, rec.iteration, _describe(what, key),
                         self.used, self.max_recoveries)
-            keys = pool.live_keys + [key] if what == "contexts" else [key]
+            keys = pool.same_pd(key) if what == "contexts" else [key]
             try:
                 rec.contexts = pool.recreate(keys, restart_backend=what == "backend")
                 result = call(pool.live_context(key))

@@ -670,6 +670,11 @@ class ContextPool:
             raise QnnrtError(f"context {key!r} is not live")
         return ctx
 
+    def same_pd(self, key: str) -> list[str]:
+        """The contexts sharing `key`'s PD: every live one, and `key`."""
+        live = self.live_keys
+        return live if key in live else live + [key]
+
     def recreate(self, keys: list[str], restart_backend: bool = False) -> list[str]:
         """Free and create again the live contexts `keys` (with `restart_backend`, every live
         context, around a restart of the backend and device), after a graph call failed in a way

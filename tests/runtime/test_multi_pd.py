@@ -332,3 +332,47 @@ def test_execution_profile_covers_the_workers_graphs(chain12):
     graphs = prof.to_json()["graphs"]
     assert len(graphs) == 12 and all(g["executions"] == 2 for g in graphs)
     assert all(g["records_without_qnn_time"] == 0 and g["qnn_us"]["count"] == 2 for g in graphs)
+
+
+@pytest.mark.parametrize("code, recreated", [(1100, "context"), (1011, "backend")])
+def test_transient_failures_in_every_pd_are_recovered(chain12, fault_shim, monkeypatch, code,
+                                                      recreated):
+    """The 8th graphExecute of each process fails (iteration 2, the 2nd graph of each PD): PD 0
+    re-creates in this process, the worker in its own, under the one budget of the program; the
+    outputs are those of a clean run."""
+    xs = [_x(i) for i in range(3)]
+    with qnnrt.load(chain12.model, residency="lazy") as p:
+        ref = [p.run(None, x) for x in xs]
+    monkeypatch.setenv("QNNRT_FAULT_REAL", str(fault_shim.real))
+    monkeypatch.setenv("QNNRT_FAULT_EXEC", f"8:{code}")   # read by the worker too (per process)
+    fault_shim.counter().qnnrt_fault_reset()   # this process's count starts again
+    with qnnrt.load(chain12.model, residency="multi-pd:2", backend_lib=fault_shim.folder,
+                    options=_opts(vet=False)) as p:
+        got = [p.run(None, x) for x in xs]
+        recs = p.recovery.records
+        local, remote = p.pool.local.keys, p.pool.workers[0].keys
+        s = p.pool.summary()
+    for a, b in zip(got, ref):
+        assert all(np.array_equal(a[k], b[k]) for k in b)
+    assert [(r.code, r.recreated, r.iteration, r.succeeded) for r in recs] == \
+        [(code, recreated, 1, True)] * 2
+    assert recs[0].context == local[1] and recs[1].context == remote[1]
+    assert sorted(recs[1].contexts) == (sorted(remote) if recreated == "backend" else [remote[1]])
+    assert s["failure"] is None and s["pds"] == 2
+
+
+def test_recovery_budget_is_one_for_all_pds(chain12, fault_shim, monkeypatch):
+    """Every call in the worker fails (this process's calls do not): recovery re-creates there
+    until the program's budget is used up, then raises the clean RecoveryError naming the graph."""
+    monkeypatch.setenv("QNNRT_FAULT_REAL", str(fault_shim.real))
+    monkeypatch.setenv("QNNRT_FAULT_EXEC", "1-")
+    with qnnrt.load(chain12.model, residency="multi-pd:2", backend_lib=fault_shim.folder,
+                    options=_opts(vet=False, max_recoveries=2)) as p:
+        monkeypatch.delenv("QNNRT_FAULT_EXEC")   # the worker has its copy of the environment
+        with pytest.raises(qnnrt.RecoveryError) as ei:
+            p.run(None, _x(0))
+        recs = p.recovery.records
+        remote = p.pool.workers[0].keys
+    assert [(r.context, r.recreated, r.succeeded) for r in recs] == \
+        [(remote[0], "context", False), (remote[0], "contexts", False)]
+    assert "1100" in str(ei.value) and "budget" in str(ei.value)
