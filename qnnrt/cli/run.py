@@ -457,6 +457,8 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
           f"creates {res['creates']}, evictions {res['evictions']}, reloads {res['reloads']}"
           + (f", PD capacity found {cap} context(s) ({res['pd_failures_handled']} PD failure(s) "
              f"handled)" if cap else ""))
+    if res.get("pd_workers"):
+        print(f"    HTP devices: {res['pd_devices']}")
     for pd in res.get("pd_workers") or []:
         channel = ("no channel" if pd["in_process"] else
                    f"channel {pd['channel_us_per_call']} us per graph call")

@@ -17,7 +17,7 @@ from qnnrt._capi.library import QnnLibrary, open_library
 from qnnrt._capi.log import make_log_callback, raise_pending
 from qnnrt.core.freeing import check_free
 from qnnrt.errors import QnnError, QnnrtError, remedy_for
-from qnnrt.soc import parse_soc
+from qnnrt.soc import htp_arch_of, parse_soc
 
 if TYPE_CHECKING:
     from qnnrt.core.context import Context
@@ -103,12 +103,14 @@ class Backend:
     `soc` selects the SoC (model number or name) through the HTP device custom config; `htp_arch`
     sets the arch (older style). `log_level` is QNN's: error, warn, info, verbose, debug.
     `signed_pd` runs the session in a signed protection domain (HTP device config option 2, what
-    ExecuTorch does for a compile spec with pd_session = signed).
+    ExecuTorch does for a compile spec with pd_session = signed). `device_id` opens another HTP
+    device than the first, on boards with several (the arch config carries it, as in ONNX Runtime's
+    QNN EP; the arch comes from `htp_arch` or the SoC).
     """
 
     def __init__(self, backend_lib: str | None = None, soc: str | int | None = None,
                  htp_arch: int | None = None, log_level: T.LogLevel | str = "warn", device: bool = True,
-                 signed_pd: bool = False):
+                 signed_pd: bool = False, device_id: int = 0):
         self.lib: QnnLibrary = open_library(backend_lib)
         self.api = self.lib.api
         self.log = LogBook()
@@ -124,6 +126,12 @@ class Backend:
         self.soc_model = parse_soc(soc)
         self.htp_arch = htp_arch
         self.signed_pd = signed_pd
+        self.device_id = int(device_id)
+        if self.device_id and self.htp_arch is None:
+            self.htp_arch = htp_arch_of(self.soc_model)
+            if self.htp_arch is None:
+                raise QnnrtError(f"opening HTP device {device_id} needs the HTP arch (QNN selects a "
+                                 f"device in its arch config): give htp_arch or a SoC qnnrt knows")
         self._log_level: int = T.LogLevel.parse(log_level)
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)
@@ -168,12 +176,12 @@ class Backend:
             custom.append(c)
         if self.htp_arch is not None:
             c = cfg_type(option=T.HTP_DEVICE_OPTION_ARCH)
-            c.arch.deviceId = 0
+            c.arch.deviceId = self.device_id
             c.arch.arch = int(self.htp_arch)
             custom.append(c)
         if self.signed_pd:
             c = cfg_type(option=T.HTP_DEVICE_OPTION_SIGNED_PD)
-            c.signedPd.deviceId = 0
+            c.signedPd.deviceId = self.device_id
             c.signedPd.useSignedProcessDomain = True
             custom.append(c)
         wrappers = []
@@ -185,7 +193,8 @@ class Backend:
         self.check(self.api.deviceCreate(self.log_handle, T.null_terminated(wrappers),
                                          C.byref(self.device)), "deviceCreate", mark,
                    f"(soc_model={self.soc_model}, htp_arch={self.htp_arch}"
-                   f"{', signed PD' if self.signed_pd else ''})")
+                   f"{', signed PD' if self.signed_pd else ''}"
+                   f"{f', device {self.device_id}' if self.device_id else ''})")
 
     # -- logging level ---------------------------------------------------------------------
     def set_log_level(self, level: int) -> None:

@@ -99,10 +99,11 @@ def perf_infrastructure(backend: Backend) -> tuple[H.PerfFunctions | None, str]:
 
 
 class PowerVote:
-    """Owns one power config id on `backend` (HTP device `device_id`, core `core_id`: 0 and 0 as in
-    ExecuTorch and ONNX Runtime); votes `plan` at creation. See the module docstring."""
+    """Owns one power config id on `backend` (HTP device `device_id`, the backend's own by default,
+    core `core_id`: 0 and 0 as in ExecuTorch and ONNX Runtime); votes `plan` at creation. See the
+    module docstring."""
 
-    def __init__(self, backend: Backend, plan: VotePlan, device_id: int = 0, core_id: int = 0):
+    def __init__(self, backend: Backend, plan: VotePlan, device_id: int | None = None, core_id: int = 0):
         self.backend = backend
         self.plan = plan
         self.calls: list[VoteCall] = []
@@ -115,6 +116,8 @@ class PowerVote:
             self._closed = True
             return
         self._fns: H.PerfFunctions = fns
+        if device_id is None:
+            device_id = backend.device_id   # the device the backend opened
         pid = C.c_uint32(0)
         rc = codes.code_of(self._fns.create(device_id, core_id, C.byref(pid)))
         self.calls.append(VoteCall("createPowerConfigId", f"device {device_id} core {core_id}", rc))

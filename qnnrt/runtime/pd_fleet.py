@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -21,6 +22,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from qnnrt.core import Backend, ContextBinary, GraphSpec
+from qnnrt.core.device_info import HtpDevice
 from qnnrt.core.graph import BoundCall
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime import pd_channel as ch
@@ -353,20 +355,43 @@ class RemoteContext:
         return g
 
 
-def htp_devices(backend: Backend) -> tuple[int, str]:
-    """(HTP devices x cores the backend reports, what was done about them). Every PD worker opens
-    the backend's default device: choosing another device or core per worker needs a device
-    config qnnrt cannot test on the simulator (one device, one core), so it is reported, not done."""
+@dataclass(frozen=True)
+class DevicePlacement:
+    """Which HTP device each PD opens, from what the backend reports, and what was done."""
+    devices: tuple[int, ...]     # device id per PD (PD 0 is the main process's: its backend's)
+    cores_reported: int
+    note: str
+
+
+def place_on_devices(pds: int, reported: Sequence[HtpDevice] | None, why_not: str = "",
+                     main_device: int = 0) -> DevicePlacement:
+    """PDs spread over the HTP devices the backend reports, round robin from the main process's
+    device (boards such as QCS9075 have two): each worker opens its device, so its PD and
+    its contexts live there. Several cores of one device are reported only: a PD is per device."""
+    if not reported:
+        return DevicePlacement((main_device,) * pds, 0, f"the backend does not report its devices "
+                               f"({why_not or 'none listed'}); every PD on the default device")
+    cores = sum(max(1, d.cores) for d in reported)
+    ids = [d.device_id for d in reported]
+    if len(ids) == 1:
+        more = f", {cores} cores (a PD is per device)" if cores > 1 else " with one core"
+        return DevicePlacement((ids[0],) * pds, cores,
+                               f"the backend reports one HTP device{more}: every PD on it")
+    start = ids.index(main_device) if main_device in ids else 0
+    devices = tuple(ids[(start + i) % len(ids)] for i in range(pds))
+    where = ", ".join(f"PD {i} on device {d}" for i, d in enumerate(devices))
+    return DevicePlacement(devices, cores, f"the backend reports {len(ids)} HTP devices "
+                           f"({cores} cores in all): {where}")
+
+
+def device_placement(backend: Backend, pds: int) -> DevicePlacement:
+    """`place_on_devices` over what this backend reports."""
     from qnnrt.core.device_info import platform_info
     try:
         devs = platform_info(backend.lib)
     except QnnrtError as e:
-        return 0, f"the backend does not report its devices ({e}); every PD on the default device"
-    cores = sum(max(1, d.cores) for d in devs)
-    if cores <= 1:
-        return cores, "the backend reports one HTP device with one core: every PD on it"
-    return cores, (f"the backend reports {len(devs)} HTP device(s), {cores} core(s) in all; every PD "
-                   f"is on the default device (placing workers per device/core is not done yet)")
+        return place_on_devices(pds, None, str(e), backend.device_id)
+    return place_on_devices(pds, devs, main_device=backend.device_id)
 
 
 class LocalPd:
@@ -415,7 +440,7 @@ class MultiPdPool:
         self._closed = False
         self.failure: str | None = None
         self.predictions = dict(placement.sizes)
-        self.htp_cores, self.device_note = htp_devices(backend)
+        self.devices = device_placement(backend, len(placement.groups))
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)  # a failed start stops every worker and frees PD 0
             for w in self.workers:   # all spawned and started first: they create side by side
@@ -441,6 +466,7 @@ class MultiPdPool:
                 "predictions": {k: pl.sizes.get(k) for k in w.keys},
                 "evict_budget": pl.budget_bytes if pl.pd_bytes[w.index] > pl.budget_bytes else None,
                 "heap": self.heap is not None, "signed_pd": self.backend.signed_pd,
+                "device_id": self.devices.devices[w.index],
                 "performance": self.performance}
 
     def vote(self, choice: Choice) -> None:
@@ -546,8 +572,8 @@ class MultiPdPool:
     # -- reporting -----------------------------------------------------------------------------
     def _local_summary(self) -> dict:
         s = self.local.pool.summary()
-        return {"pd": 0, "pid": self.local.pid, "in_process": True,
-                "where": f"this process (pid {self.local.pid})", "contexts": len(self.local.keys),
+        return {"pd": 0, "pid": self.local.pid, "in_process": True, "device": self.devices.devices[0],
+                "where": f"this process, pid {self.local.pid}", "contexts": len(self.local.keys),
                 "first": self.local.keys[0] if self.local.keys else None,
                 "last": self.local.keys[-1] if self.local.keys else None,
                 "pd_predicted_bytes": self.placement.pd_bytes[0],
@@ -567,6 +593,7 @@ class MultiPdPool:
                 except PdWorkerError:
                     pass
             out.append({"pd": w.index, "pid": w.pid, "in_process": False,
+                        "device": self.devices.devices[w.index],
                         "where": f"worker pid {w.pid}", "contexts": len(w.keys),
                         "first": w.keys[0] if w.keys else None,
                         "last": w.keys[-1] if w.keys else None,
@@ -603,7 +630,7 @@ class MultiPdPool:
                 "pd_mismatches": [], "pd_budget_bytes": self.placement.budget_bytes,
                 "pd_budget_source": self.placement.budget_source,
                 "capacity_bytes_found": None, "failure": self.failure,
-                "htp_cores_reported": self.htp_cores, "pd_devices": self.device_note}
+                "htp_cores_reported": self.devices.cores_reported, "pd_devices": self.devices.note}
 
     # -- lifetime ------------------------------------------------------------------------------
     def _stop_workers(self) -> None:

@@ -116,7 +116,8 @@ class Worker:
         from qnnrt.core import Backend, ContextBinary
         from qnnrt.runtime.performance import Performance
         self.backend = Backend(backend_lib=cfg["backend_lib"], soc=cfg["soc"],
-                               log_level=cfg["log_level"], signed_pd=cfg.get("signed_pd", False))
+                               log_level=cfg["log_level"], signed_pd=cfg.get("signed_pd", False),
+                               device_id=cfg.get("device_id", 0))
         # the main process's vote, made here too: RPC latency and polling are per process
         self.performance = Performance(cfg["performance"], self.backend) if cfg.get("performance") else None
         for key, src in cfg["binaries"].items():

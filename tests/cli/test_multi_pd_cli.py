@@ -51,7 +51,8 @@ def test_run_summary_shows_each_pd(chain12, tmp_path):
     rep = tmp_path / "r.json"
     r = qnnrt("run", chain12.model, *MULTI, "--iteration", 3, "--report", rep)
     assert r.returncode == 0, r.stderr
-    assert "PD 0 (this process (pid" in r.stdout and "no channel" in r.stdout
+    assert "PD 0 (this process, pid" in r.stdout and "no channel" in r.stdout
+    assert "HTP devices: the backend reports one HTP device with one core: every PD on it" in r.stdout
     assert "PD 1 (worker pid" in r.stdout and "PD 2 (worker pid" in r.stdout
     res = json.loads(rep.read_text())["residency"]
     assert res["pds"] == 3 and res["creates"] == 12 and res["evictions"] == 0

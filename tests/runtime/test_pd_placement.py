@@ -6,6 +6,7 @@ import pytest
 from qnnrt.errors import QnnrtError
 from qnnrt.runtime.pd_plan import first_use_order, place
 from qnnrt.runtime.residency import Residency
+from tests.helpers.qnn_fixtures import WIDTH
 
 
 def _sizes(n: int, f=lambda i: 10 + (i % 3)) -> tuple[list[str], dict]:
@@ -64,3 +65,40 @@ def test_beyond_max_pds_splits_evenly_and_marks_evicting():
     p = place(keys, sizes, budget=100, max_pds=2, evict=True)
     assert len(p.groups) == 2 and p.evicting == [0, 1] and p.budget_bytes == 100
     assert [k for g in p.groups for k in g] == keys
+
+
+def _dev(i: int, cores: int = 1):
+    from qnnrt.core.device_info import HtpDevice
+    return HtpDevice(i, 0, cores, 43, "SM8550", 73, 8, True, False)
+
+
+def test_pds_go_round_robin_over_the_htp_devices_reported():
+    from qnnrt.runtime.pd_fleet import place_on_devices
+    two = place_on_devices(3, [_dev(0), _dev(1)])
+    assert two.devices == (0, 1, 0) and two.cores_reported == 2
+    assert "2 HTP devices" in two.note and "PD 1 on device 1" in two.note
+    assert place_on_devices(2, [_dev(0), _dev(1)], main_device=1).devices == (1, 0)
+    one = place_on_devices(3, [_dev(0, cores=2)])
+    assert one.devices == (0, 0, 0) and "one HTP device, 2 cores (a PD is per device)" in one.note
+    none = place_on_devices(2, None, "no QnnDevice_getPlatformInfo")
+    assert none.devices == (0, 0) and "no QnnDevice_getPlatformInfo" in none.note
+
+
+def test_a_worker_opens_the_device_it_is_placed_on(chain12, monkeypatch):
+    """A board reporting two HTP devices (the simulator reports one and accepts any device id):
+    the worker's backend opens device 1, its vote names it, outputs are unchanged."""
+    import numpy as np
+    import qnnrt
+    from qnnrt.core import device_info
+    x = {"x": np.random.default_rng(0).standard_normal((1, WIDTH)).astype(np.float32)}
+    with qnnrt.load(chain12.model, residency="lazy") as p:
+        ref = p.run(None, x)
+    monkeypatch.setattr(device_info, "platform_info", lambda lib: [_dev(0), _dev(1)])
+    opts = qnnrt.LoadOptions(pd_budget="64MiB", performance_mode="burst")
+    with qnnrt.load(chain12.model, residency="multi-pd:2", options=opts) as p:
+        out = p.run(None, x)
+        s = p.pool.summary()
+    assert [w["device"] for w in s["pd_workers"]] == [0, 1]
+    assert "PD 1 on device 1" in s["pd_devices"]
+    assert s["pd_workers"][1]["performance"]["calls"] > 0
+    assert all(np.array_equal(out[k], ref[k]) for k in ref)
