@@ -22,6 +22,9 @@ httpx = pytest.importorskip("httpx", reason="needs httpx (pip install -e '.[test
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 TIMEOUT = 300
 LONG = 120        # max_tokens of a request meant to be still running when the test acts (of 128 positions)
+# such a request: greedy, so it is the same on every machine (this prompt meets no end of sequence
+# within LONG tokens: test_the_long_request_runs_to_its_length), never ended early by a sampled EOS
+RUNNING = {"model": MODEL_ID, "prompt": "Once", "max_tokens": LONG, "temperature": 0, "seed": 1}
 
 # each module starts a live `qnnrt serve` with the LLM fixture loaded: not for the inner loop
 pytestmark = pytest.mark.slow
@@ -215,15 +218,13 @@ def _post_and_hang_up(server, body: dict) -> None:
 
 def test_a_client_that_disconnects_stops_its_generation(server):
     before = metrics(server)
-    cl, resp = _stream(server, {"model": MODEL_ID, "prompt": "Once", "max_tokens": LONG, "temperature": 0,
-                                "seed": 1})
+    cl, resp = _stream(server, RUNNING)
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
     _first_token(resp)
     resp.close()
     cl.close()
     wait_idle(server)
-    _post_and_hang_up(server, {"model": MODEL_ID, "prompt": "Once", "max_tokens": LONG,
-                               "temperature": 0, "seed": 1})   # not streamed: the client gives up
+    _post_and_hang_up(server, RUNNING)   # not streamed: the client gives up
     nxt = client(server).completions.create(model=MODEL_ID, prompt="The", max_tokens=1, temperature=0)
     assert nxt.choices[0].finish_reason == "length"
     after = metrics(server)
@@ -232,9 +233,16 @@ def test_a_client_that_disconnects_stops_its_generation(server):
     assert after["qnnrt_pd_in_use_bytes"] > 0
 
 
+def test_the_long_request_runs_to_its_length(server):
+    """What the tests that act on a running request rely on."""
+    wait_idle(server)
+    r = client(server).completions.create(**RUNNING)
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == LONG
+
+
 def test_a_full_queue_answers_429_at_once(server):
     wait_idle(server)
-    c1, running = _stream(server, {"model": MODEL_ID, "prompt": "Once", "max_tokens": LONG})
+    c1, running = _stream(server, RUNNING)
     keep = _first_token(running)                                 # running
     c2, waiting = _stream(server, {"model": MODEL_ID, "prompt": "The", "max_tokens": 1})   # waits (--max-queue 1)
     try:
@@ -347,7 +355,7 @@ def test_serve_without_the_asgi_stack_says_what_to_install(monkeypatch):
 @pytest.mark.slow
 def test_sigterm_with_a_request_in_flight(server):
     wait_idle(server)
-    cl, resp = _stream(server, {"model": MODEL_ID, "prompt": "Once", "max_tokens": LONG})
+    cl, resp = _stream(server, RUNNING)
     lines = _first_token(resp)
     worker = server.worker_pid()
     server.proc.send_signal(signal.SIGTERM)
