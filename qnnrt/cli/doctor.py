@@ -289,7 +289,7 @@ def _contexts(r: Report, be, args, dev) -> None:
                     r.add("PD probe", "warn", p.note)
     if binary is not None:
         binary.close()
-    bud = pd_budget.resolve_budget(identity, simulator_default=True)
+    bud = pd_budget.resolve_budget(identity)
     pd.update({"bytes": bud.bytes if bud else None, "source": bud.source if bud else None,
                "identity": identity})
     r.add("PD budget", "ok" if bud else "info", bud.describe() if bud else

@@ -32,7 +32,7 @@ def describe_pd(path: Path, backend_lib: str | None = None, budget: str | None =
             contexts.append(row)
         identity = backend_identity(lib, soc_model)
         bud = (Budget(parse_size(budget, "--budget"), "override") if budget
-               else resolve_budget(identity, simulator_default=True))
+               else resolve_budget(identity))
         sizes = {c["key"]: c["predicted_bytes"] for c in contexts}
         orders = {name: m.graph_order for name, m in methods.items()}
         p = plan(orders, sizes, bud.bytes if bud else None)

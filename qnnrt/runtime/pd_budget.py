@@ -90,17 +90,21 @@ def remember_budget(identity: str, capacity: int) -> str | None:
         return None
 
 
-def resolve_budget(identity: str, override: int | None = None, simulator_default: bool = False) -> Budget | None:
-    """The budget to plan with: an override, else the learned one, else (when asked, for planning
-    reports) the simulator's when running on it; None when unknown."""
+def known_budget(identity: str) -> Budget | None:
+    """A budget known before any run: the x86 simulator's, measured (a device's is learned)."""
+    return Budget(SIMULATOR_CAPACITY, "simulator") if identity.endswith("/sim") else None
+
+
+def resolve_budget(identity: str, override: int | None = None) -> Budget | None:
+    """The budget to plan with: an override, else the learned one, else a known one (the
+    simulator's, from the very first run); None when unknown (a device before its first PD
+    failure)."""
     if override is not None:
         return Budget(int(override), "override")
     learned = learned_budget(identity)
     if learned is not None:
         return Budget(learned, "learned")
-    if simulator_default and identity.endswith("/sim"):
-        return Budget(SIMULATOR_CAPACITY, "simulator")
-    return None
+    return known_budget(identity)
 
 
 @dataclass

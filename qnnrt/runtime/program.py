@@ -131,8 +131,7 @@ class Program:
             budget = resolve_budget(self.pd_identity, pd_budget)
             needs = predicted_needs(binaries)
             self.placement = choose_placement(self.methods, binaries, Residency.parse(residency), needs,
-                                              resolve_budget(self.pd_identity, pd_budget, True),
-                                              max_pds)
+                                              budget, max_pds)
             self.pool: ContextPool | MultiPdPool
             if self.placement is not None:
                 self.pool = MultiPdPool(backend, binaries, self.placement, Residency.parse(residency),

@@ -8,7 +8,7 @@ The executor asks the pool to make a context live before running one of its grap
 - bounded:K   at most K live (or `bounded:<bytes>` of PD estimates, e.g. bounded:2GB); evict the live
               context whose next use is farthest away, prefetch the next one on a background thread
 - sequential: create, execute, free, one at a time
-- auto:       lazy + prefetch; with a known PD budget (learned, or given) and each context's predicted
+- auto:       lazy + prefetch; with a known PD budget (given, learned, or the simulator's) and each context's predicted
               PD need (core/pd_need.py) it evicts before creating, by bytes, so it never fails a
               creation; without one, until a creation fails for lack of PD / memory: then the
               capacity is QNN's "available space" + the live reservations (exact), evict, retry
