@@ -12,7 +12,7 @@ import time
 import qnnrt
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_multi_pd import _feeds  # noqa: E402
+from bench_multi_pd import _feeds
 
 
 def rss_mib(pid: int) -> float:
