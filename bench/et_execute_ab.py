@@ -1,0 +1,84 @@
+"""Time inside QNN's graphExecute per graph call: qnnrt vs ExecuTorch 1.5.1 on the same .pte, with
+the anchor shim counting it, alternating which runtime goes first in each pair (the second run of
+a pair was measured slower either way on this machine, so one fixed order shows a false gap).
+
+    python bench/et_execute_ab.py /work/shared/fixtures/executorch/many_4_fp16 --rounds 6
+Needs the anchor kit in /work/anchor (`bash ../shared/tools/executorch-anchor/setup.sh /work/anchor`).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ANCHOR = "/work/anchor"
+SHIM = f"{ANCHOR}/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so"
+ET_RUN = "/work/shared/tools/executorch-anchor/et_run.py"
+QNNRT_SIDE = r"""
+import os, struct, sys, time, numpy as np, qnnrt
+pte, n, inp, shim = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+tf = os.environ["QNN_SHIM_TIME_FILE"]
+def counters():
+    return struct.unpack("<QQ", open(tf, "rb").read(16)) if os.path.exists(tf) else (0, 0)
+with qnnrt.load(pte, residency="eager", backend_lib=shim, options=qnnrt.LoadOptions(vet=False)) as p:
+    xs = [np.load(inp)]
+    for _ in range(3):
+        p.run("forward", xs)
+    c0, n0 = counters()
+    for _ in range(n):
+        p.run("forward", xs)
+    c1, n1 = counters()
+print(f"graph calls {c1 - c0}, inside graphExecute {(n1 - n0) / 1e6:.1f} ms")
+"""
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    for line in open(f"{ANCHOR}/env.sh"):
+        k, v = line.removeprefix("export ").strip().split("=", 1)
+        e[k] = os.path.expandvars(v.replace("${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}", ""))
+    return e
+
+
+def inside_ms(cmd: list[str], extra: dict[str, str]) -> float:
+    with tempfile.TemporaryDirectory() as d:
+        e = dict(env(), QNN_SHIM_TIME_FILE=os.path.join(d, "t.bin"), **extra)
+        out = subprocess.run(cmd, capture_output=True, text=True, env=e).stdout
+    m = re.search(r"inside graphExecute ([0-9.]+)", out)
+    if m is None:
+        raise SystemExit(f"no timing from {cmd[:2]}: {out[-500:]}")
+    return float(m.group(1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("fixture", help="a folder with model.pte and forward_input_0.npy")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--iterations", type=int, default=100)
+    a = ap.parse_args()
+    pte, inp = f"{a.fixture}/model.pte", f"{a.fixture}/forward_input_0.npy"
+    et = [env()["ET_PY"], ET_RUN, pte, "--inputs", inp, "--iteration", str(a.iterations)]
+    q = [sys.executable, "-c", QNNRT_SIDE, pte, str(a.iterations), inp, SHIM]
+    q_env = {"QNN_SHIM_NO_FIX": "1", "QNN_SHIM_KEEP_PLATFORM": "1"}
+    ratios: dict[str, list[float]] = {"ExecuTorch first": [], "qnnrt first": []}
+    print(f"load average before: {os.getloadavg()}")
+    for r in range(a.rounds):
+        for order in ratios:
+            if order == "qnnrt first":
+                qt, et_t = inside_ms(q, q_env), inside_ms(et, {})
+            else:
+                et_t, qt = inside_ms(et, {}), inside_ms(q, q_env)
+            ratios[order].append(qt / et_t)
+            print(f"round {r} {order}: qnnrt {qt:.1f} ms, ExecuTorch {et_t:.1f} ms, ratio {qt / et_t:.3f}")
+    for order, rs in ratios.items():
+        print(f"{order}: median ratio qnnrt / ExecuTorch {statistics.median(rs):.3f}")
+    allr = [x for rs in ratios.values() for x in rs]
+    print(f"both orders: median {statistics.median(allr):.3f}; load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
