@@ -527,11 +527,12 @@ class ContextPool:
         """"worker" vetting: the first run of a watched context's graph is a risky step."""
         if self._watch is None or key in self._first_run:
             return
-        from qnnrt.runtime.vet import describe_step
+        from qnnrt.runtime.vet import describe_step, stall_seconds
         b = self.binaries[key]
         graphs = b.info.graphs
         what = describe_step("first-run", b.where, graphs[0].name if len(graphs) == 1 else "")
-        self._first_run[key] = self._watch.begin("first-run", what, None)
+        # the same stall limit as the vetting child's run of a graph: scaled by the binary's bytes
+        self._first_run[key] = self._watch.begin("first-run", what, stall_seconds(b.size))
 
     def _wait_pending(self, key: str) -> Context | None:
         with self._lock:

@@ -36,12 +36,15 @@ def test_a_crash_in_the_worker_names_the_binary_and_step(cache, case, step):
 
 
 @pytest.mark.slow
-def test_a_stalled_step_in_the_worker_is_stopped_and_named(small_binary, cache, monkeypatch):
+@pytest.mark.parametrize("stage, step", [("create", "creating the context of"),
+                                         ("first-run", "for the first time")])
+def test_a_stalled_step_in_the_worker_is_stopped_and_named(small_binary, cache, monkeypatch, stage,
+                                                           step):
     monkeypatch.setenv("QNNRT_VET_STALL_TIMEOUT", "1")
-    monkeypatch.setenv("QNNRT_VET_TEST_DELAY", "create:300")
+    monkeypatch.setenv("QNNRT_VET_TEST_DELAY", f"{stage}:300")
     r = qnnrt("run", small_binary.path, timeout=120)
     assert r.returncode == 1, r.stderr
-    assert "no progress" in r.stderr and "creating the context of" in r.stderr, r.stderr
+    assert "no progress" in r.stderr and step in r.stderr, r.stderr
     assert str(small_binary.path) in r.stderr and "QNNRT_VET_STALL_TIMEOUT" in r.stderr
     assert "rebuild" not in r.stderr.lower()
 
