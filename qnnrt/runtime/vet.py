@@ -121,7 +121,8 @@ class VetResult:
     name: str
     sha256: str
     # ok | rejected | crash | hang | unvetted | watched (worker mode) | partial (the child ran out of
-    # memory or PD: left to this process, which reports that itself if it happens here too)
+    # memory or PD, or met a transient device failure: left to this process, which reports that
+    # itself, or recovers, if it happens here too)
     verdict: str
     detail: str = ""
     cached: bool = False
@@ -285,7 +286,7 @@ class _ChildRun:
         """(verdict, detail, graphs executed, cache it) for item k."""
         if k in self.finished:
             v, detail, ran = self.finished[k]
-            return v, detail, ran, v != "partial"   # a lack of memory there is no verdict
+            return v, detail, ran, v != "partial"   # a lack of memory or a transient failure: no verdict
         where = (describe_step(self.step[1], name, self.step[2])
                  if self.step is not None and self.step[0] == k else None)
         if where is not None and self.ended == "hang":

@@ -23,6 +23,7 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from qnnrt.errors import QnnError, QnnrtError
+from qnnrt.runtime.recovery import is_transient
 
 if TYPE_CHECKING:
     from qnnrt.core.binary import GraphSpec
@@ -112,8 +113,10 @@ def main(job_path: str) -> int:
                 ran = _vet_one(rep, i, item, job, state)
                 rep.line(f"done {i} ok {ran}")
             except QnnError as e:
-                # out of memory / PD in this child says nothing about the binary: not a verdict
-                rep.line(f"done {i} {'partial' if e.is_out_of_memory else 'rejected'} {_one_line(e)}")
+                # out of memory / PD in this child, or a transient device failure (what recovery
+                # re-creates for: 1100 / 1007 / 1011), says nothing about the binary: not a verdict
+                inconclusive = e.is_out_of_memory or is_transient(e)
+                rep.line(f"done {i} {'partial' if inconclusive else 'rejected'} {_one_line(e)}")
             except QnnrtError as e:
                 rep.line(f"done {i} rejected {_one_line(e)}")
     finally:

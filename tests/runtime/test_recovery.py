@@ -215,3 +215,21 @@ def test_heap_timeline_shows_the_recovery_and_stays_consistent(inject, fault_shi
     assert mark["info"]["contexts"] == list(p.binaries) and mark["info"]["backend_restarted"] is False
     assert events.count("create") == 2 and events.count("free") == 2   # load, re-create; free, close
     assert data["warnings"] == [] and data["ok"]
+
+
+def test_a_transient_failure_while_vetting_is_no_verdict(inject, fault_shim, clean_two, tmp_path,
+                                                         monkeypatch):
+    """The vetting child's run of a graph fails with 1100 (a device hiccup, not the binary): the
+    binary is not rejected and no verdict is cached; the load goes on and the same failure in this
+    process is recovered."""
+    monkeypatch.setenv("QNNRT_CACHE_DIR", str(tmp_path / "cache"))
+    inject("1")   # the first graphExecute of each process: the child's, then this process's
+    for _ in range(2):   # nothing was cached: the second load vets again, with the same outcome
+        with qnnrt.load(TWO / "model.pte", residency="eager", backend_lib=fault_shim.folder,
+                        options=qnnrt.LoadOptions(vet="execute")) as p:
+            (r,) = [r for rep in p.vet_reports for r in rep.results]
+            assert r.verdict == "partial" and "1100" in r.detail and not r.cached
+            got = p.run("prefill", _feed(TWO, "prefill"))
+            assert [x.code for x in p.recovery.records] == [1100]
+        assert _equal(got, clean_two[0])
+        inject("1")
