@@ -1,4 +1,5 @@
-"""The PD budget of a backend: learned once from a run that found it, remembered in the user cache.
+"""The PD budget of a backend: known (the x86 simulator's, measured), or learned once from a run that
+found it and remembered in the user cache.
 
 A budget is a property of the device (SoC, HTP arch, QNN build), not a constant: the x86 simulator
 gives one PD of 3,650,722,201 B (floor(3.4 GiB)), devices differ (several PDs, other processes). When

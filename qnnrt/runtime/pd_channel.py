@@ -8,7 +8,8 @@ end-of-file and raises `WorkerGone`, never hangs.
 
 Message = kind (1 byte) + payload. Kinds: X call (u32 call id), K ok (f64 seconds in graphExecute,
 then the pickled QNN profile events when the call is profiled),
-C control (pickle), R reply to a control (pickle), E error (pickle of (kind, text)).
+C control (pickle), R reply to a control (pickle), E error (pickle of (exception name, text,
+QNN code or None, traceback, the QnnError's fields or None)).
 
 Tensors never travel in messages: they live in arena segments, files mapped by both sides (a memfd
 on Linux, reached by the worker through /proc/<pid>/fd; a temporary file elsewhere).

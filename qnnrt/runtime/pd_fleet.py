@@ -1,8 +1,10 @@
-"""Multi-PD residency: a program's contexts spread over worker processes, one PD each, all resident.
+"""Multi-PD residency: a program's contexts spread over several PDs, all resident: the first group in
+the main process's own PD (PD 0), each other group in a worker process (one PD each).
 
 `MultiPdPool` stands where a `ContextPool` stands for a Program: the plans ask it whether every
-context is live (always, once the workers started) and the Program asks it for each graph's call
-object (`bound_call`). A `RemoteCall` has the calling shape of `core.graph.BoundCall` (set_input /
+context is live (always, unless PD 0 evicts beyond --max-pds) and the Program asks it for each
+graph's call object (`bound_call`: a BoundCall for PD 0, a RemoteCall for a worker's graph). A
+`RemoteCall` has the calling shape of `core.graph.BoundCall` (set_input /
 point_input / set_output / point_output / sizes, then `call(handle)` -> seconds in graphExecute):
 its tensors are staging arrays in the shared arena, which the worker's own BoundCall reads and
 writes in place; an array bound that is not the staging array itself is copied in (inputs) or out
@@ -112,9 +114,9 @@ class PdWorker:
         recovery policy reads it), naming the PD."""
         name, text, code, _tb, qnn = ch.parse_pickle(msg)
         if qnn is not None:
-            ctx = qnn["context"]
+            where = f"in {self.name}, {what}"
             return PdQnnError(qnn["function"], code, qnn["code_name"], qnn["message"], qnn["log_tail"],
-                              qnn["remedy"], f"{ctx} in {self.name}" if ctx else f"in {self.name}")
+                              qnn["remedy"], f"{qnn['context']} {where}" if qnn["context"] else where)
         err = PdWorkerError(f"{self.name}: {what} failed: {text}")
         err.code = code  # type: ignore[attr-defined]
         return err
@@ -127,35 +129,48 @@ class PdWorker:
         """Send a control request; `answer` reads its reply (a worker starts while others do)."""
         if self.gone:
             raise PdWorkerError(f"{self.name} is stopped; {what} is not possible")
+        self.drain(what)
         try:
             self.end.send(ch.control_message(ch.CONTROL, op))
         except OSError:
             raise self.gone_error(what) from None
+        self.pending = True
 
     def answer(self, what: str) -> Any:
         msg = self.end.recv()
+        self.pending = False
         if not msg:
             raise self.gone_error(what)
         if msg[:1] == ch.ERROR:
             raise self.failure(msg, what)
         return ch.parse_pickle(msg)
 
+    def drain(self, what: str) -> None:
+        """Read the reply of a request interrupted before its answer (a Ctrl-C between the two),
+        so the next reply read is the next request's."""
+        if self.pending:
+            if not self.end.recv():
+                raise self.gone_error(what)
+            self.pending = False
+
     def stop(self) -> None:
-        """Ask the worker to close (it frees its contexts), kill it if it does not; idempotent."""
+        """Ask the worker to close (it frees its contexts), kill it if it does not; idempotent. A
+        worker still busy with an earlier request after the grace time is killed: its reply
+        would be taken for the close's."""
         proc = self.proc
         if proc is None:
             return
         if not self.gone and proc.poll() is None:
             try:
-                if self.pending:  # a call interrupted after its request: its reply comes first
-                    if self.end.ready(STOP_GRACE_S):
-                        self.end.recv()
+                if self.pending and self.end.ready(STOP_GRACE_S):
+                    self.end.recv()
                     self.pending = False
-                self.end.send(ch.control_message(ch.CONTROL, ("close",)))
-                if self.end.ready(CLOSE_WAIT_S):  # a worker stuck in QNN is killed below
-                    msg = self.end.recv()
-                    if msg[:1] == ch.REPLY:
-                        self.heap_report = ch.parse_pickle(msg)
+                if not self.pending:
+                    self.end.send(ch.control_message(ch.CONTROL, ("close",)))
+                    if self.end.ready(CLOSE_WAIT_S):  # a worker stuck in QNN is killed below
+                        msg = self.end.recv()
+                        if msg[:1] == ch.REPLY:
+                            self.heap_report = ch.parse_pickle(msg)
             except OSError:
                 pass
         try:
@@ -261,10 +276,11 @@ class RemoteCall:
             if src is not None:
                 np.copyto(a, src.reshape(a.shape), casting="no")
         w = self.worker
-        if w.pending:  # an earlier call was interrupted after its request: drop its reply
-            if not w.end.recv():
+        if w.pending:  # an earlier request was interrupted before its reply: drop that reply
+            try:
+                w.drain(f"graph {self.name!r}")
+            except PdWorkerError:
                 self.pool.broken(w, self)
-            w.pending = False
         pc = time.perf_counter
         t0 = pc()
         try:
@@ -361,6 +377,7 @@ class DevicePlacement:
     devices: tuple[int, ...]     # device id per PD (PD 0 is the main process's: its backend's)
     cores_reported: int
     note: str
+    arches: tuple[int | None, ...] = ()   # the HTP arch each device reports (selecting it needs one)
 
 
 def place_on_devices(pds: int, reported: Sequence[HtpDevice] | None, why_not: str = "",
@@ -378,10 +395,11 @@ def place_on_devices(pds: int, reported: Sequence[HtpDevice] | None, why_not: st
         return DevicePlacement((ids[0],) * pds, cores,
                                f"the backend reports one HTP device{more}: every PD on it")
     start = ids.index(main_device) if main_device in ids else 0
-    devices = tuple(ids[(start + i) % len(ids)] for i in range(pds))
+    chosen = [reported[(start + i) % len(ids)] for i in range(pds)]
+    devices = tuple(d.device_id for d in chosen)
     where = ", ".join(f"PD {i} on device {d}" for i, d in enumerate(devices))
     return DevicePlacement(devices, cores, f"the backend reports {len(ids)} HTP devices "
-                           f"({cores} cores in all): {where}")
+                           f"({cores} cores in all): {where}", tuple(d.htp_arch for d in chosen))
 
 
 def device_placement(backend: Backend, pds: int) -> DevicePlacement:
@@ -402,12 +420,13 @@ class LocalPd:
     index = 0
 
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary], placement: Placement,
-                 heap: HeapProfiler | None):
+                 heap: HeapProfiler | None, pool_options: dict[str, Any]):
         self.keys = list(placement.groups[0])
         self.pid = os.getpid()
         budget = placement.budget_bytes if placement.pd_bytes[0] > placement.budget_bytes else None
         self.pool = group_pool(backend, {k: binaries[k] for k in self.keys},
-                               {k: placement.sizes.get(k) for k in self.keys}, budget, heap)
+                               {k: placement.sizes.get(k) for k in self.keys}, budget, heap,
+                               **pool_options)
         self.position = {k: i for i, k in enumerate(self.keys)}
         self.load_seconds: float | None = None
 
@@ -425,14 +444,12 @@ class MultiPdPool:
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary], placement: Placement,
                  residency: Residency, log_level: str = "warn",
                  progress: Callable[[int, int], None] | None = None, heap: HeapProfiler | None = None,
-                 performance: Choice | None = None):
+                 performance: Choice | None = None, pool_options: dict[str, Any] | None = None):
         self.backend, self.binaries, self.placement = backend, binaries, placement
         self.residency = residency
         self.heap = heap
         self.performance = performance   # the main process's vote, which every worker makes too
-        self.arena = ch.Arena()
         self._generation = 0
-        self.local = LocalPd(backend, binaries, placement, heap)
         self.workers = [PdWorker(i, keys) for i, keys in enumerate(placement.groups) if i > 0]
         self._where = {k: w for w in self.workers for k in w.keys}
         self._live = {k: RemoteContext(self, k, binaries[k]) for k in self._where}
@@ -441,6 +458,12 @@ class MultiPdPool:
         self.failure: str | None = None
         self.predictions = dict(placement.sizes)
         self.devices = device_placement(backend, len(placement.groups))
+        self.arena = ch.Arena()
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.arena.close)
+            # PD 0's pool: the step watch, creation profiler and spill-fill group of this process
+            self.local = LocalPd(backend, binaries, placement, heap, dict(pool_options or {}))
+            undo.pop_all()
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)  # a failed start stops every worker and frees PD 0
             for w in self.workers:   # all spawned and started first: they create side by side
@@ -467,6 +490,7 @@ class MultiPdPool:
                 "evict_budget": pl.budget_bytes if pl.pd_bytes[w.index] > pl.budget_bytes else None,
                 "heap": self.heap is not None, "signed_pd": self.backend.signed_pd,
                 "device_id": self.devices.devices[w.index],
+                "htp_arch": self.devices.arches[w.index] if self.devices.arches else None,
                 "performance": self.performance}
 
     def vote(self, choice: Choice) -> None:
@@ -532,10 +556,22 @@ class MultiPdPool:
         pass  # every PD created its contexts at start
 
     # -- recovery (runtime/recovery.py): one policy and budget in this process, for every PD ----
-    def same_pd(self, key: str) -> list[str]:
-        """The contexts sharing `key`'s PD (what a DSP restart made stale with it)."""
+    def _pd_of(self, key: str) -> int:
         w = self._where.get(key)
-        return list(w.keys) if w is not None else self.local.pool.same_pd(key)
+        return w.index if w is not None else 0
+
+    def _keys_of(self, pd: int) -> list[str]:
+        return list(self.local.keys) if pd == 0 else list(self.workers[pd - 1].keys)
+
+    def _same_device(self, key: str) -> list[int]:
+        """The PDs on `key`'s HTP device: a DSP restart there makes all of them stale."""
+        devices = self.devices.devices
+        return [i for i, d in enumerate(devices) if d == devices[self._pd_of(key)]]
+
+    def stale_with(self, key: str) -> list[str]:
+        """The contexts a DSP restart made stale with `key`: every one of every PD on its HTP
+        device (this process's and the workers'), re-created as one recovery."""
+        return [k for pd in self._same_device(key) for k in self._keys_of(pd)]
 
     def live_context(self, key: str) -> Any:
         if key in self._where:
@@ -545,15 +581,21 @@ class MultiPdPool:
         return self.local.pool.live_context(key)
 
     def recreate(self, keys: list[str], restart_backend: bool = False) -> list[str]:
-        """Free and create `keys` again in their PD (all in one: `same_pd`); with
-        `restart_backend`, that PD's backend and device too. Other PDs are left as they are."""
-        w = self._where.get(keys[0]) if keys else None
-        if w is None:
-            return self.local.pool.recreate(keys, restart_backend)
-        done = w.control(("recreate", keys, restart_backend),
-                         f"re-creating {len(keys)} context(s) for recovery")
-        self._generation += 1
-        return list(done)
+        """Free and create `keys` again, each in its PD; with `restart_backend` (the DSP could not
+        restore the session), the backend and device of every PD on that HTP device too."""
+        pds = (self._same_device(keys[0]) if restart_backend and keys
+               else sorted({self._pd_of(k) for k in keys}))
+        done: list[str] = []
+        for pd in pds:
+            mine = [k for k in keys if self._pd_of(k) == pd] or self._keys_of(pd)
+            if pd == 0:
+                done += self.local.pool.recreate(mine, restart_backend)
+                continue
+            w = self.workers[pd - 1]
+            done += w.control(("recreate", mine, restart_backend),
+                              f"re-creating {len(mine)} context(s) for recovery")
+            self._generation += 1
+        return done
 
     @property
     def live_keys(self) -> list[str]:

@@ -1,11 +1,13 @@
 """A PD worker: a process that owns one Backend (hence one PD) and the contexts placed on it.
 
-It creates its contexts once, at start (a context that cannot be created fails the load, before the
-first iteration), then executes graphs on request: each bound call's inputs and outputs are arrays
-in the shared arena, so a request carries only the call's id and a reply only the seconds spent in
-graphExecute. It ends when its channel closes (the main process closed it, or died), when asked, or
-with its parent (PR_SET_PDEATHSIG on Linux). SIGINT is ignored: a Ctrl-C reaches the whole process
-group, and the main process decides when its workers stop.
+It creates its contexts at start (a context that cannot be created fails the load, before the
+first iteration; again only when the main process's recovery asks), makes the program's
+performance vote, then executes graphs on request: each bound call's inputs and outputs are arrays
+in the shared arena, so a request carries only the call's id and a reply the seconds spent in
+graphExecute (and the call's QNN profile events when the program profiles). It ends when its
+channel closes (the main process closed it, or died), when asked, or with its parent
+(PR_SET_PDEATHSIG on Linux). SIGINT is ignored: a Ctrl-C reaches the whole process group, and the
+main process decides when its workers stop.
 
 Started by `runtime.pd_fleet` as `python -c "...pd_worker.main()" fds R W` (POSIX pipes) or
 `... conn ADDRESS` (a multiprocessing connection; the key in QNNRT_PD_WORKER_KEY).
@@ -31,23 +33,25 @@ PARENT_ENV = "QNNRT_PD_WORKER_PARENT"
 
 
 def group_pool(backend: Any, binaries: dict, predictions: dict, evict_budget: int | None,
-               hooks: Any = None) -> ContextPool:
-    """The pool of one PD's contexts (a worker's, or the main process's own PD 0): every context
+               hooks: Any = None, **options: Any) -> ContextPool:
+    """The pool of one PD's contexts (a worker's, or the main process's own PD 0, which also
+    passes its step watch, creation profiler and spill-fill group as `options`): every context
     resident, or `auto` under `evict_budget` when the group needs more than one PD holds (a program
     beyond --max-pds), with the placement's call order."""
     from qnnrt.profiling.pd_log import pd_estimate_from_log
     from qnnrt.runtime.residency import ContextPool
     pool = ContextPool(backend, binaries, "auto" if evict_budget else "eager",
                        pd_estimate=pd_estimate_from_log, predictions=predictions, hooks=hooks,
-                       budget_bytes=evict_budget, budget_source="placement")
+                       budget_bytes=evict_budget, budget_source="placement", **options)
     pool.set_order(list(binaries))
     return pool
 
 
 class _Call:
     """One graph's bound call over arena arrays, executed on request. With every context of the
-    worker resident (eager), the graph handle is fixed; otherwise (more contexts than its PD holds)
-    each call goes through the pool, at the context's position in the worker's order."""
+    worker resident (eager), the graph handle is kept until the pool re-creates the context
+    (recovery); otherwise (more contexts than its PD holds) each call goes through the pool, at
+    the context's position in the worker's order."""
 
     def __init__(self, pool: ContextPool, view: ch.ArenaView, key: str, graph: str, ins: list, outs: list,
                  position: int):
@@ -117,7 +121,8 @@ class Worker:
         from qnnrt.runtime.performance import Performance
         self.backend = Backend(backend_lib=cfg["backend_lib"], soc=cfg["soc"],
                                log_level=cfg["log_level"], signed_pd=cfg.get("signed_pd", False),
-                               device_id=cfg.get("device_id", 0))
+                               device_id=cfg.get("device_id", 0),
+                               htp_arch=cfg.get("htp_arch") if cfg.get("device_id") else None)
         # the main process's vote, made here too: RPC latency and polling are per process
         self.performance = Performance(cfg["performance"], self.backend) if cfg.get("performance") else None
         for key, src in cfg["binaries"].items():
@@ -164,7 +169,10 @@ class Worker:
         if what == "recreate":  # recovery, driven by the main process: free and create again
             _, keys, restart_backend = op
             live = set(self.pool.live_keys)
-            return self.pool.recreate([k for k in keys if k in live], restart_backend=restart_backend)
+            done = self.pool.recreate([k for k in keys if k in live], restart_backend=restart_backend)
+            if restart_backend:
+                self.after_restart()
+            return done
         if what == "summary":
             s = self.pool.summary() if self.pool is not None else {}
             if self.performance is not None:
@@ -177,6 +185,19 @@ class Worker:
         if what == "crash":  # tests: die the way a crash inside QNN would
             os.kill(os.getpid(), signal.SIGKILL)
         raise ValueError(f"unknown control {what!r}")
+
+    def after_restart(self) -> None:
+        """The backend restarted, which closed what it owned: vote again, and record the calls
+        into a new profile."""
+        from qnnrt.core.profile import Profile
+        if self.performance is not None:
+            self.performance.start(self.backend)
+        if self.profile is not None:
+            self.profile = Profile(self.backend, self.profile.level)
+            for call in self.calls.values():
+                if call.profile is not None:
+                    call.profile = self.profile
+                    call.call.attach_profile(self.profile)
 
     def loop(self) -> None:
         end, calls = self.end, self.calls

@@ -173,9 +173,9 @@ class Performance:
                         self.choice.rpc_polling_time_us)
         new = choice.plan()
         self.vote.vote(new if new is not None else VotePlan(DOWN_VOTE, DOWN_VOTE))
-        for follow in self.followers:
-            follow(choice)
         try:
+            for follow in self.followers:
+                follow(choice)
             yield
         finally:
             self.vote.vote(own)
@@ -193,7 +193,8 @@ class Performance:
         """How this process's perf-infrastructure calls went (a PD worker's report)."""
         calls = self.vote.calls if self.vote else []
         return {"mode": self.choice.mode, "calls": len(calls),
-                "accepted": sum(c.accepted for c in calls), "unavailable": self.unavailable or None}
+                "accepted": sum(c.accepted for c in calls), "unavailable": self.unavailable or None,
+                "active": bool(self.vote and self.vote.active)}
 
     def _fold_group(self) -> None:
         """What the spill-fill group met at context creation (refused or not) into the feature."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from qnnrt.core import Profile
-from qnnrt.core.graph import GraphBinding
+from qnnrt.core.graph import GraphBinding, ProfileSink
 from qnnrt.core.tensor import address_of, order_inputs, prepare_input
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder
@@ -101,11 +101,21 @@ class Profiling:
     def __init__(self, profile: Profile, profiler: ExecutionRecorder,
                  iteration: Callable[[], int]) -> None:
         self.profile, self.profiler, self._iteration = profile, profiler, iteration
+        self._attached: list[tuple[GraphBinding, ProfileSink]] = []
 
     def attach(self, step: GraphStep) -> None:
         key, graph = step.key, step.graph
-        step.binding.attach_profile(self.profile, lambda events: self.profiler.record(
-            "execute", graph, key, events, iteration=self._iteration()))
+
+        def sink(events: list[dict]) -> None:
+            self.profiler.record("execute", graph, key, events, iteration=self._iteration())
+        step.binding.attach_profile(self.profile, sink)
+        self._attached.append((step.binding, sink))
+
+    def restart(self, profile: Profile) -> None:
+        """The backend restarted (recovery) and closed the old profile: record into `profile`."""
+        self.profile = profile
+        for binding, sink in self._attached:
+            binding.attach_profile(profile, sink)
 
 
 def graph_step(program: Program, step: QnnStep, position: int, in_slots: Sequence[int],

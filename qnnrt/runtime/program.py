@@ -136,7 +136,9 @@ class Program:
             if self.placement is not None:
                 self.pool = MultiPdPool(backend, binaries, self.placement, Residency.parse(residency),
                                         log_level=log_level, progress=progress, heap=heap,
-                                        performance=performance.choice if performance else None)
+                                        performance=performance.choice if performance else None,
+                                        pool_options={"profiler": profiler, "watch": watch,
+                                                      "spill_fill_group": spill_fill_group})
                 if performance is not None:
                     performance.followers.append(self.pool.vote)
             else:
@@ -150,12 +152,21 @@ class Program:
             if exec_profiler is not None and profile_level != "off":
                 self.profiling = Profiling(Profile(backend, profile_level), exec_profiler,
                                            lambda: self.iterations)
-            self.recovery = Recovery(self.pool, max_recoveries, lambda: self.iterations)
+            self.recovery = Recovery(self.pool, max_recoveries, lambda: self.iterations,
+                                     self._backend_restarted)
             t0 = time.perf_counter()
             if self.pool.residency.kind == "eager":
                 self.pool.load_all(progress)
             self.load_seconds = time.perf_counter() - t0
             undo.pop_all()
+
+    def _backend_restarted(self) -> None:
+        """Recovery restarted the backend, which closed the vote and the profile it owned: make
+        them again (before the failed call runs again)."""
+        if self.performance is not None:
+            self.performance.start(self.backend)
+        if self.profiling is not None:
+            self.profiling.restart(Profile(self.backend, self.profile_level))
 
     def bound_call(self, key: str, spec: GraphSpec) -> BoundCall | RemoteCall:
         """The call object a plan binds a graph of context `key` through: in this process, or in

@@ -77,9 +77,10 @@ class RecoveryRecord:
 
 class RecoverablePool(Protocol):
     """What recovery asks of a pool: a ContextPool, or the multi-PD pool (runtime/pd_fleet.py),
-    which re-creates in the PD that holds the context."""
+    which re-creates in the PD that holds the context, and for a DSP restart in every PD on that
+    HTP device."""
 
-    def same_pd(self, key: str) -> list[str]: ...
+    def stale_with(self, key: str) -> list[str]: ...
 
     def live_context(self, key: str) -> Any: ...
 
@@ -90,12 +91,14 @@ class Recovery:
     """The recovery policy of one program: `rerun` a failed graph call, count and record."""
 
     def __init__(self, pool: RecoverablePool | None, max_recoveries: int = DEFAULT_MAX_RECOVERIES,
-                 iteration: Callable[[], int] = lambda: 0):
+                 iteration: Callable[[], int] = lambda: 0,
+                 after_restart: Callable[[], None] | None = None):
         if max_recoveries < 0:
             raise QnnrtError(f"max_recoveries {max_recoveries}: give 0 (no recovery) or more")
         self.pool = pool
         self.max_recoveries = max_recoveries
         self._iteration = iteration
+        self._after_restart = after_restart   # makes again what a backend restart closed
         self.records: list[RecoveryRecord] = []
 
     @property
@@ -126,9 +129,11 @@ class Recovery:
                         "re-creating %s and running it again (recovery %d of at most %d)",
                         graph, key, error.code, error.code_name, rec.iteration, _describe(what, key),
                         self.used, self.max_recoveries)
-            keys = pool.same_pd(key) if what == "contexts" else [key]
+            keys = pool.stale_with(key) if what == "contexts" else [key]
             try:
                 rec.contexts = pool.recreate(keys, restart_backend=what == "backend")
+                if what == "backend" and self._after_restart is not None:
+                    self._after_restart()
                 result = call(pool.live_context(key))
             except QnnError as e:
                 rec.seconds = time.perf_counter() - t0

@@ -671,8 +671,8 @@ class ContextPool:
             raise QnnrtError(f"context {key!r} is not live")
         return ctx
 
-    def same_pd(self, key: str) -> list[str]:
-        """The contexts sharing `key`'s PD: every live one, and `key`."""
+    def stale_with(self, key: str) -> list[str]:
+        """The contexts a DSP restart made stale with `key`: every live one, and `key`."""
         live = self.live_keys
         return live if key in live else live + [key]
 

@@ -115,7 +115,7 @@ def main(job_path: str) -> int:
             except QnnError as e:
                 # out of memory / PD in this child, or a transient device failure (what recovery
                 # re-creates for: 1100 / 1007 / 1011), says nothing about the binary: not a verdict
-                inconclusive = e.is_out_of_memory or is_transient(e)
+                inconclusive = e.is_out_of_memory or (e.function == "graphExecute" and is_transient(e))
                 rep.line(f"done {i} {'partial' if inconclusive else 'rejected'} {_one_line(e)}")
             except QnnrtError as e:
                 rep.line(f"done {i} rejected {_one_line(e)}")

@@ -79,6 +79,7 @@ def test_progress_line_names_vetting(small_binary, cache, monkeypatch):
 @pytest.mark.slow
 def test_progress_line_counts_graph_calls_as_they_happen(chain12, cache, monkeypatch):
     monkeypatch.setenv("QNNRT_PROGRESS_INTERVAL", "0.05")
+    monkeypatch.setenv("QNNRT_VET_TEST_DELAY", "create:0.2")   # an iteration of 2.4 s on any machine
     r = qnnrt("run", chain12.model, "--residency", "sequential")
     assert r.returncode == 0, r.stderr
     counts = {int(line.split("graph call ")[1].split("/")[0]) for line in r.stderr.splitlines()

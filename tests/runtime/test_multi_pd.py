@@ -338,8 +338,8 @@ def test_execution_profile_covers_the_workers_graphs(chain12):
 def test_transient_failures_in_every_pd_are_recovered(chain12, fault_shim, monkeypatch, code,
                                                       recreated):
     """The 8th graphExecute of each process fails (iteration 2, the 2nd graph of each PD): PD 0
-    re-creates in this process, the worker in its own, under the one budget of the program; the
-    outputs are those of a clean run."""
+    re-creates in this process, the worker in its own (1011, the DSP restarted: every PD's backend
+    and contexts), under the one budget of the program; the outputs are those of a clean run."""
     xs = [_x(i) for i in range(3)]
     with qnnrt.load(chain12.model, residency="lazy") as p:
         ref = [p.run(None, x) for x in xs]
@@ -357,7 +357,10 @@ def test_transient_failures_in_every_pd_are_recovered(chain12, fault_shim, monke
     assert [(r.code, r.recreated, r.iteration, r.succeeded) for r in recs] == \
         [(code, recreated, 1, True)] * 2
     assert recs[0].context == local[1] and recs[1].context == remote[1]
-    assert sorted(recs[1].contexts) == (sorted(remote) if recreated == "backend" else [remote[1]])
+    if recreated == "backend":   # a DSP restart: every PD on the device, this process's and the worker's
+        assert all(sorted(r.contexts) == sorted(local + remote) for r in recs)
+    else:
+        assert [r.contexts for r in recs] == [[local[1]], [remote[1]]]
     assert s["failure"] is None and s["pds"] == 2
 
 
@@ -376,3 +379,25 @@ def test_recovery_budget_is_one_for_all_pds(chain12, fault_shim, monkeypatch):
     assert [(r.context, r.recreated, r.succeeded) for r in recs] == \
         [(remote[0], "context", False), (remote[0], "contexts", False)]
     assert "1100" in str(ei.value) and "budget" in str(ei.value)
+
+
+def test_a_backend_restart_keeps_profiling_and_the_vote(chain12, fault_shim, monkeypatch):
+    """1011 restarts every PD's backend, which closes the profile and the power vote it owned:
+    both are made again before the failed call runs again, in this process and in the worker, so
+    the profiled run goes on and every graph keeps its QNN time."""
+    from qnnrt.profiling.exec_profile import ExecutionProfiler
+    monkeypatch.setenv("QNNRT_FAULT_REAL", str(fault_shim.real))
+    monkeypatch.setenv("QNNRT_FAULT_EXEC", "8:1011")
+    fault_shim.counter().qnnrt_fault_reset()
+    prof = ExecutionProfiler("basic")
+    opts = _opts(vet=False, profile_level="basic", exec_profiler=prof, performance_mode="burst")
+    with qnnrt.load(chain12.model, residency="multi-pd:2", backend_lib=fault_shim.folder,
+                    options=opts) as p:
+        for i in range(3):
+            p.run(None, _x(i))
+        assert [r.recreated for r in p.recovery.records] == ["backend", "backend"]
+        worker_votes = p.pool.summary()["pd_workers"][1]["performance"]
+        assert p.performance.vote.active and p.performance.vote.calls   # a new id, voted
+    assert worker_votes["active"] and worker_votes["accepted"] == worker_votes["calls"] > 0  # voted again
+    graphs = prof.to_json()["graphs"]
+    assert len(graphs) == 12 and all(g["records_without_qnn_time"] == 0 for g in graphs)

@@ -77,6 +77,7 @@ def test_pds_go_round_robin_over_the_htp_devices_reported():
     two = place_on_devices(3, [_dev(0), _dev(1)])
     assert two.devices == (0, 1, 0) and two.cores_reported == 2
     assert "2 HTP devices" in two.note and "PD 1 on device 1" in two.note
+    assert two.arches == (73, 73, 73)   # what each device reports: its worker selects it with that
     assert place_on_devices(2, [_dev(0), _dev(1)], main_device=1).devices == (1, 0)
     one = place_on_devices(3, [_dev(0, cores=2)])
     assert one.devices == (0, 0, 0) and "one HTP device, 2 cores (a PD is per device)" in one.note
