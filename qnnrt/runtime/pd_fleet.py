@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from qnnrt.core import Backend, ContextBinary, GraphSpec
+from qnnrt.core.backend import live_contexts_in_process
 from qnnrt.core.device_info import HtpDevice
 from qnnrt.core.graph import BoundCall
 from qnnrt.errors import QnnError, QnnrtError
@@ -423,7 +424,11 @@ class LocalPd:
                  heap: HeapProfiler | None, pool_options: dict[str, Any]):
         self.keys = list(placement.groups[0])
         self.pid = os.getpid()
-        budget = placement.budget_bytes if placement.pd_bytes[0] > placement.budget_bytes else None
+        # this process's PD also holds other programs' live contexts: if the group does not fit
+        # beside them, PD 0 evicts (its pool counts theirs against the budget) instead of failing
+        others = sum(c.binary.pd_need().total or 0 for c in live_contexts_in_process())
+        fits = placement.pd_bytes[0] + others <= placement.budget_bytes
+        budget = None if fits else placement.budget_bytes
         self.pool = group_pool(backend, {k: binaries[k] for k in self.keys},
                                {k: placement.sizes.get(k) for k in self.keys}, budget, heap,
                                **pool_options)
@@ -621,7 +626,7 @@ class MultiPdPool:
                 "pd_predicted_bytes": self.placement.pd_bytes[0],
                 "pd_reported_bytes": s.get("pd_estimate_total_bytes"),
                 "creates": s.get("creates"), "evictions": s.get("evictions"),
-                "evicting": 0 in self.placement.evicting, "load_seconds": self.local.load_seconds,
+                "evicting": self.local.pool.residency.kind != "eager", "load_seconds": self.local.load_seconds,
                 "graph_calls": None, "channel_us_per_call": None, "execute_seconds": None,
                 "performance": None}
 

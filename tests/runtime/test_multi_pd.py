@@ -401,3 +401,19 @@ def test_a_backend_restart_keeps_profiling_and_the_vote(chain12, fault_shim, mon
     assert worker_votes["active"] and worker_votes["accepted"] == worker_votes["calls"] > 0  # voted again
     graphs = prof.to_json()["graphs"]
     assert len(graphs) == 12 and all(g["records_without_qnn_time"] == 0 for g in graphs)
+
+
+def test_pd_zero_evicts_beside_another_programs_contexts(chain12):
+    """PD 0 is this process's PD, which another program's 12 live contexts already use: its group
+    does not fit beside them under the budget, so PD 0 evicts instead of failing the load; the
+    worker's PD is its own and keeps every context resident."""
+    x = _x(9)
+    with qnnrt.load(chain12.model, residency="eager") as other:
+        ref = other.run(None, x)
+        opts = qnnrt.LoadOptions(pd_budget="160MiB")
+        with qnnrt.load(chain12.model, residency="multi-pd:2", options=opts) as p:
+            outs = [p.run(None, x) for _ in range(2)]
+            local, remote = p.pool.summary()["pd_workers"]
+    assert all(np.array_equal(o[k], ref[k]) for o in outs for k in ref)
+    assert local["evicting"] and local["evictions"] > 0 and local["creates"] > 6
+    assert remote["evictions"] == 0 and remote["creates"] == 6
