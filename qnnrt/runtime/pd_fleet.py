@@ -418,8 +418,6 @@ class LocalPd:
     the program's backend. Its graph calls are plain in-process calls (no channel, no other
     process); the workers hold the other groups."""
 
-    index = 0
-
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary], placement: Placement,
                  heap: HeapProfiler | None, pool_options: dict[str, Any]):
         self.keys = list(placement.groups[0])
