@@ -425,8 +425,7 @@ class LocalPd:
         # this process's PD also holds other programs' live contexts: if the group does not fit
         # beside them, PD 0 evicts (its pool counts theirs against the budget) instead of failing
         others = sum(c.binary.pd_need().total or 0 for c in live_contexts_in_process())
-        fits = placement.pd_bytes[0] + others <= placement.budget_bytes
-        budget = None if fits else placement.budget_bytes
+        budget = placement.evict_budget(0, beside=others)
         self.pool = group_pool(backend, {k: binaries[k] for k in self.keys},
                                {k: placement.sizes.get(k) for k in self.keys}, budget, heap,
                                **pool_options)
@@ -490,7 +489,7 @@ class MultiPdPool:
                 "binaries": {k: (str(b[k].path) if b[k].path is not None else bytes(b[k].buffer))
                              for k in w.keys},
                 "predictions": {k: pl.sizes.get(k) for k in w.keys},
-                "evict_budget": pl.budget_bytes if pl.pd_bytes[w.index] > pl.budget_bytes else None,
+                "evict_budget": pl.evict_budget(w.index),
                 "heap": self.heap is not None, "signed_pd": self.backend.signed_pd,
                 "device_id": self.devices.devices[w.index],
                 "htp_arch": self.devices.arches[w.index] if self.devices.arches else None,

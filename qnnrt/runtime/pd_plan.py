@@ -111,7 +111,12 @@ class Placement:
     @property
     def evicting(self) -> list[int]:
         """The PDs whose contexts exceed the budget: they create and evict as one PD does."""
-        return [i for i, b in enumerate(self.pd_bytes) if b > self.budget_bytes]
+        return [i for i in range(len(self.groups)) if self.evict_budget(i) is not None]
+
+    def evict_budget(self, pd: int, beside: int = 0) -> int | None:
+        """The budget PD `pd` evicts under when its group, with `beside` bytes already in that PD
+        (other programs' contexts), exceeds it; None when all its contexts stay resident."""
+        return self.budget_bytes if self.pd_bytes[pd] + beside > self.budget_bytes else None
 
     def to_dict(self) -> dict:
         return {"pds": len(self.groups), "evicting": self.evicting, "budget_bytes": self.budget_bytes,
