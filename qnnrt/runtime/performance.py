@@ -148,6 +148,7 @@ class Performance:
         self.backend_signed_pd = bool(getattr(backend, "signed_pd", False))
         # other processes holding the program's contexts (PD workers): told every new vote
         self.followers: list[Callable[[Choice], None]] = []
+        self.current = choice   # what is voted now: the choice, or a per-run override of it
         if backend is not None:
             self.start(backend)
 
@@ -168,22 +169,24 @@ class Performance:
             raise QnnrtError(f"cannot override the performance mode with {m!r}: this program makes "
                              f"no vote ({self.choice.mode}{'; ' + self.unavailable if self.unavailable else ''}); "
                              f"load it with LoadOptions(performance_mode=...) instead")
-        own = self.vote.plan
-        choice = Choice(m, "override", self.choice.rpc_control_latency_us,
-                        self.choice.rpc_polling_time_us)
-        new = choice.plan()
-        self.vote.vote(new if new is not None else VotePlan(DOWN_VOTE, DOWN_VOTE))
+        previous = self.current
         try:
-            for follow in self.followers:
-                follow(choice)
+            self._vote_everywhere(Choice(m, "override", self.choice.rpc_control_latency_us,
+                                         self.choice.rpc_polling_time_us))
             yield
         finally:
-            self.vote.vote(own)
-            for follow in self.followers:
-                follow(self.choice)
+            self._vote_everywhere(previous)
+
+    def _vote_everywhere(self, choice: Choice) -> None:
+        """Vote `choice` here, then in every follower (PD workers)."""
+        self.revote(choice)
+        for follow in self.followers:
+            follow(choice)
 
     def revote(self, choice: Choice) -> None:
-        """Vote `choice` on this process's id (a PD worker following its main process)."""
+        """Vote `choice` on this process's id (an override, or a PD worker following its main
+        process)."""
+        self.current = choice
         if self.vote is None or not self.vote.active:
             return
         plan = choice.plan()
@@ -192,7 +195,7 @@ class Performance:
     def vote_counts(self) -> dict:
         """How this process's perf-infrastructure calls went (a PD worker's report)."""
         calls = self.vote.calls if self.vote else []
-        return {"mode": self.choice.mode, "calls": len(calls),
+        return {"mode": self.current.mode, "calls": len(calls),
                 "accepted": sum(c.accepted for c in calls), "unavailable": self.unavailable or None,
                 "active": bool(self.vote and self.vote.active)}
 
