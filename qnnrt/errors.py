@@ -45,8 +45,9 @@ class FormatError(QnnrtError):
     """A file (context binary, program, EPContext model, .pte) is malformed or unsupported."""
 
 
-class InputError(QnnrtError):
-    """Inputs given to a graph or method do not match what it expects."""
+class InputError(QnnrtError, ValueError):
+    """Inputs given to a graph, a method or the LLM runner are not what it takes (a ValueError
+    too, for callers that catch bad values generally)."""
 
 
 class BuildError(QnnrtError):

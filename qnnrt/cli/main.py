@@ -1,7 +1,8 @@
 """`qnnrt` command line: inspect, run, llm, serve, build, demo, plot, doctor.
 
 Exit status: 0 success, 1 a user or QNN error or a crash inside QNN (message on stderr; traceback
-only with --log-level debug), 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP.
+only with --log-level debug) or an internal error (a bug in qnnrt: said so, the traceback in a bug
+report file the message names), 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP.
 """
 from __future__ import annotations
 
@@ -91,10 +92,16 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt as e:
         return _stopped(args.command, e)
-    except (QnnrtError, OSError, ValueError) as e:  # after BrokenPipeError, an OSError
+    except (QnnrtError, OSError) as e:  # after BrokenPipeError, an OSError
         if level == "debug":
             logging.getLogger("qnnrt").exception("error")
         print(f"qnnrt {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # not a qnnrt error: a bug, told as one
+        from qnnrt.cli.bug_report import internal_error_message
+        if level == "debug":
+            logging.getLogger("qnnrt").exception("internal error")
+        print(internal_error_message(args.command, list(argv or []), e), file=sys.stderr)
         return 1
 
 

@@ -5,6 +5,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from qnnrt.errors import InputError
+
 from qnnrt.llm.errors import ContextLengthError, LayoutError
 from qnnrt.llm.layout import LlmLayout, MethodLayout
 from qnnrt.llm.quant import QUANT_DTYPES as _QUANT_DTYPES
@@ -28,7 +30,7 @@ class KVCache:
     def truncate(self, n: int) -> None:
         """Keep the first n entries (a shared prefix); later slots are masked closed and rewritten."""
         if not 0 <= n <= self.n_past:
-            raise ValueError(f"truncate to {n} outside [0, {self.n_past}]")
+            raise InputError(f"truncate to {n} outside [0, {self.n_past}]")
         self.n_past = n
 
     def inputs(self, method: MethodLayout) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -42,7 +44,7 @@ class KVCache:
         """Write the first n_update new entries at slots [n_past, n_past + n_update); advance n_past."""
         cap = self.layout.context_len - method.ar_len
         if not 0 <= n_update <= method.ar_len:
-            raise ValueError(f"n_update {n_update} outside [0, {method.ar_len}]")
+            raise InputError(f"n_update {n_update} outside [0, {method.ar_len}]")
         if self.n_past + n_update > cap:
             raise ContextLengthError(f"{method.name}: writing {n_update} cache entries at position {self.n_past} "
                                      f"exceeds its {cap} cache slots (context {self.layout.context_len})")
@@ -91,7 +93,7 @@ def build_step_inputs(layout: LlmLayout, method: MethodLayout, cache: KVCache, t
     T = method.ar_len
     n = len(tokens)
     if not 1 <= n <= T:
-        raise ValueError(f"{method.name}: {n} tokens for a window of {T}")
+        raise InputError(f"{method.name}: {n} tokens for a window of {T}")
     if cache.n_past + n > layout.context_len - T:
         raise ContextLengthError(f"{method.name}: {n} tokens at position {cache.n_past} exceed its "
                                  f"{layout.context_len - T} cache slots (context {layout.context_len}, window {T})")
@@ -115,7 +117,7 @@ def split_outputs(layout: LlmLayout, method: MethodLayout, outputs) -> tuple[np.
         seq = list(outputs)
     L = layout.n_layers
     if len(seq) != 1 + 2 * L:
-        raise ValueError(f"{method.name}: {len(seq)} outputs, expected {1 + 2 * L}")
+        raise InputError(f"{method.name}: {len(seq)} outputs, expected {1 + 2 * L}")
     return np.asarray(seq[0]), seq[1:1 + L], seq[1 + L:]
 
 

@@ -7,6 +7,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from qnnrt.errors import InputError
+
 from qnnrt.llm.errors import ContextLengthError
 from qnnrt.llm.kv_cache import KVCache, build_step_inputs, logits_to_float, split_outputs
 from qnnrt.llm.layout import LlmLayout, MethodLayout
@@ -31,7 +33,7 @@ def prefill(run: RunFn, layout: LlmLayout, cache: KVCache, prompt: Sequence[int]
     m = layout.prefill
     prompt = [int(t) for t in prompt]
     if not prompt:
-        raise ValueError("empty prompt")
+        raise InputError("empty prompt")
     if cache.n_past + len(prompt) > layout.prompt_capacity:
         raise ContextLengthError(
             f"prompt of {len(prompt)} tokens at position {cache.n_past} exceeds what the prompt processor "
@@ -104,7 +106,7 @@ def generate(run: RunFn, layout: LlmLayout, prompt: Sequence[int], max_new_token
         raise ContextLengthError(f"prompt of {len(prompt)} tokens at position {cache.n_past} leaves no room to "
                                  f"generate within the sequence length {seq_len}")
     if max_new_tokens < 1:
-        raise ValueError("max_new_tokens must be >= 1")
+        raise InputError("max_new_tokens must be >= 1")
     t0 = clock()
     n0 = cache.n_past
     kept: list[np.ndarray] = []
@@ -165,7 +167,7 @@ def score(run: RunFn, layout: LlmLayout, tokens: Sequence[int], *, n_prefill: in
     processor holds) through prefill, the rest one at a time through decode."""
     toks = [int(t) for t in tokens]
     if len(toks) < 2:
-        raise ValueError("scoring needs at least 2 tokens")
+        raise InputError("scoring needs at least 2 tokens")
     cache = cache or KVCache(layout)
     if cache.n_past + len(toks) > layout.context_len:
         raise ContextLengthError(f"{len(toks)} tokens at position {cache.n_past} exceed the context length "
@@ -173,7 +175,7 @@ def score(run: RunFn, layout: LlmLayout, tokens: Sequence[int], *, n_prefill: in
     if n_prefill is None:
         n_prefill = min(len(toks) - 1, layout.prompt_capacity - cache.n_past)
     if not 1 <= n_prefill <= len(toks) - 1:
-        raise ValueError(f"n_prefill {n_prefill} outside [1, {len(toks) - 1}]")
+        raise InputError(f"n_prefill {n_prefill} outside [1, {len(toks) - 1}]")
     rows: list[np.ndarray] = []
     prefill(run, layout, cache, toks[:n_prefill], pad_token=pad_token, trace=trace, all_logits=rows)
     for t in toks[n_prefill:-1]:

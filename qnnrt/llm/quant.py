@@ -8,6 +8,8 @@ from typing import Mapping
 
 import numpy as np
 
+from qnnrt.errors import InputError
+
 from qnnrt.llm.errors import LayoutError
 
 QUANT_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.int8), np.dtype(np.int16))
@@ -25,7 +27,7 @@ class QuantParams:
     def __post_init__(self):
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
         if not (self.scale > 0 and math.isfinite(self.scale)):
-            raise ValueError(f"quantization scale must be a positive finite number, got {self.scale!r}")
+            raise InputError(f"quantization scale must be a positive finite number, got {self.scale!r}")
         info = np.iinfo(self.dtype)
         if self.qmin is None:
             object.__setattr__(self, "qmin", int(info.min))

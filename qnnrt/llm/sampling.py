@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qnnrt.errors import InputError
+
 @dataclass
 class Sampler:
     """temperature 0 -> greedy (first maximum, like ExecuTorch's argmax); else softmax(logits / t) over
@@ -17,7 +19,7 @@ class Sampler:
 
     def __post_init__(self):
         if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise ValueError("temperature >= 0, top_k >= 0 and 0 < top_p <= 1 required")
+            raise InputError("temperature >= 0, top_k >= 0 and 0 < top_p <= 1 required")
         self.rng = np.random.default_rng(self.seed)
 
     def __call__(self, logits: np.ndarray) -> int:

@@ -7,6 +7,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from qnnrt.errors import InputError
+
 from qnnrt.llm.kv_cache import KVCache
 from qnnrt.llm.loops import GenerationResult
 from qnnrt.llm.runner import LlmRunner
@@ -43,7 +45,7 @@ class CachedGenerator:
         logits give the first new token)."""
         prompt = [int(t) for t in prompt]
         if not prompt:
-            raise ValueError("empty prompt")
+            raise InputError("empty prompt")
         reused = min(shared_prefix(self.tokens, prompt), len(prompt) - 1) if reuse else 0
         self.cache.truncate(reused)
         self.tokens = prompt[:reused]

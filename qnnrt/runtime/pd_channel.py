@@ -6,10 +6,9 @@ here; spinning on a shared flag loses badly on a loaded 2-core machine); elsewhe
 multiprocessing.connection (a named pipe). A worker that dies closes its end: the main side reads
 end-of-file and raises `WorkerGone`, never hangs.
 
-Message = kind (1 byte) + payload. Kinds: X call (u32 call id), K ok (f64 seconds in graphExecute,
-then the pickled QNN profile events when the call is profiled),
-C control (pickle), R reply to a control (pickle), E error (pickle of (exception name, text,
-QNN code or None, traceback, the QnnError's fields or None)).
+Frames (kind, request id, body): X a graph call (the bound call's id) and K its reply (seconds
+inside graphExecute, then the QNN profile events when profiled); C a control request, R its reply
+and E a failure, each a pickled `pd_protocol` dataclass. `Channel` matches replies to requests.
 
 Tensors never travel in messages: they live in arena segments, files mapped by both sides (a memfd
 on Linux, reached by the worker through /proc/<pid>/fd; a temporary file elsewhere).
@@ -22,6 +21,7 @@ import pickle
 import struct
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,6 @@ from qnnrt.errors import QnnrtError
 
 CALL, OK, CONTROL, REPLY, ERROR = b"X", b"K", b"C", b"R", b"E"
 _U32 = struct.Struct("<I")
-_F64 = struct.Struct("<d")
 _MAX_READ = 1 << 16
 SEGMENT_BYTES = 4 << 20   # the smallest arena segment
 ALIGN = 64
@@ -121,38 +120,147 @@ class ConnEnd:
             pass
 
 
-def call_message(call_id: int) -> bytes:
-    return CALL + _U32.pack(call_id)
+# -- frames ---------------------------------------------------------------------------------------
+# Every frame: kind (1 byte), the request id (u32), then the body. A graph call and its reply are
+# fixed binary frames (the hot path); control requests and replies are pickled pd_protocol
+# dataclasses.
+_HEAD = struct.Struct("<cI")
+_CALL = struct.Struct("<cII")      # kind, request id, call id
+_OK = struct.Struct("<cId")        # kind, request id, seconds inside graphExecute
 
 
-def ok_message(seconds: float) -> bytes:
-    return OK + _F64.pack(seconds)
+class ProtocolError(QnnrtError):
+    """A frame that breaks the protocol (malformed, or a reply to no request): a bug in qnnrt."""
 
 
-def profiled_ok_message(seconds: float, events: list[dict]) -> bytes:
-    """A profiled call's reply: the seconds, then the QNN profile events the worker read."""
-    return OK + _F64.pack(seconds) + pickle.dumps(events, protocol=pickle.HIGHEST_PROTOCOL)
+def call_frame(request_id: int, call_id: int) -> bytes:
+    return _CALL.pack(CALL, request_id, call_id)
 
 
-def parse_events(msg: bytes) -> list[dict] | None:
-    """The profile events of a profiled call's reply; None for a plain one."""
-    return pickle.loads(msg[9:]) if len(msg) > 9 else None
+def parse_call(frame: bytes) -> tuple[int, int]:
+    """(request id, call id) of a call frame."""
+    _, rid, call_id = _CALL.unpack_from(frame)
+    return rid, call_id
 
 
-def control_message(kind: bytes, obj: object) -> bytes:
-    return kind + pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+def ok_frame(request_id: int, seconds: float, events: list[dict] | None = None) -> bytes:
+    """A call's reply: the seconds inside graphExecute, then the call's QNN profile events when
+    the call is profiled."""
+    head = _OK.pack(OK, request_id, seconds)
+    return head if events is None else head + pickle.dumps(events, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def parse_call(msg: bytes) -> int:
-    return _U32.unpack_from(msg, 1)[0]
+def parse_ok(frame: bytes) -> tuple[float, list[dict] | None]:
+    """(seconds, profile events or None) of an OK frame."""
+    seconds = _OK.unpack_from(frame)[2]
+    return seconds, (pickle.loads(frame[_OK.size:]) if len(frame) > _OK.size else None)
 
 
-def parse_ok(msg: bytes) -> float:
-    return _F64.unpack_from(msg, 1)[0]
+def object_frame(kind: bytes, request_id: int, obj: object) -> bytes:
+    return _HEAD.pack(kind, request_id) + pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def parse_pickle(msg: bytes) -> Any:
-    return pickle.loads(msg[1:])
+def frame_head(frame: bytes) -> tuple[bytes, int]:
+    """(kind, request id) of a frame; ProtocolError when it is too short to have them."""
+    if len(frame) < _HEAD.size:
+        raise ProtocolError(f"a {len(frame)}-byte frame is shorter than a frame header")
+    kind, rid = _HEAD.unpack_from(frame)
+    return kind, rid
+
+
+def parse_object(frame: bytes) -> Any:
+    try:
+        return pickle.loads(frame[_HEAD.size:])
+    except Exception as e:  # noqa: BLE001 - any unpickling failure is a malformed frame
+        raise ProtocolError(f"a malformed {frame[:1]!r} frame: {type(e).__name__}: {e}") from None
+
+
+class Channel:
+    """The main process's end of one worker's channel. One request is on the wire at a time (a
+    lock: any thread may ask), and a reply is matched to its request by id: the reply of a request
+    whose caller gave up (an interrupt between send and reply) is dropped when it arrives, and a
+    reply to no request is a ProtocolError, never another caller's answer."""
+
+    def __init__(self, end: PipeEnd | ConnEnd):
+        self.end = end
+        self.lock = threading.Lock()
+        self._last_id = 0
+        self._waiting: set[int] = set()      # sent by `begin`, to be read by `finish`
+        self._abandoned: set[int] = set()    # sent, whose caller no longer reads the reply
+        self._early: dict[int, bytes] = {}   # `begin` replies read while reading another's
+
+    @property
+    def busy(self) -> bool:
+        """A request is still being worked on by the worker (its reply not yet read)."""
+        return bool(self._waiting or self._abandoned)
+
+    def _new_id(self) -> int:
+        self._last_id = (self._last_id + 1) & 0xFFFFFFFF
+        return self._last_id
+
+    def call(self, call_id: int) -> bytes:
+        """Run bound call `call_id`; its reply frame (b'' when the worker is gone)."""
+        with self.lock:
+            rid = self._new_id()
+            self.end.send(_CALL.pack(CALL, rid, call_id))
+            return self._reply(rid)
+
+    def request(self, message: object, timeout: float | None = None) -> bytes:
+        """Send a control request; its reply frame (b'' when the worker is gone). With `timeout`,
+        a reply not begun within that many seconds is a TimeoutError (and dropped if it comes)."""
+        with self.lock:
+            rid = self._new_id()
+            self.end.send(object_frame(CONTROL, rid, message))
+            return self._reply(rid, timeout)
+
+    def begin(self, message: object) -> int:
+        """Send a request whose reply `finish` reads later (workers start side by side)."""
+        with self.lock:
+            rid = self._new_id()
+            self.end.send(object_frame(CONTROL, rid, message))
+            self._waiting.add(rid)
+            return rid
+
+    def finish(self, rid: int) -> bytes:
+        with self.lock:
+            self._waiting.discard(rid)
+            early = self._early.pop(rid, None)
+            return early if early is not None else self._reply(rid)
+
+    def _reply(self, rid: int, timeout: float | None = None) -> bytes:
+        try:
+            while True:
+                if timeout is not None and not self.end.ready(timeout):
+                    raise TimeoutError(f"no reply to request {rid} within {timeout:g} s")
+                frame = self.end.recv()
+                if not frame:
+                    return b""
+                got = frame_head(frame)[1]
+                if got == rid:
+                    return frame
+                if got in self._abandoned:
+                    self._abandoned.discard(got)
+                elif got in self._waiting:
+                    self._early[got] = frame
+                else:
+                    raise ProtocolError(f"a reply to request {got}, which is not pending "
+                                        f"(waiting for {rid})")
+        except BaseException:
+            self._abandoned.add(rid)   # an interrupt, or the frame above: its reply is dropped
+            raise
+
+    def settle(self, timeout: float) -> bool:
+        """Read the replies of abandoned requests for up to `timeout` seconds; True when none is
+        left (the worker is idle)."""
+        with self.lock:
+            while self._abandoned:
+                if not self.end.ready(timeout):
+                    return False
+                frame = self.end.recv()
+                if not frame:
+                    return False
+                self._abandoned.discard(frame_head(frame)[1])
+            return not self._waiting
 
 
 # -- the arena -----------------------------------------------------------------------------------

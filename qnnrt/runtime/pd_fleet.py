@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -29,6 +29,7 @@ from qnnrt.core.device_info import HtpDevice
 from qnnrt.core.graph import BoundCall
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime import pd_channel as ch
+from qnnrt.runtime import pd_protocol as proto
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.pd_plan import Placement
 from qnnrt.runtime.performance import Choice
@@ -53,21 +54,23 @@ def _worker_command(tail: list[str]) -> list[str]:
 
 
 class PdWorker:
-    """The main process's handle on one worker: its process, its channel end, its contexts."""
+    """The main process's handle on one worker: its process, its channel, its contexts, and what
+    it reported (its status block in the arena, and the replies that carry its vote)."""
 
-    def __init__(self, index: int, keys: list[str]):
+    def __init__(self, index: int, keys: list[str], status: proto.StatusBlock, status_at: ch.Block):
         self.index, self.keys = index, list(keys)
         self.proc: subprocess.Popen | None = None
-        self.end: Any = None
+        self.channel: ch.Channel | None = None
         self.pid: int | None = None
+        self.status, self.status_at = status, status_at
         self.calls = 0
         self.channel_s = 0.0     # round trip minus the time inside graphExecute
         self.execute_s = 0.0
         self.load_seconds: float | None = None
-        self.summary: dict = {}
+        self.performance: dict | None = None   # the worker's vote counts, from its last reply
         self.gone = False
-        self.pending = False     # a request sent whose reply was not read (an interrupt between)
         self.heap_report: dict | None = None   # the worker's heap profile, sent when it closed
+        self._start_id: int | None = None
 
     @property
     def name(self) -> str:
@@ -75,6 +78,7 @@ class PdWorker:
 
     def spawn(self) -> None:
         env = dict(os.environ, **{PARENT_ENV: str(os.getpid())})
+        end: ch.PipeEnd | ch.ConnEnd
         if ch.use_pipes():
             req_r, req_w = os.pipe()
             rep_r, rep_w = os.pipe()
@@ -84,14 +88,15 @@ class PdWorker:
             finally:
                 os.close(req_r)
                 os.close(rep_w)
-            self.end = ch.PipeEnd(rep_r, req_w)
+            end = ch.PipeEnd(rep_r, req_w)
         else:
             from multiprocessing.connection import Listener
             key = os.urandom(16)
             with Listener(authkey=key) as listener:
                 env[KEY_ENV] = key.hex()
                 self.proc = subprocess.Popen(_worker_command(["conn", str(listener.address)]), env=env)
-                self.end = ch.ConnEnd(listener.accept())
+                end = ch.ConnEnd(listener.accept())
+        self.channel = ch.Channel(end)
         self.pid = self.proc.pid
 
     # -- requests ------------------------------------------------------------------------------
@@ -110,69 +115,75 @@ class PdWorker:
                              f"the program's workers were stopped. A crash inside QNN or a kill "
                              f"from outside (perhaps the out-of-memory killer) ends a worker.")
 
-    def failure(self, msg: bytes, what: str) -> PdWorkerError:
+    def failure(self, frame: bytes, what: str) -> PdWorkerError:
         """The error a worker's E reply describes: a QNN error stays one (code, log, remedy; the
-        recovery policy reads it), naming the PD."""
-        name, text, code, _tb, qnn = ch.parse_pickle(msg)
-        if qnn is not None:
-            where = f"in {self.name}, {what}"
-            return PdQnnError(qnn["function"], code, qnn["code_name"], qnn["message"], qnn["log_tail"],
-                              qnn["remedy"], f"{qnn['context']} {where}" if qnn["context"] else where)
-        err = PdWorkerError(f"{self.name}: {what} failed: {text}")
-        err.code = code  # type: ignore[attr-defined]
+        recovery policy reads it), naming the PD; a non-qnnrt exception there is a bug in qnnrt
+        and says so."""
+        f = ch.parse_object(frame)
+        if not isinstance(f, proto.Failure):
+            raise ch.ProtocolError(f"{self.name}: an error frame carrying {type(f).__name__}")
+        if f.qnn is not None:
+            q, where = f.qnn, f"in {self.name}, {what}"
+            return PdQnnError(q.function, q.code, q.code_name, q.message, list(q.log_tail), q.remedy,
+                              f"{q.context} {where}" if q.context else where)
+        if f.internal:
+            err = PdWorkerError(f"{self.name}: {what} failed with an internal error (a bug in qnnrt): "
+                                f"{f.type_name}: {f.message}\nworker traceback:\n{f.traceback}")
+        else:
+            err = PdWorkerError(f"{self.name}: {what} failed: {f.message}")
+        err.code = f.code  # type: ignore[attr-defined]
         return err
 
-    def control(self, op: tuple, what: str) -> Any:
-        self.request(op, what)
-        return self.answer(what)
-
-    def request(self, op: tuple, what: str) -> None:
-        """Send a control request; `answer` reads its reply (a worker starts while others do)."""
-        if self.gone:
-            raise PdWorkerError(f"{self.name} is stopped; {what} is not possible")
-        self.drain(what)
+    def control(self, request: proto.Request, what: str) -> Any:
+        """Send a control request and return its reply (any thread; one request at a time)."""
         try:
-            self.end.send(ch.control_message(ch.CONTROL, op))
+            frame = self._channel(what).request(request)
         except OSError:
             raise self.gone_error(what) from None
-        self.pending = True
+        return self.reply(frame, what)
 
-    def answer(self, what: str) -> Any:
-        msg = self.end.recv()
-        self.pending = False
-        if not msg:
+    def _channel(self, what: str) -> ch.Channel:
+        if self.gone or self.channel is None:
+            raise PdWorkerError(f"{self.name} is stopped; {what} is not possible")
+        return self.channel
+
+    def reply(self, frame: bytes, what: str) -> Any:
+        """The payload of a reply frame; the error it carries raised; a closed channel is the
+        worker's end."""
+        if not frame:
             raise self.gone_error(what)
-        if msg[:1] == ch.ERROR:
-            raise self.failure(msg, what)
-        return ch.parse_pickle(msg)
+        kind = frame[:1]
+        if kind == ch.ERROR:
+            raise self.failure(frame, what)
+        if kind != ch.REPLY:
+            raise ch.ProtocolError(f"{self.name}: a {kind!r} frame in reply to a control request")
+        return ch.parse_object(frame)
 
-    def drain(self, what: str) -> None:
-        """Read the reply of a request interrupted before its answer (a Ctrl-C between the two),
-        so the next reply read is the next request's."""
-        if self.pending:
-            if not self.end.recv():
-                raise self.gone_error(what)
-            self.pending = False
+    def begin_start(self, config: proto.WorkerConfig, what: str) -> None:
+        """Send the start request; `finish_start` reads its reply (workers start side by side)."""
+        try:
+            self._start_id = self._channel(what).begin(proto.Start(config))
+        except OSError:
+            raise self.gone_error(what) from None
+
+    def finish_start(self, what: str) -> None:
+        assert self._start_id is not None and self.channel is not None
+        started = self.reply(self.channel.finish(self._start_id), what)
+        self.load_seconds, self.performance = started.load_seconds, started.performance
 
     def stop(self) -> None:
         """Ask the worker to close (it frees its contexts), kill it if it does not; idempotent. A
-        worker still busy with an earlier request after the grace time is killed: its reply
-        would be taken for the close's."""
-        proc = self.proc
+        worker still busy with an earlier request after the grace time is killed."""
+        proc, channel = self.proc, self.channel
         if proc is None:
             return
-        if not self.gone and proc.poll() is None:
+        if not self.gone and proc.poll() is None and channel is not None:
             try:
-                if self.pending and self.end.ready(STOP_GRACE_S):
-                    self.end.recv()
-                    self.pending = False
-                if not self.pending:
-                    self.end.send(ch.control_message(ch.CONTROL, ("close",)))
-                    if self.end.ready(CLOSE_WAIT_S):  # a worker stuck in QNN is killed below
-                        msg = self.end.recv()
-                        if msg[:1] == ch.REPLY:
-                            self.heap_report = ch.parse_pickle(msg)
-            except OSError:
+                if channel.settle(STOP_GRACE_S):
+                    frame = channel.request(proto.Close(), timeout=CLOSE_WAIT_S)
+                    if frame[:1] == ch.REPLY:
+                        self.heap_report = ch.parse_object(frame).heap_report
+            except (OSError, ch.ProtocolError):
                 pass
         try:
             proc.wait(STOP_GRACE_S)
@@ -180,8 +191,8 @@ class PdWorker:
             proc.kill()
             proc.wait()
         self.gone = True
-        if self.end is not None:
-            self.end.close()
+        if channel is not None:
+            channel.end.close()
         self.proc = None
 
 
@@ -191,7 +202,6 @@ class RemoteCall:
     def __init__(self, pool: "MultiPdPool", worker: PdWorker, call_id: int, key: str, spec: GraphSpec):
         self.pool, self.worker, self.call_id = pool, worker, call_id
         self.key, self.name = key, spec.name
-        self._msg = ch.call_message(call_id)
         # BoundCall's attributes, unused here: the worker holds the graph and its log
         self.handle: Any = None
         self.profile_handle: Any = None
@@ -213,13 +223,13 @@ class RemoteCall:
         self._dst: list[np.ndarray | None] = [None] * len(self._outs)  # bound output arrays
         self._home = {"in": ins, "out": outs}                     # the staging blocks
         self._at = {"in": list(ins), "out": list(outs)}           # where the worker points now
-        worker.control(("bind", call_id, key, spec.name, ins, outs),
+        worker.control(proto.Bind(call_id, key, spec.name, tuple(ins), tuple(outs)),
                        f"binding graph {spec.name!r} of context {key!r}")
 
     def attach_profile(self, profile: Any) -> Callable[[], list[dict]]:
         """The worker records every call of this graph into a QNN profile of its own (at
         `profile`'s level) and sends the call's events with its reply."""
-        self.worker.control(("profile", self.call_id, profile.level),
+        self.worker.control(proto.ProfileCalls(self.call_id, profile.level),
                             f"profiling graph {self.name!r} of context {self.key!r}")
         self.profiled = True
         return lambda: self.events
@@ -246,7 +256,7 @@ class RemoteCall:
         block = self.pool.arena.block_of(arr)
         want = block if block is not None else self._home[kind][i]
         if self._at[kind][i] != want:
-            self.worker.control(("point", self.call_id, kind, i, want),
+            self.worker.control(proto.Point(self.call_id, kind == "out", i, want),
                                 f"binding graph {self.name!r} of context {self.key!r}")
             self._at[kind][i] = want
         return block is not None
@@ -277,28 +287,22 @@ class RemoteCall:
             if src is not None:
                 np.copyto(a, src.reshape(a.shape), casting="no")
         w = self.worker
-        if w.pending:  # an earlier request was interrupted before its reply: drop that reply
-            try:
-                w.drain(f"graph {self.name!r}")
-            except PdWorkerError:
-                self.pool.broken(w, self)
         pc = time.perf_counter
         t0 = pc()
         try:
-            w.end.send(self._msg)
-        except OSError:
+            frame = w.channel.call(self.call_id)  # type: ignore[union-attr]
+        except (OSError, AttributeError):
             self.pool.broken(w, self)
-        w.pending = True
-        msg = w.end.recv()
-        w.pending = False
         rtt = pc() - t0
-        if msg[:1] != ch.OK:
-            if not msg:
+        if frame[:1] != ch.OK:
+            if not frame:
                 self.pool.broken(w, self)
-            raise w.failure(msg, f"graph {self.name!r} of context {self.key!r}")
-        dt = ch.parse_ok(msg)
+            if frame[:1] == ch.ERROR:
+                raise w.failure(frame, f"graph {self.name!r} of context {self.key!r}")
+            raise ch.ProtocolError(f"{w.name}: a {frame[:1]!r} frame in reply to a graph call")
+        dt, events = ch.parse_ok(frame)
         if self.profiled:
-            self.events = ch.parse_events(msg) or []
+            self.events = events or []
         w.calls += 1
         w.execute_s += dt
         w.channel_s += rtt - dt
@@ -452,7 +456,8 @@ class MultiPdPool:
         self.heap = heap
         self.performance = performance   # the main process's vote, which every worker makes too
         self._generation = 0
-        self.workers = [PdWorker(i, keys) for i, keys in enumerate(placement.groups) if i > 0]
+        self.arena = ch.Arena()
+        self.workers = [self._worker(i, keys) for i, keys in enumerate(placement.groups) if i > 0]
         self._where = {k: w for w in self.workers for k in w.keys}
         self._live = {k: RemoteContext(self, k, binaries[k]) for k in self._where}
         self._calls = 0
@@ -460,7 +465,6 @@ class MultiPdPool:
         self.failure: str | None = None
         self.predictions = dict(placement.sizes)
         self.devices = device_placement(backend, len(placement.groups))
-        self.arena = ch.Arena()
         with contextlib.ExitStack() as undo:
             undo.callback(self.arena.close)
             # PD 0's pool: the step watch, creation profiler and spill-fill group of this process
@@ -471,35 +475,39 @@ class MultiPdPool:
             for w in self.workers:   # all spawned and started first: they create side by side
                 w.spawn()
             for w in self.workers:
-                w.request(("start", self.worker_config(w, log_level)), _creating(w.keys))
+                w.begin_start(self.worker_config(w, log_level), _creating(w.keys))
             self.local.load()
             if progress:
                 progress(1, len(placement.groups))
             for i, w in enumerate(self.workers):
-                info = w.answer(_creating(w.keys))
-                w.load_seconds = info["load_seconds"]
+                w.finish_start(_creating(w.keys))
                 if progress:
                     progress(i + 2, len(placement.groups))
             undo.pop_all()
 
-    def worker_config(self, w: PdWorker, log_level: str) -> dict:
+    def _worker(self, index: int, keys: list[str]) -> PdWorker:
+        array, block = self.arena.alloc((1,), proto.STATUS_DTYPE)
+        return PdWorker(index, keys, proto.StatusBlock(array), block)
+
+    def worker_config(self, w: PdWorker, log_level: str) -> proto.WorkerConfig:
         b, pl = self.binaries, self.placement
-        return {"backend_lib": str(self.backend.lib.backend_path), "soc": self.backend.soc_model,
-                "log_level": log_level, "names": {k: b[k].name for k in w.keys},
-                "binaries": {k: (str(b[k].path) if b[k].path is not None else bytes(b[k].buffer))
-                             for k in w.keys},
-                "predictions": {k: pl.sizes.get(k) for k in w.keys},
-                "evict_budget": pl.evict_budget(w.index),
-                "heap": self.heap is not None, "signed_pd": self.backend.signed_pd,
-                "device_id": self.devices.devices[w.index],
-                "htp_arch": self.devices.arches[w.index] if self.devices.arches else None,
-                "performance": self.performance}
+        return proto.WorkerConfig(
+            backend_lib=str(self.backend.lib.backend_path), soc=self.backend.soc_model,
+            log_level=log_level, names={k: b[k].name for k in w.keys},
+            binaries={k: (str(b[k].path) if b[k].path is not None else bytes(b[k].buffer))
+                      for k in w.keys},
+            predictions={k: pl.sizes.get(k) for k in w.keys}, status=w.status_at,
+            evict_budget=pl.evict_budget(w.index), heap=self.heap is not None,
+            signed_pd=self.backend.signed_pd, device_id=self.devices.devices[w.index],
+            htp_arch=self.devices.arches[w.index] if self.devices.arches else None,
+            performance=self.performance)
 
     def vote(self, choice: Choice) -> None:
         """Every worker votes `choice` (the main process's per-run override, and its end)."""
         for w in self.workers:
             if not w.gone:
-                w.control(("vote", choice), f"voting performance mode {choice.mode}")
+                w.performance = w.control(proto.Vote(choice),
+                                          f"voting performance mode {choice.mode}").performance
 
     # -- what the plans and the Program ask ----------------------------------------------------
     @property
@@ -594,8 +602,10 @@ class MultiPdPool:
                 done += self.local.pool.recreate(mine, restart_backend)
                 continue
             w = self.workers[pd - 1]
-            done += w.control(("recreate", mine, restart_backend),
-                              f"re-creating {len(mine)} context(s) for recovery")
+            recreated = w.control(proto.Recreate(tuple(mine), restart_backend),
+                                  f"re-creating {len(mine)} context(s) for recovery")
+            w.performance = recreated.performance
+            done += list(recreated.keys)
             self._generation += 1
         return done
 
@@ -603,7 +613,7 @@ class MultiPdPool:
     def live_keys(self) -> list[str]:
         return self.local.pool.live_keys + list(self._live)
 
-    def broken(self, worker: PdWorker, call: RemoteCall) -> None:
+    def broken(self, worker: PdWorker, call: RemoteCall) -> NoReturn:
         """A worker died during `call`: stop every worker, raise the error naming both."""
         err = worker.gone_error(f"running graph {call.name!r} of context {call.key!r}")
         self.failure = str(err)
@@ -629,28 +639,23 @@ class MultiPdPool:
 
     def pd_summaries(self) -> list[dict]:
         out = [self._local_summary()]
-        for w in self.workers:
-            s = w.summary
-            if not w.gone:
-                try:
-                    s = w.summary = w.control(("summary",), "reporting")
-                except PdWorkerError:
-                    pass
+        for w in self.workers:   # read from the status block: no request, whatever runs
+            s = w.status.read()
             out.append({"pd": w.index, "pid": w.pid, "in_process": False,
                         "device": self.devices.devices[w.index],
                         "where": f"worker pid {w.pid}", "contexts": len(w.keys),
                         "first": w.keys[0] if w.keys else None,
                         "last": w.keys[-1] if w.keys else None,
                         "pd_predicted_bytes": self.placement.pd_bytes[w.index],
-                        "pd_reported_bytes": s.get("pd_estimate_total_bytes"),
-                        "creates": s.get("creates"), "evictions": s.get("evictions"),
+                        "pd_reported_bytes": s["pd_estimate_total_bytes"],
+                        "creates": s["creates"], "evictions": s["evictions"],
                         "evicting": w.index in self.placement.evicting,
                         "load_seconds": w.load_seconds,
                         "graph_calls": w.calls,
                         "channel_us_per_call": (round(w.channel_s / w.calls * 1e6, 2)
                                                 if w.calls else None),
                         "execute_seconds": round(w.execute_s, 6),
-                        "performance": s.get("performance")})
+                        "performance": w.performance})
         return out
 
     def summary(self) -> dict:
@@ -700,6 +705,8 @@ class MultiPdPool:
             try:
                 self.local.pool.close()
             finally:
+                for w in self.workers:   # what they reported outlives the arena
+                    w.status = proto.StatusBlock(w.status.array.copy())
                 self.arena.close()
         if self.heap is not None:
             for w in self.workers:

@@ -22,8 +22,8 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from qnnrt.core.process import die_with_parent
-from qnnrt.errors import QnnError
 from qnnrt.runtime import pd_channel as ch
+from qnnrt.runtime import pd_protocol as proto
 
 if TYPE_CHECKING:
     from qnnrt.runtime.residency import ContextPool
@@ -103,7 +103,7 @@ class _Call:
 
 
 class Worker:
-    """The worker's state: backend, binaries, its context pool, bound calls."""
+    """The worker's state: backend, binaries, its context pool, bound calls, its status block."""
 
     def __init__(self, end: ch.PipeEnd | ch.ConnEnd) -> None:
         self.end = end
@@ -115,76 +115,82 @@ class Worker:
         self.heap: Any = None
         self.performance: Any = None
         self.profile: Any = None
+        self.status: proto.StatusBlock | None = None
+        self.evicting = False   # the pool's counters change with calls, not only with requests
 
-    def start(self, cfg: dict) -> dict:
+    def start(self, cfg: proto.WorkerConfig) -> proto.Started:
         from qnnrt.core import Backend, ContextBinary
         from qnnrt.runtime.performance import Performance
-        self.backend = Backend(backend_lib=cfg["backend_lib"], soc=cfg["soc"],
-                               log_level=cfg["log_level"], signed_pd=cfg.get("signed_pd", False),
-                               device_id=cfg.get("device_id", 0),
-                               htp_arch=cfg.get("htp_arch") if cfg.get("device_id") else None)
+        self.status = proto.StatusBlock(self.view.array(cfg.status, (1,), proto.STATUS_DTYPE))
+        self.backend = Backend(backend_lib=cfg.backend_lib, soc=cfg.soc, log_level=cfg.log_level,
+                               signed_pd=cfg.signed_pd, device_id=cfg.device_id,
+                               htp_arch=cfg.htp_arch if cfg.device_id else None)
         # the main process's vote, made here too: RPC latency and polling are per process
-        self.performance = Performance(cfg["performance"], self.backend) if cfg.get("performance") else None
-        for key, src in cfg["binaries"].items():
-            self.binaries[key] = (ContextBinary(src, name=cfg["names"][key]) if isinstance(src, str)
-                                  else ContextBinary(buffer=src, name=cfg["names"][key]))
-        if cfg.get("heap"):
+        self.performance = Performance(cfg.performance, self.backend) if cfg.performance else None
+        for key, src in cfg.binaries.items():
+            self.binaries[key] = (ContextBinary(src, name=cfg.names[key]) if isinstance(src, str)
+                                  else ContextBinary(buffer=src, name=cfg.names[key]))
+        if cfg.heap:
             from qnnrt.profiling.heap import HeapProfiler
             self.heap = HeapProfiler()
-        self.pool = group_pool(self.backend, self.binaries, cfg["predictions"], cfg.get("evict_budget"),
-                               self.heap)
-        self.order = list(cfg["binaries"])
+        self.pool = group_pool(self.backend, self.binaries, cfg.predictions, cfg.evict_budget, self.heap)
+        self.evicting = self.pool.residency.kind != "eager"
+        self.order = list(cfg.binaries)
         t0 = time.perf_counter()
-        if self.pool.residency.kind == "eager":
+        if not self.evicting:
             self.pool.load_all()
-        return {"pid": os.getpid(), "load_seconds": time.perf_counter() - t0}
+        self.report_pool()
+        return proto.Started(os.getpid(), time.perf_counter() - t0, self.vote_counts())
 
-    def control(self, op: tuple) -> Any:
-        what = op[0]
-        if what == "start":
-            return self.start(op[1])
-        if what == "bind":
-            _, call_id, key, graph, ins, outs = op
-            self.calls[call_id] = _Call(self.pool, self.view, key, graph, ins, outs,
-                                        self.order.index(key))
-            return None
-        if what == "point":
-            _, call_id, kind, index, block = op
-            call = self.calls.get(call_id)
-            if call is None:
-                raise ValueError(f"no bound call {call_id}")
-            call.point(self.view, kind, index, block)
-            return None
-        if what == "profile":  # record call `call_id` into this worker's profile
-            _, call_id, level = op
-            call = self.calls.get(call_id)
-            if call is None:
-                raise ValueError(f"no bound call {call_id}")
+    def vote_counts(self) -> dict | None:
+        return self.performance.vote_counts() if self.performance is not None else None
+
+    def report_pool(self) -> None:
+        """The pool's counters into the status block the main process reads."""
+        if self.status is not None and self.pool is not None:
+            s = self.pool.summary()
+            self.status.write(creates=s["creates"], evictions=s["evictions"], frees=s["frees"],
+                              pd_estimate_total_bytes=s["pd_estimate_total_bytes"])
+
+    def handle(self, req: proto.Request) -> proto.Reply:
+        if isinstance(req, proto.Start):
+            return self.start(req.config)
+        if isinstance(req, proto.Bind):
+            self.calls[req.call] = _Call(self.pool, self.view, req.key, req.graph, list(req.inputs),
+                                         list(req.outputs), self.order.index(req.key))
+            return proto.Done()
+        if isinstance(req, proto.Point):
+            self.bound(req.call).point(self.view, "out" if req.output else "in", req.index, req.block)
+            return proto.Done()
+        if isinstance(req, proto.ProfileCalls):  # record the call into this worker's profile
+            call = self.bound(req.call)
             if self.profile is None:
                 from qnnrt.core.profile import Profile
-                self.profile = Profile(self.backend, level)   # freed with the backend
+                self.profile = Profile(self.backend, req.level)   # freed with the backend
             call.profile = self.profile
             call.call.attach_profile(self.profile)
-            return None
-        if what == "recreate":  # recovery, driven by the main process: free and create again
-            _, keys, restart_backend = op
+            return proto.Done()
+        if isinstance(req, proto.Recreate):  # recovery, driven by the main process
             live = set(self.pool.live_keys)
-            done = self.pool.recreate([k for k in keys if k in live], restart_backend=restart_backend)
-            if restart_backend:
+            done = self.pool.recreate([k for k in req.keys if k in live],
+                                      restart_backend=req.restart_backend)
+            if req.restart_backend:
                 self.after_restart()
-            return done
-        if what == "summary":
-            s = self.pool.summary() if self.pool is not None else {}
+            self.report_pool()
+            return proto.Recreated(tuple(done), self.vote_counts())
+        if isinstance(req, proto.Vote):
             if self.performance is not None:
-                s["performance"] = self.performance.vote_counts()
-            return s
-        if what == "vote":
-            if self.performance is not None:
-                self.performance.revote(op[1])
-            return None
-        if what == "crash":  # tests: die the way a crash inside QNN would
+                self.performance.revote(req.choice)
+            return proto.Voted(self.vote_counts())
+        if isinstance(req, proto.Crash):
             os.kill(os.getpid(), signal.SIGKILL)
-        raise ValueError(f"unknown control {what!r}")
+        raise ch.ProtocolError(f"a request this worker does not know: {type(req).__name__}")
+
+    def bound(self, call_id: int) -> _Call:
+        call = self.calls.get(call_id)
+        if call is None:
+            raise ch.ProtocolError(f"no bound call {call_id}")
+        return call
 
     def after_restart(self) -> None:
         """The backend restarted, which closed what it owned: vote again, and record the calls
@@ -199,32 +205,37 @@ class Worker:
                     call.profile = self.profile
                     call.call.attach_profile(self.profile)
 
+    def run_call(self, frame: bytes) -> bytes:
+        rid, call_id = ch.parse_call(frame)
+        call = self.bound(call_id)
+        seconds = call()
+        if self.evicting:
+            self.report_pool()
+        return ch.ok_frame(rid, seconds, None if call.profile is None else call.profile.events())
+
     def loop(self) -> None:
-        end, calls = self.end, self.calls
+        """Serve requests until the channel closes or a Close: every request gets one reply with
+        its id, a failure included."""
+        end = self.end
         while True:
-            msg = end.recv()
-            if not msg:
+            frame = end.recv()
+            if not frame:
                 return
-            kind = msg[:1]
+            rid = 0
             try:
+                kind, rid = ch.frame_head(frame)
                 if kind == ch.CALL:
-                    call = calls[ch.parse_call(msg)]
-                    seconds = call()
-                    end.send(ch.ok_message(seconds) if call.profile is None
-                             else ch.profiled_ok_message(seconds, call.profile.events()))
+                    end.send(self.run_call(frame))
                     continue
-                op = ch.parse_pickle(msg)
-                if op[0] == "close":
-                    end.send(ch.control_message(ch.REPLY, self.close()))
+                if kind != ch.CONTROL:
+                    raise ch.ProtocolError(f"a frame of unknown kind {kind!r}")
+                req = ch.parse_object(frame)
+                if isinstance(req, proto.Close):
+                    end.send(ch.object_frame(ch.REPLY, rid, proto.Closed(self.close())))
                     return
-                end.send(ch.control_message(ch.REPLY, self.control(op)))
-            except Exception as e:  # noqa: BLE001 - every failure goes back as a message
-                code = getattr(e, "code", None)
-                qnn = ({"function": e.function, "code_name": e.code_name, "message": e.message,
-                        "log_tail": e.log_tail, "remedy": e.remedy, "context": e.context}
-                       if isinstance(e, QnnError) else None)
-                end.send(ch.control_message(ch.ERROR, (type(e).__name__, str(e), code,
-                                                       traceback.format_exc(limit=4), qnn)))
+                end.send(ch.object_frame(ch.REPLY, rid, self.handle(req)))
+            except Exception as e:  # noqa: BLE001 - every failure goes back as its request's reply
+                end.send(ch.object_frame(ch.ERROR, rid, proto.Failure.of(e, traceback.format_exc(limit=8))))
 
     def close(self) -> dict | None:
         """Free every context, then the backend (idempotent); the heap report when profiling."""
@@ -234,6 +245,7 @@ class Worker:
         for b in self.binaries.values():
             b.close()
         self.binaries = {}
+        self.status = None
         self.view.close()
         backend, self.backend = self.backend, None
         if backend is not None:

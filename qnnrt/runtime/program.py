@@ -85,7 +85,13 @@ class _CreateProfiles:
 
 
 class Program:
-    """Methods sharing a pool of contexts. Use as a context manager, or call close()."""
+    """Methods sharing a pool of contexts. Use as a context manager, or call close().
+
+    Threads: `run`, `plan` and `close` take the program's lock (a second caller waits for the run
+    in progress). Every read (`pool.summary()`, `recovery.summary()`, `performance`, `graph_calls`,
+    `iterations`, `timing`, the heap and execution profilers) is safe from any thread at any moment
+    of a run and never touches a PD worker's channel; a performance override from another thread
+    votes between two graph calls (each worker's channel takes one request at a time)."""
 
     def __init__(self, path: Path, binaries: dict[str, ContextBinary],
                  method_builder: MethodBuilder, backend: Backend,

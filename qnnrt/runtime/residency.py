@@ -708,6 +708,11 @@ class ContextPool:
         return again
 
     def summary(self) -> dict:
+        """The pool's counters; safe from any thread (taken under the pool's lock)."""
+        with self._lock:
+            return self._summary()
+
+    def _summary(self) -> dict:
         s = self.stats
         return {"policy": str(self.residency), "contexts_total": len(self.binaries),
                 "peak_live": s.peak_live, "creates": s.creates, "frees": s.frees,

@@ -93,3 +93,26 @@ def test_stop_signal_stops_every_pd_worker(chain12, sig, in_process):
             break
         time.sleep(0.1)
     assert not any(_alive(p) for p in workers), "a PD worker outlived the command"
+
+
+def test_progress_lines_during_a_multi_pd_run(chain12, tmp_path, monkeypatch):
+    """No terminal, a progress line every 0.05 s while graph calls go through two workers (each
+    line reads the residency summary from the heartbeat thread), many iterations: the run
+    completes, and its outputs are byte-equal to one PD's. This was the seed-000 failure: a
+    progress line's summary request desynchronized a worker's channel."""
+    monkeypatch.setenv("QNNRT_PROGRESS_INTERVAL", "0.05")
+    one, multi = tmp_path / "one", tmp_path / "multi"
+    args = ("--iteration", 60)
+    r1 = qnnrt("run", chain12.model, "--residency", "auto", *args, "--output-dir", one)
+    assert r1.returncode == 0, r1.stderr
+    r = qnnrt("run", chain12.model, *MULTI, *args, "--output-dir", multi, "--report", tmp_path / "r.json")
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.startswith("qnnrt run: iteration")]
+    assert len(lines) >= 3, r.stderr     # the heartbeat really read state during the run
+    res = json.loads((tmp_path / "r.json").read_text())["residency"]
+    assert res["pds"] == 3 and res["creates"] == 12 and res["evictions"] == 0
+    assert [w["graph_calls"] for w in res["pd_workers"][1:]] == [60 * 4, 60 * 4]
+    files = sorted(p.name for p in one.iterdir())
+    assert files and files == sorted(p.name for p in multi.iterdir())
+    for name in files:
+        assert (one / name).read_bytes() == (multi / name).read_bytes(), name

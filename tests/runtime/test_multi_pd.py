@@ -2,6 +2,7 @@
 one resident, outputs bit-identical to one PD in this process; faults end cleanly."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -146,8 +147,7 @@ def test_worker_that_cannot_create_fails_the_load(chain12, monkeypatch, tmp_path
     def vanished(self, w, log_level):
         cfg = real(self, w, log_level)
         key = w.keys[-1]
-        cfg["binaries"][key] = str(tmp_path / "gone.bin")
-        return cfg
+        return dataclasses.replace(cfg, binaries={**cfg.binaries, key: str(tmp_path / "gone.bin")})
     monkeypatch.setattr(MultiPdPool, "worker_config", vanished)
     before = set(_children())
     with pytest.raises(PdWorkerError) as ei:
@@ -234,7 +234,7 @@ def test_portable_channel_gives_the_same_outputs(chain12, monkeypatch):
         ref = p.run(None, x)
     monkeypatch.setattr(pd_channel, "use_pipes", lambda: False)
     with qnnrt.load(chain12.model, residency="multi-pd:2", options=_opts()) as p:
-        assert isinstance(p.pool.workers[0].end, pd_channel.ConnEnd)
+        assert isinstance(p.pool.workers[0].channel.end, pd_channel.ConnEnd)
         out = p.run(None, x)
     assert all(np.array_equal(out[k], ref[k]) for k in ref)
 
@@ -417,3 +417,55 @@ def test_pd_zero_evicts_beside_another_programs_contexts(chain12):
     assert all(np.array_equal(o[k], ref[k]) for o in outs for k in ref)
     assert local["evicting"] and local["evictions"] > 0 and local["creates"] > 6
     assert remote["evictions"] == 0 and remote["creates"] == 6
+
+
+def test_another_thread_reads_and_votes_while_runs_go_through_the_workers(chain12):
+    """A second thread reads every public state of a multi-PD program in a loop (summary, the
+    per-PD figures, recovery, performance, progress counters) and makes performance overrides
+    (votes go down the workers' channels) while the main thread runs: no error, no hang, and the
+    outputs equal one PD's. Before the channel matched replies to requests, the summary's reply
+    was taken for a graph call's and the run failed or hung."""
+    import threading
+    xs = [_x(i) for i in range(2)]
+    with qnnrt.load(chain12.model, residency="lazy") as p:
+        ref = [p.run(None, x) for x in xs]
+    errors: list[BaseException] = []
+    reads = [0]
+    with qnnrt.load(chain12.model, residency="multi-pd:3",
+                    options=_opts(performance_mode="burst")) as p:
+        assert isinstance(p.pool, MultiPdPool) and len(p.pool.workers) == 2
+        running = threading.Event()
+        stop = threading.Event()
+
+        def reader() -> None:
+            running.wait(30)
+            while not stop.is_set():
+                try:
+                    s = p.pool.summary()
+                    assert s["creates"] == 12 and len(s["pd_workers"]) == 3
+                    p.recovery.summary()
+                    assert p.graph_calls >= 0 and p.iterations >= 0
+                    if reads[0] % 25 == 0:
+                        with p.performance.override("balanced"):
+                            p.performance.to_json()
+                    reads[0] += 1
+                except BaseException as e:  # noqa: BLE001 - reported by the main thread
+                    errors.append(e)
+                    return
+        t = threading.Thread(target=reader, daemon=True)
+        t.start()
+        outs = []
+        try:
+            running.set()
+            for i in range(40):
+                outs.append(p.run(None, xs[i % 2]))
+        finally:
+            stop.set()
+            t.join(60)
+        assert not t.is_alive() and not errors, errors
+        calls = [w["graph_calls"] for w in p.pool.summary()["pd_workers"][1:]]
+    assert reads[0] > 40, reads      # the reader really ran beside the runs
+    assert calls == [40 * 4, 40 * 4]
+    for i, out in enumerate(outs):
+        for k in out:
+            assert np.array_equal(out[k], ref[i % 2][k])

@@ -1,0 +1,186 @@
+"""The messages between the main process and a PD worker: typed, each request answered once.
+
+Every request carries an id the main process assigns (`pd_channel.Channel`); the worker's reply
+carries the same id, so a reply can never be taken for another request's. Control requests and
+their replies are the frozen dataclasses below (pickled: both sides run this same module); a graph
+call, the hot path, is a fixed binary frame (pd_channel). A failure comes back as a `Failure`
+whose payload rebuilds the error on the main side (a QnnError stays a QnnError, with its code,
+log and remedy, so the recovery policy reads it as if it were local).
+
+What the main process reports of a worker while it runs (creations, evictions, PD bytes) is read
+from a `StatusBlock` the worker writes in shared memory, never asked for over the channel: a
+thread reading a summary must not touch a channel another thread is waiting on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import numpy as np
+
+from qnnrt.errors import QnnError
+from qnnrt.runtime.pd_channel import Block
+from qnnrt.runtime.performance import Choice
+
+
+# -- the worker's configuration --------------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a worker needs to open its backend and create its group of contexts."""
+    backend_lib: str
+    soc: int | str | None
+    log_level: str
+    binaries: dict[str, str | bytes]          # key -> path, or the binary's bytes
+    names: dict[str, str]                     # key -> the binary's name in messages
+    predictions: dict[str, int | None]        # key -> predicted PD bytes
+    status: Block                             # where the worker writes its StatusBlock
+    evict_budget: int | None = None           # None: every context resident
+    heap: bool = False
+    signed_pd: bool = False
+    device_id: int = 0
+    htp_arch: int | None = None               # needed to select a device other than 0
+    performance: Choice | None = None
+
+
+# -- control requests -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Start:
+    config: WorkerConfig
+
+
+@dataclass(frozen=True)
+class Bind:
+    """Prepare graph `graph` of context `key` as call `call` over arena blocks."""
+    call: int
+    key: str
+    graph: str
+    inputs: tuple[Block, ...]
+    outputs: tuple[Block, ...]
+
+
+@dataclass(frozen=True)
+class Point:
+    """From now on, tensor `index` of call `call` reads (input) or writes (output) `block`."""
+    call: int
+    output: bool
+    index: int
+    block: Block
+
+
+@dataclass(frozen=True)
+class ProfileCalls:
+    """Record every run of call `call` into the worker's QNN profile at `level`."""
+    call: int
+    level: str
+
+
+@dataclass(frozen=True)
+class Recreate:
+    """Recovery: free and create `keys` again (with the backend, for a DSP restart)."""
+    keys: tuple[str, ...]
+    restart_backend: bool
+
+
+@dataclass(frozen=True)
+class Vote:
+    choice: Choice
+
+
+@dataclass(frozen=True)
+class Close:
+    """Free every context and the backend; the reply carries the heap report when profiling."""
+
+
+@dataclass(frozen=True)
+class Crash:
+    """Tests: die the way a crash inside QNN would."""
+
+
+Request = Start | Bind | Point | ProfileCalls | Recreate | Vote | Close | Crash
+
+
+# -- replies ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Started:
+    pid: int
+    load_seconds: float
+    performance: dict | None          # the worker's vote counts (Performance.vote_counts)
+
+
+@dataclass(frozen=True)
+class Recreated:
+    keys: tuple[str, ...]
+    performance: dict | None          # voted again when the backend restarted
+
+
+@dataclass(frozen=True)
+class Voted:
+    performance: dict | None
+
+
+@dataclass(frozen=True)
+class Closed:
+    heap_report: dict | None
+
+
+@dataclass(frozen=True)
+class Done:
+    """A request with nothing to report (Bind, Point, ProfileCalls)."""
+
+
+@dataclass(frozen=True)
+class QnnFields:
+    """A QnnError's fields, to rebuild it on the other side."""
+    function: str
+    code: int
+    code_name: str
+    message: str
+    log_tail: tuple[str, ...]
+    remedy: str
+    context: str
+
+    @staticmethod
+    def of(e: QnnError) -> "QnnFields":
+        return QnnFields(e.function, e.code, e.code_name, e.message, tuple(e.log_tail), e.remedy,
+                         e.context)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A request failed in the worker (the worker goes on serving)."""
+    type_name: str
+    message: str
+    traceback: str
+    code: int | None = None
+    qnn: QnnFields | None = None
+    internal: bool = False            # not a QnnrtError: a bug in qnnrt, not in the input
+
+    @staticmethod
+    def of(e: BaseException, tb: str) -> "Failure":
+        from qnnrt.errors import QnnrtError
+        code = getattr(e, "code", None)
+        return Failure(type(e).__name__, str(e), tb, code if isinstance(code, int) else None,
+                       QnnFields.of(e) if isinstance(e, QnnError) else None,
+                       internal=not isinstance(e, QnnrtError))
+
+
+Reply = Started | Recreated | Voted | Closed | Done | Failure
+
+
+# -- the status a worker writes in shared memory --------------------------------------------------
+STATUS_FIELDS = ("creates", "evictions", "frees", "pd_estimate_total_bytes", "graph_calls")
+STATUS_DTYPE = np.dtype([(name, np.int64) for name in STATUS_FIELDS])
+
+
+@dataclass
+class StatusBlock:
+    """A worker's counters in a shared mapping: the worker writes them as they change, the main
+    process reads them from any thread without a request. Each field is one aligned 64-bit word."""
+    array: np.ndarray = field(repr=False)   # shape (1,), STATUS_DTYPE
+
+    def write(self, **values: int) -> None:
+        row = self.array[0]
+        for name, v in values.items():
+            row[name] = v
+
+    def read(self) -> dict[str, int]:
+        row = self.array[0]
+        return {name: int(row[name]) for name in STATUS_FIELDS}
