@@ -461,7 +461,8 @@ def _print_summary(r: dict, method, out_dir, profiler, args) -> None:
         print(f"    HTP devices: {res['pd_devices']}")
     for pd in res.get("pd_workers") or []:
         channel = ("no channel" if pd["in_process"] else
-                   f"channel {pd['channel_us_per_call']} us per graph call")
+                   f"{pd['round_trips']} round trip(s) for {pd['graph_calls']} graph call(s), channel "
+                   f"{pd['channel_us_per_round_trip']} us per round trip")
         votes = pd.get("performance")
         if votes and votes["mode"] != "default":
             channel += (f", vote {votes['mode']}: {votes['accepted']}/{votes['calls']} calls accepted"

@@ -18,6 +18,7 @@ import ctypes as C
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -153,8 +154,15 @@ class Dequantizer:
         return out
 
 
-def _check_and_prepare(spec: TensorSpec, where: str) -> InputAdapter:
-    return lambda a: prepare_input(spec, a, where)
+@dataclass(frozen=True)
+class PrepareInput:
+    """The default input adapter: checked and converted like any graph input (a value, so a
+    binder can be sent to the PD worker that runs its graph)."""
+    spec: TensorSpec
+    where: str
+
+    def __call__(self, a: np.ndarray) -> np.ndarray:
+        return prepare_input(self.spec, a, self.where)
 
 
 class PreparedCall(Protocol):
@@ -186,7 +194,7 @@ class GraphBinding:
     context is re-created."""
 
     __slots__ = ("call", "spec", "where", "in_slots", "out_slots", "dequantized", "_trusted",
-                 "_checked", "_fresh", "_deq", "_after_call")
+                 "_checked", "_fresh", "_deq", "_after_call", "_sink")
 
     def __init__(self, call: PreparedCall, spec: GraphSpec, in_slots: Sequence[int],
                  out_slots: Sequence[int], dequantize: bool | Sequence[bool], where: str) -> None:
@@ -201,6 +209,7 @@ class GraphBinding:
         # whether output j reaches its slot as float32 (dequantized) rather than as stored
         self.dequantized = [s.is_fixed_point and f for s, f in zip(spec.outputs, flags)]
         self._after_call: Callable[[], None] | None = None   # the attached profiler, if any
+        self._sink: ProfileSink | None = None
         # per-call work lists (a planner moves entries between them before the first run)
         self._trusted: dict[int, int] = {}                   # input -> slot: pointed
         self._checked: dict[int, tuple[int, np.dtype, tuple[int, ...], InputAdapter]] = {}
@@ -208,7 +217,7 @@ class GraphBinding:
         self._deq: dict[int, tuple[int, np.ndarray, Dequantizer, np.ndarray | None]] = {}
         for i, (s, slot) in enumerate(zip(spec.inputs, in_slots)):
             call.set_input_size(i, s.nbytes)
-            self._checked[i] = (slot, s.dtype, tuple(s.shape), _check_and_prepare(s, where))
+            self._checked[i] = (slot, s.dtype, tuple(s.shape), PrepareInput(s, where))
         for j, (s, slot) in enumerate(zip(spec.outputs, out_slots)):
             if self.dequantized[j]:
                 raw = np.zeros(s.shape, s.dtype)
@@ -217,6 +226,26 @@ class GraphBinding:
             else:
                 call.set_output_size(j, s.nbytes)
                 self._fresh[j] = (slot, tuple(s.shape), s.dtype)
+
+    # -- sent to a PD worker (runtime/pd_segment.py) -------------------------------------------
+    def __getstate__(self) -> dict:
+        """Everything but the attached profiler's hook (the worker profiles its own calls)."""
+        return {k: getattr(self, k) for k in self.__slots__ if k not in ("_after_call", "_sink")}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+        self._after_call = self._sink = None
+        for j, (_, raw, _, _) in self._deq.items():   # the raw buffers are this side's copies
+            self.call.set_output(j, raw)
+
+    @property
+    def reads(self) -> list[int]:
+        return self.in_slots
+
+    @property
+    def writes(self) -> list[int]:
+        return self.out_slots
 
     # -- plan time ----------------------------------------------------------------------------
     def output_kind(self, j: int) -> tuple[np.dtype, tuple[int, ...]]:
@@ -261,7 +290,14 @@ class GraphBinding:
     def attach_profile(self, profile: Profile, sink: ProfileSink) -> None:
         """Record every call into `profile` and hand its events to `sink` after each call."""
         read = self.call.attach_profile(profile)   # a worker's call profiles in the worker
+        self._sink = sink
         self._after_call = lambda: sink(read())
+
+    def deliver_profile(self, events: list[dict]) -> None:
+        """The events of a call made elsewhere (a PD worker ran it in a plan segment) go where
+        this binder's own calls' events go."""
+        if self._sink is not None:
+            self._sink(events)
 
     # -- run time -----------------------------------------------------------------------------
     def run(self, values: list) -> float:

@@ -18,7 +18,6 @@ load-time `MethodAnalysis`, nothing private.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,9 +34,10 @@ from qnnrt.runtime.method import QnnStep, validate_inputs
 from qnnrt.runtime.plan import (GraphStep, Inputs, LiveGraphs, Plan, RunTiming, Step, StepPlan,
                                 graph_step)
 
+from qnnrt.core.tensor import TensorSpec
+
 if TYPE_CHECKING:
     from qnnrt.core.binary import GraphSpec
-    from qnnrt.core.tensor import TensorSpec
     from qnnrt.runtime.program import Program
 
 Kind = tuple[np.dtype, tuple[int, ...]]   # what a buffer holds: dtype and shape
@@ -74,6 +74,23 @@ class KernelStep:
         self.inputs, self.outs, self.tensor, self.where = inputs, outs, tensor, where
         self.info = K.OutInfo(tensor.dtype, tensor.shape)
 
+    @property
+    def reads(self) -> list[int]:
+        return self.inputs
+
+    @property
+    def writes(self) -> list[int]:
+        return self.outs
+
+    def __getstate__(self) -> dict:
+        """The kernel by its registered name (a PD worker runs it from its own registry)."""
+        return {"kernel": self.name, "inputs": self.inputs, "outs": self.outs,
+                "tensor": self.tensor, "where": self.where}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(K.get_kernel(state["kernel"]), state["inputs"], state["outs"],  # type: ignore[misc]
+                      state["tensor"], state["where"])
+
     def run(self, values: list) -> float:
         t0 = time.perf_counter()
         xs = [values[i] for i in self.inputs]
@@ -102,6 +119,14 @@ class MatmulStep:
     def __init__(self, a: int, weight: np.ndarray, outs: list[int], shape: tuple[int, ...]) -> None:
         self.a, self.weight, self.outs, self.shape = a, weight, outs, shape
         self.result: np.ndarray | None = None
+
+    @property
+    def reads(self) -> list[int]:
+        return [self.a]
+
+    @property
+    def writes(self) -> list[int]:
+        return self.outs
 
     def run(self, values: list) -> float:
         t0 = time.perf_counter()
@@ -155,6 +180,14 @@ class MoveStep:
     def __init__(self, source: int, target: int) -> None:
         self.source, self.target = source, target
 
+    @property
+    def reads(self) -> list[int]:
+        return [self.source]
+
+    @property
+    def writes(self) -> list[int]:
+        return [self.target]
+
     def run(self, values: list) -> float:
         values[self.target] = values[self.source]
         return 0.0
@@ -167,22 +200,34 @@ class FreeStep:
     def __init__(self, slot: int) -> None:
         self.slot = slot
 
+    @property
+    def reads(self) -> list[int]:
+        return []
+
+    @property
+    def writes(self) -> list[int]:
+        return [self.slot]
+
     def run(self, values: list) -> float:
         values[self.slot] = None
         return 0.0
 
 
-def _pte_adapter(spec_input: TensorSpec, shape: tuple[int, ...],
-                 where: str) -> Callable[[np.ndarray], np.ndarray]:
+@dataclass(frozen=True)
+class Size1Input:
     """A delegate input that is not already right: size-1 dims reshaped as ExecuTorch accepts, then
-    checked and converted like any graph input."""
-    return lambda a: prepare_input(spec_input, size1_reshape(a, shape), where)
+    checked and converted like any graph input (a value: a PD worker may run the delegate)."""
+    spec: TensorSpec
+    where: str
+
+    def __call__(self, a: np.ndarray) -> np.ndarray:
+        return prepare_input(self.spec, size1_reshape(a, tuple(self.spec.shape)), self.where)
 
 
 def _adapt_delegate_inputs(step: GraphStep) -> None:
     b = step.binding
     for i, s in enumerate(b.spec.inputs):
-        b.adapt_input(i, _pte_adapter(s, tuple(s.shape), b.where))
+        b.adapt_input(i, Size1Input(s, b.where))
 
 
 # ---------------------------------------------------------------------------- compiling a method
@@ -386,6 +431,7 @@ class PtePlan(StepPlan):
         keep = a.constant_values | set(a.input_values)
         # (name, value, copy: the output is the program's or the caller's memory)
         self.outputs = [(s.name, i, i in keep) for s, i in zip(method.outputs, a.output_values)]
+        self.cut_by_host(self.template, list(a.output_values))
 
     def run(self, inputs: Inputs) -> dict[str, np.ndarray]:
         given = validate_inputs(self.in_specs, inputs, self.where)

@@ -32,6 +32,7 @@ from qnnrt.core.tensor import address_of
 from qnnrt.errors import QnnrtError
 
 CALL, OK, CONTROL, REPLY, ERROR = b"X", b"K", b"C", b"R", b"E"
+SEGMENT, DONE = b"S", b"D"
 _U32 = struct.Struct("<I")
 _MAX_READ = 1 << 16
 SEGMENT_BYTES = 4 << 20   # the smallest arena segment
@@ -143,6 +144,35 @@ def parse_call(frame: bytes) -> tuple[int, int]:
     return rid, call_id
 
 
+_SEGMENT = struct.Struct("<cIII")  # kind, request id, segment id, first step
+_DONE = struct.Struct("<cIddd")    # kind, request id, seconds in graphExecute, in CPU steps, in all
+
+
+def segment_frame(request_id: int, segment: int, start: int) -> bytes:
+    return _SEGMENT.pack(SEGMENT, request_id, segment, start)
+
+
+def parse_segment(frame: bytes) -> tuple[int, int, int]:
+    """(request id, segment id, first step) of a segment frame."""
+    _, rid, segment, start = _SEGMENT.unpack_from(frame)
+    return rid, segment, start
+
+
+def done_frame(request_id: int, accelerator_s: float, cpu_s: float, busy_s: float,
+               tail: object = None) -> bytes:
+    """A segment run's reply: seconds inside graphExecute, in the CPU steps, and in the whole run
+    (the rest of a round trip is the channel's), then the tail (pd_protocol.SegmentTail) if any."""
+    head = _DONE.pack(DONE, request_id, accelerator_s, cpu_s, busy_s)
+    return head if tail is None else head + pickle.dumps(tail, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def parse_done(frame: bytes) -> tuple[float, float, float, Any]:
+    """(seconds in graphExecute, in CPU steps, in the whole run, the tail or None) of a DONE frame."""
+    _, _, accelerator_s, cpu_s, busy_s = _DONE.unpack_from(frame)
+    tail = pickle.loads(frame[_DONE.size:]) if len(frame) > _DONE.size else None
+    return accelerator_s, cpu_s, busy_s, tail
+
+
 def ok_frame(request_id: int, seconds: float, events: list[dict] | None = None) -> bytes:
     """A call's reply: the seconds inside graphExecute, then the call's QNN profile events when
     the call is profiled."""
@@ -203,6 +233,13 @@ class Channel:
         with self.lock:
             rid = self._new_id()
             self.end.send(_CALL.pack(CALL, rid, call_id))
+            return self._reply(rid)
+
+    def segment(self, segment: int, start: int) -> bytes:
+        """Run installed segment `segment` from step `start`; its reply frame (b'' when gone)."""
+        with self.lock:
+            rid = self._new_id()
+            self.end.send(_SEGMENT.pack(SEGMENT, rid, segment, start))
             return self._reply(rid)
 
     def request(self, message: object, timeout: float | None = None) -> bytes:
@@ -293,10 +330,10 @@ class Segment:
         self.used = 0
 
     def close(self) -> None:
-        try:
-            self.map.close()
-        except BufferError:  # arrays still point into it: the OS frees it when they go
-            pass
+        """Let go of the mapping: it is unmapped when the last array into it goes (an array
+        keeps its mmap as its base, but holds no buffer export, so closing it here would leave
+        those arrays pointing at unmapped memory)."""
+        self.map = None  # type: ignore[assignment]
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -355,9 +392,4 @@ class ArenaView:
         return np.ndarray(shape, np.dtype(dtype), buffer=m, offset=block.offset)
 
     def close(self) -> None:
-        for m in self._maps.values():
-            try:
-                m.close()
-            except BufferError:
-                pass
-        self._maps.clear()
+        self._maps.clear()   # each mapping goes with the last array into it (as Segment.close)

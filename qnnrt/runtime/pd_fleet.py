@@ -32,6 +32,8 @@ from qnnrt.runtime import pd_channel as ch
 from qnnrt.runtime import pd_protocol as proto
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.pd_plan import Placement
+from qnnrt.runtime.pd_segment import RemoteSegment
+from qnnrt.runtime.segments import Segment
 from qnnrt.runtime.performance import Choice
 from qnnrt.runtime.residency import LiveContexts, Residency
 from qnnrt.runtime.pd_worker import KEY_ENV, PARENT_ENV, group_pool
@@ -64,7 +66,8 @@ class PdWorker:
         self.pid: int | None = None
         self.status, self.status_at = status, status_at
         self.calls = 0
-        self.channel_s = 0.0     # round trip minus the time inside graphExecute
+        self.requests = 0        # run requests (graph calls, plan segments): round trips
+        self.channel_s = 0.0     # round trips minus the worker's time in them
         self.execute_s = 0.0
         self.load_seconds: float | None = None
         self.performance: dict | None = None   # the worker's vote counts, from its last reply
@@ -98,6 +101,14 @@ class PdWorker:
                 end = ch.ConnEnd(listener.accept())
         self.channel = ch.Channel(end)
         self.pid = self.proc.pid
+
+    def count(self, calls: int, execute_s: float, channel_s: float) -> None:
+        """A request's graph calls, their seconds inside graphExecute, and what the round trip
+        cost beyond the worker's work (for a plain call, beyond graphExecute)."""
+        self.calls += calls
+        self.requests += 1
+        self.execute_s += execute_s
+        self.channel_s += channel_s
 
     # -- requests ------------------------------------------------------------------------------
     def gone_error(self, what: str) -> PdWorkerError:
@@ -303,9 +314,7 @@ class RemoteCall:
         dt, events = ch.parse_ok(frame)
         if self.profiled:
             self.events = events or []
-        w.calls += 1
-        w.execute_s += dt
-        w.channel_s += rtt - dt
+        w.count(1, dt, rtt - dt)
         for a, dst in zip(self._outs, self._dst):
             if dst is not None:
                 np.copyto(dst.reshape(a.shape), a, casting="no")
@@ -461,6 +470,7 @@ class MultiPdPool:
         self._where = {k: w for w in self.workers for k in w.keys}
         self._live = {k: RemoteContext(self, k, binaries[k]) for k in self._where}
         self._calls = 0
+        self._segments = 0
         self._closed = False
         self.failure: str | None = None
         self.predictions = dict(placement.sizes)
@@ -525,6 +535,21 @@ class MultiPdPool:
         if key in self._where:
             return self.remote_call(key, spec)
         return BoundCall(self.backend, spec)
+
+    def host_of(self, key: str) -> int:
+        """0 for PD 0's contexts (this process), else the index of the PD whose worker holds it."""
+        w = self._where.get(key)
+        return w.index if w is not None else 0
+
+    def segment_step(self, segment: Segment, template: list, program: Any) -> RemoteSegment:
+        """The step that has the worker of `segment.host` run it on one request."""
+        worker = self.workers[segment.host - 1]
+        self._segments += 1
+
+        def broken(what: str) -> NoReturn:
+            self.broken_while(worker, what)
+        return RemoteSegment(segment, self._segments, template, program, worker, self.arena,
+                             _call_id, broken)
 
     def remote_call(self, key: str, spec: GraphSpec) -> RemoteCall:
         c = RemoteCall(self, self._where[key], self._calls, key, spec)
@@ -615,7 +640,11 @@ class MultiPdPool:
 
     def broken(self, worker: PdWorker, call: RemoteCall) -> NoReturn:
         """A worker died during `call`: stop every worker, raise the error naming both."""
-        err = worker.gone_error(f"running graph {call.name!r} of context {call.key!r}")
+        self.broken_while(worker, f"running graph {call.name!r} of context {call.key!r}")
+
+    def broken_while(self, worker: PdWorker, what: str) -> NoReturn:
+        """A worker died while doing `what`: stop every worker, raise the error naming both."""
+        err = worker.gone_error(what)
         self.failure = str(err)
         self._generation += 1
         for c in self._live.values():
@@ -634,7 +663,8 @@ class MultiPdPool:
                 "pd_reported_bytes": s.get("pd_estimate_total_bytes"),
                 "creates": s.get("creates"), "evictions": s.get("evictions"),
                 "evicting": self.local.pool.residency.kind != "eager", "load_seconds": self.local.load_seconds,
-                "graph_calls": None, "channel_us_per_call": None, "execute_seconds": None,
+                "graph_calls": None, "round_trips": None, "channel_us_per_call": None,
+                "channel_us_per_round_trip": None, "execute_seconds": None,
                 "performance": None}
 
     def pd_summaries(self) -> list[dict]:
@@ -651,9 +681,11 @@ class MultiPdPool:
                         "creates": s["creates"], "evictions": s["evictions"],
                         "evicting": w.index in self.placement.evicting,
                         "load_seconds": w.load_seconds,
-                        "graph_calls": w.calls,
+                        "graph_calls": w.calls, "round_trips": w.requests,
                         "channel_us_per_call": (round(w.channel_s / w.calls * 1e6, 2)
                                                 if w.calls else None),
+                        "channel_us_per_round_trip": (round(w.channel_s / w.requests * 1e6, 2)
+                                                      if w.requests else None),
                         "execute_seconds": round(w.execute_s, 6),
                         "performance": w.performance})
         return out
@@ -712,6 +744,11 @@ class MultiPdPool:
             for w in self.workers:
                 if w.heap_report is not None:
                     self.heap.add_process(f"pd{w.index}", w.heap_report)
+
+
+def _call_id(obj: object) -> int | None:
+    """A RemoteCall's id (a plan segment sent to a worker names its calls by it)."""
+    return obj.call_id if isinstance(obj, RemoteCall) else None
 
 
 def _creating(keys: list[str]) -> str:

@@ -14,6 +14,7 @@ thread reading a summary must not touch a channel another thread is waiting on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 import numpy as np
 
 from qnnrt.errors import QnnError
@@ -85,6 +86,22 @@ class Vote:
 
 
 @dataclass(frozen=True)
+class InstallSegment:
+    """A plan segment this worker runs on request from now on: `payload` is the segment's
+    `pd_segment.SegmentProgram`, pickled with arena arrays by reference and bound calls by id."""
+    segment: int
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class StageOutputs:
+    """Live-out slots of segment `segment` to copy into these arena arrays after each run (the
+    main process reads them there instead of receiving them in the reply)."""
+    segment: int
+    blocks: dict[int, tuple[Block, tuple[int, ...], str]]   # slot -> (block, shape, dtype)
+
+
+@dataclass(frozen=True)
 class Close:
     """Free every context and the backend; the reply carries the heap report when profiling."""
 
@@ -94,7 +111,8 @@ class Crash:
     """Tests: die the way a crash inside QNN would."""
 
 
-Request = Start | Bind | Point | ProfileCalls | Recreate | Vote | Close | Crash
+Request = (Start | Bind | Point | ProfileCalls | Recreate | Vote | InstallSegment | StageOutputs
+           | Close | Crash)
 
 
 # -- replies ----------------------------------------------------------------------------------------
@@ -127,6 +145,15 @@ class Done:
 
 
 @dataclass(frozen=True)
+class SegmentTail:
+    """What a segment run sends back besides its timing: live-out values not staged in the arena
+    (the first run's; the main process stages them from then on) and each profiled graph call's
+    QNN events, by the step's index in the segment."""
+    values: dict[int, Any]
+    events: tuple[tuple[int, list[dict]], ...]
+
+
+@dataclass(frozen=True)
 class QnnFields:
     """A QnnError's fields, to rebuild it on the other side."""
     function: str
@@ -152,6 +179,7 @@ class Failure:
     code: int | None = None
     qnn: QnnFields | None = None
     internal: bool = False            # not a QnnrtError: a bug in qnnrt, not in the input
+    at_step: int | None = None        # the failed step of a segment (its run resumes there)
 
     @staticmethod
     def of(e: BaseException, tb: str) -> "Failure":
@@ -166,8 +194,9 @@ Reply = Started | Recreated | Voted | Closed | Done | Failure
 
 
 # -- the status a worker writes in shared memory --------------------------------------------------
-STATUS_FIELDS = ("creates", "evictions", "frees", "pd_estimate_total_bytes", "graph_calls")
+STATUS_FIELDS = ("creates", "evictions", "frees", "pd_estimate_total_bytes", "segment_step")
 STATUS_DTYPE = np.dtype([(name, np.int64) for name in STATUS_FIELDS])
+_STEP_WORD = STATUS_FIELDS.index("segment_step")
 
 
 @dataclass
@@ -176,10 +205,17 @@ class StatusBlock:
     process reads them from any thread without a request. Each field is one aligned 64-bit word."""
     array: np.ndarray = field(repr=False)   # shape (1,), STATUS_DTYPE
 
+    def __post_init__(self) -> None:
+        self._words = self.array.view(np.int64)   # a word write is cheap enough for every step
+
     def write(self, **values: int) -> None:
         row = self.array[0]
         for name, v in values.items():
             row[name] = v
+
+    def at_step(self, k: int) -> None:
+        """The step a segment run is at (named if the worker dies there)."""
+        self._words[_STEP_WORD] = k
 
     def read(self) -> dict[str, int]:
         row = self.array[0]

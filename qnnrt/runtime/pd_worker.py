@@ -19,7 +19,10 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from qnnrt.core.process import die_with_parent
 from qnnrt.runtime import pd_channel as ch
@@ -51,10 +54,11 @@ class _Call:
     """One graph's bound call over arena arrays, executed on request. With every context of the
     worker resident (eager), the graph handle is kept until the pool re-creates the context
     (recovery); otherwise (more contexts than its PD holds) each call goes through the pool, at
-    the context's position in the worker's order."""
+    the context's position in the worker's order. It has the calling shape of a BoundCall, so a
+    binder sent with a plan segment (runtime/pd_segment.py) calls through it."""
 
-    def __init__(self, pool: ContextPool, view: ch.ArenaView, key: str, graph: str, ins: list, outs: list,
-                 position: int):
+    def __init__(self, pool: ContextPool, key: str, graph: str, position: int,
+                 inputs: list[np.ndarray], outputs: list[np.ndarray]):
         from qnnrt.core.graph import BoundCall
         self.pool, self.key, self.graph, self.position = pool, key, graph, position
         self.resident = pool.residency.kind == "eager"
@@ -63,34 +67,77 @@ class _Call:
             g = ctx.graph(graph)
             self.handle = g.handle
             self.generation = pool.generation   # the handle is the live one while this holds
-            spec = g.spec
+            self.spec = g.spec
         finally:
             pool.release(key, position)
-        self.call = BoundCall(pool.backend, spec)
+        self.call = BoundCall(pool.backend, self.spec)
         self.profile: Any = None   # a QNN profile every call records into (the main asked for it)
-        self.call_specs = (spec.inputs, spec.outputs)
-        self.keep = []
-        for i, (block, s) in enumerate(zip(ins, g.spec.inputs)):
-            a = view.array(block, tuple(s.shape), s.dtype)
+        self.profile_handle: Any = None
+        self.precise_log = False
+        self.call.handle = self.handle
+        self.inputs, self.outputs = list(inputs), list(outputs)   # what each tensor points at
+        for i, a in enumerate(self.inputs):
             self.call.set_input(i, a)
-            self.keep.append(a)
-        for j, (block, s) in enumerate(zip(outs, g.spec.outputs)):
-            a = view.array(block, tuple(s.shape), s.dtype)
+        for j, a in enumerate(self.outputs):
             self.call.set_output(j, a)
-            self.keep.append(a)
 
-    def point(self, view: ch.ArenaView, kind: str, index: int, block: ch.Block) -> None:
-        """Input / output `index` reads / writes the arena array at `block` from now on."""
-        spec = (self.call_specs[0] if kind == "in" else self.call_specs[1])[index]
-        a = view.array(block, tuple(spec.shape), spec.dtype)
-        (self.call.set_input if kind == "in" else self.call.set_output)(index, a)
-        self.keep.append(a)
+    @staticmethod
+    def over_blocks(pool: ContextPool, view: ch.ArenaView, key: str, graph: str, position: int,
+                    ins: list[ch.Block], outs: list[ch.Block]) -> "_Call":
+        spec = pool.binaries[key].graph(graph)
+        return _Call(pool, key, graph, position,
+                     [view.array(b, tuple(s.shape), s.dtype) for b, s in zip(ins, spec.inputs)],
+                     [view.array(b, tuple(s.shape), s.dtype) for b, s in zip(outs, spec.outputs)])
+
+    def clone(self) -> "_Call":
+        """The same graph on a BoundCall of its own, pointing where this one points now (a plan
+        segment's binder re-points its tensors per call; this call's stay as the main set them)."""
+        c = _Call(self.pool, self.key, self.graph, self.position, self.inputs, self.outputs)
+        if self.profile is not None:
+            c.record_into(self.profile)
+        return c
+
+    def record_into(self, profile: Any) -> None:
+        self.profile = profile
+        self.call.attach_profile(profile)
+
+    # -- BoundCall's calling shape -------------------------------------------------------------
+    def set_input(self, i: int, arr: np.ndarray) -> None:
+        self.inputs[i] = arr
+        self.call.set_input(i, arr)
+
+    def point_input(self, i: int, arr: np.ndarray) -> None:
+        self.inputs[i] = arr
+        self.call.point_input(i, arr)
+
+    def set_input_size(self, i: int, nbytes: int) -> None:
+        self.call.set_input_size(i, nbytes)
+
+    def set_output(self, j: int, arr: np.ndarray) -> None:
+        self.outputs[j] = arr
+        self.call.set_output(j, arr)
+
+    def point_output(self, j: int, arr: np.ndarray) -> None:
+        self.outputs[j] = arr
+        self.call.point_output(j, arr)
+
+    def set_output_size(self, j: int, nbytes: int) -> None:
+        self.call.set_output_size(j, nbytes)
+
+    def attach_profile(self, profile: Any) -> Callable[[], list[dict]]:
+        self.record_into(profile)
+        return profile.events
+
+    def refresh(self) -> None:
+        """Point the call at its graph's live handle when the pool re-created contexts."""
+        if self.resident and self.generation != self.pool.generation:
+            self.handle = self.pool.live_context(self.key).graph(self.graph).handle
+            self.generation = self.pool.generation
+            self.call.handle = self.handle
 
     def __call__(self) -> float:
         if self.resident:
-            if self.generation != self.pool.generation:  # re-created (recovery): its new handle
-                self.handle = self.pool.live_context(self.key).graph(self.graph).handle
-                self.generation = self.pool.generation
+            self.refresh()
             self.call.handle = self.handle
             return self.call()
         pool = self.pool
@@ -117,6 +164,8 @@ class Worker:
         self.profile: Any = None
         self.status: proto.StatusBlock | None = None
         self.evicting = False   # the pool's counters change with calls, not only with requests
+        self.segments: dict[int, Any] = {}       # id -> pd_segment.WorkerSegment
+        self.clones: list[_Call] = []            # the segments' own calls
 
     def start(self, cfg: proto.WorkerConfig) -> proto.Started:
         from qnnrt.core import Backend, ContextBinary
@@ -156,19 +205,21 @@ class Worker:
         if isinstance(req, proto.Start):
             return self.start(req.config)
         if isinstance(req, proto.Bind):
-            self.calls[req.call] = _Call(self.pool, self.view, req.key, req.graph, list(req.inputs),
-                                         list(req.outputs), self.order.index(req.key))
+            self.calls[req.call] = _Call.over_blocks(self.pool, self.view, req.key, req.graph,
+                                                     self.order.index(req.key), list(req.inputs),
+                                                     list(req.outputs))
             return proto.Done()
         if isinstance(req, proto.Point):
-            self.bound(req.call).point(self.view, "out" if req.output else "in", req.index, req.block)
+            call = self.bound(req.call)
+            spec = (call.spec.outputs if req.output else call.spec.inputs)[req.index]
+            a = self.view.array(req.block, tuple(spec.shape), spec.dtype)
+            (call.set_output if req.output else call.set_input)(req.index, a)
             return proto.Done()
         if isinstance(req, proto.ProfileCalls):  # record the call into this worker's profile
-            call = self.bound(req.call)
             if self.profile is None:
                 from qnnrt.core.profile import Profile
                 self.profile = Profile(self.backend, req.level)   # freed with the backend
-            call.profile = self.profile
-            call.call.attach_profile(self.profile)
+            self.bound(req.call).record_into(self.profile)
             return proto.Done()
         if isinstance(req, proto.Recreate):  # recovery, driven by the main process
             live = set(self.pool.live_keys)
@@ -176,15 +227,54 @@ class Worker:
                                       restart_backend=req.restart_backend)
             if req.restart_backend:
                 self.after_restart()
+            for c in self.clones:
+                c.refresh()
             self.report_pool()
             return proto.Recreated(tuple(done), self.vote_counts())
         if isinstance(req, proto.Vote):
             if self.performance is not None:
                 self.performance.revote(req.choice)
             return proto.Voted(self.vote_counts())
+        if isinstance(req, proto.InstallSegment):
+            from qnnrt.runtime.pd_segment import WorkerSegment
+            assert self.status is not None
+            self.segments[req.segment] = WorkerSegment(req.payload, self.view, self.clone_call,
+                                                       self.owner, self.status)
+            return proto.Done()
+        if isinstance(req, proto.StageOutputs):
+            self.installed(req.segment).stage(self.view, req.blocks)
+            return proto.Done()
         if isinstance(req, proto.Crash):
             os.kill(os.getpid(), signal.SIGKILL)
         raise ch.ProtocolError(f"a request this worker does not know: {type(req).__name__}")
+
+    def clone_call(self, call_id: int) -> Any:
+        """The call a segment's binder makes for bound call `call_id`: a clone of it; with every
+        context resident, the clone's BoundCall itself (no hop per call; `refresh` re-points it
+        after a re-creation)."""
+        c = self.bound(call_id).clone()
+        self.clones.append(c)
+        return c.call if c.resident else c
+
+    def owner(self, call: object) -> _Call | None:
+        """The clone a segment's call object belongs to (its profile, its refresh)."""
+        return next((c for c in self.clones if c is call or c.call is call), None)
+
+    def all_calls(self) -> list[_Call]:
+        return list(self.calls.values()) + self.clones
+
+    def installed(self, segment: int) -> Any:
+        seg = self.segments.get(segment)
+        if seg is None:
+            raise ch.ProtocolError(f"no installed segment {segment}")
+        return seg
+
+    def run_segment(self, frame: bytes) -> bytes:
+        rid, segment, start = ch.parse_segment(frame)
+        out = self.installed(segment).run(rid, start)
+        if self.evicting:
+            self.report_pool()
+        return out
 
     def bound(self, call_id: int) -> _Call:
         call = self.calls.get(call_id)
@@ -200,10 +290,9 @@ class Worker:
             self.performance.start(self.backend)
         if self.profile is not None:
             self.profile = Profile(self.backend, self.profile.level)
-            for call in self.calls.values():
+            for call in self.all_calls():
                 if call.profile is not None:
-                    call.profile = self.profile
-                    call.call.attach_profile(self.profile)
+                    call.record_into(self.profile)
 
     def run_call(self, frame: bytes) -> bytes:
         rid, call_id = ch.parse_call(frame)
@@ -226,6 +315,9 @@ class Worker:
                 kind, rid = ch.frame_head(frame)
                 if kind == ch.CALL:
                     end.send(self.run_call(frame))
+                    continue
+                if kind == ch.SEGMENT:
+                    end.send(self.run_segment(frame))
                     continue
                 if kind != ch.CONTROL:
                     raise ch.ProtocolError(f"a frame of unknown kind {kind!r}")

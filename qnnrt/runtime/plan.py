@@ -78,6 +78,17 @@ def _static(shape: Sequence[object]) -> bool:
     return all(isinstance(d, int) and d >= 0 for d in shape)
 
 
+class SegmentStep:
+    """A run of steps executed by another host on one request. `run` returns the seconds inside
+    graphExecute; `cpu_seconds` is what the last run spent in its CPU steps; `graph_calls` how many
+    graph calls one run makes (the plan counts them for progress)."""
+    graph_calls: int = 0
+    cpu_seconds: float = 0.0
+
+    def run(self, values: list) -> float:
+        raise NotImplementedError
+
+
 class GraphStep:
     """One graph call of a plan: context `key`, graph `graph`, the `position`-th graph call of the
     method (the residency policy plans by it), and the binder that makes the call."""
@@ -89,6 +100,14 @@ class GraphStep:
     def point_at(self, context: LiveContext) -> None:
         """Call the graph of this (live, possibly re-created) context from now on."""
         self.binding.call.handle = context.graph(self.graph).handle
+
+    @property
+    def reads(self) -> list[int]:
+        return self.binding.in_slots
+
+    @property
+    def writes(self) -> list[int]:
+        return self.binding.out_slots
 
     def run(self, values: list) -> float:
         return self.binding.run(values)
@@ -202,27 +221,36 @@ class StepPlan:
         self.live = LiveGraphs(program.pool, graph_steps, program.recovery)
         self.timing = RunTiming()
 
+    def cut_by_host(self, template: list, outputs: Sequence[int]) -> None:
+        """Runs of steps whose graphs live in another host become one step each, which that host
+        runs on one request (runtime/segments.py); `outputs`: the slots the plan returns."""
+        from qnnrt.runtime.segments import cut
+        program = self.program
+        self.steps = cut(self.steps, program.host_of, outputs,
+                         lambda seg: program.segment_step(seg, template))
+
     def run_steps(self, values: list) -> None:
         accelerator = cpu = 0.0
         program = self.program
-        if self.live.all_live():
-            for step in self.steps:
-                if isinstance(step, GraphStep):
-                    program.graph_calls += 1  # as they happen: progress lines read it
-                    try:
-                        accelerator += step.run(values)
-                    except QnnError as e:
-                        accelerator += self.live.recover(step, values, e)
-                else:
-                    cpu += step.run(values)
-        else:
+        pooled = not self.live.all_live()
+        if pooled:
             program.pool.set_order(self.live.order)
-            for step in self.steps:
-                if isinstance(step, GraphStep):
-                    program.graph_calls += 1  # read by progress reporters on other threads
+        for step in self.steps:
+            if isinstance(step, GraphStep):
+                program.graph_calls += 1  # as they happen: progress lines read it
+                if pooled:
                     accelerator += self.live.run_pooled(step, values)
-                else:
-                    cpu += step.run(values)
+                    continue
+                try:
+                    accelerator += step.run(values)
+                except QnnError as e:
+                    accelerator += self.live.recover(step, values, e)
+            elif isinstance(step, SegmentStep):   # another host's steps, on one request
+                accelerator += step.run(values)
+                cpu += step.cpu_seconds
+                program.graph_calls += step.graph_calls
+            else:
+                cpu += step.run(values)
         t = self.timing
         t.accelerator_s, t.cpu_ops_s, t.graph_calls = accelerator, cpu, len(self.graph_steps)
 
@@ -349,6 +377,7 @@ class MethodPlan(StepPlan):
             self.template[slot] = b
         for slot, a in constants.items():
             self.template[slot] = a
+        self.cut_by_host(self.template, [slot for _, slot, _ in self.out_list])
 
     def _graph_step(self, program: Program, step: QnnStep, position: int) -> GraphStep:
         """Inputs of a known kind are pointed (or bound once, when planned) without a check;

@@ -27,6 +27,7 @@ from qnnrt.runtime.pd_fleet import MultiPdPool, RemoteCall
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, Placement, first_use_order, place
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES, Recovery
 from qnnrt.runtime.residency import ContextPool, Residency
+from qnnrt.runtime.segments import Segment, SegmentStep
 from qnnrt.runtime.vet import StepWatch, VetReport
 
 
@@ -180,6 +181,17 @@ class Program:
         if isinstance(self.pool, MultiPdPool):
             return self.pool.bound_call(key, spec)
         return BoundCall(self.backend, spec)
+
+    def host_of(self, key: str) -> int:
+        """Which host runs context `key`'s graphs: 0 this process, i > 0 the worker of PD i."""
+        return self.pool.host_of(key) if isinstance(self.pool, MultiPdPool) else 0
+
+    def segment_step(self, segment: Segment, template: list) -> SegmentStep:
+        """The step that has `segment`'s host run it on one request (only hosts other than 0
+        have segments)."""
+        if not isinstance(self.pool, MultiPdPool):
+            raise QnnrtError(f"a segment on host {segment.host} in a program of one host")
+        return self.pool.segment_step(segment, template, self)
 
     def buffer(self, shape: tuple, dtype: DTypeLike) -> np.ndarray:
         """A zeroed array for a plan's intermediate: in the shared arena under multi-PD (graph calls

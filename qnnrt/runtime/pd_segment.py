@@ -1,0 +1,284 @@
+"""A plan segment run by a PD worker: the steps of one host, sent once, run on one request.
+
+The main process pickles the segment's steps with arrays in the shared arena by reference (a
+planned buffer is the same memory on both sides) and its bound calls by id (the worker calls the
+graph it bound for that id, on a BoundCall of the segment's own); everything else travels by
+value, once, at install. A run then carries two numbers each way: the dynamic live-in values are
+copied into arena staging arrays before the request, the live-out values the worker did not write
+in place come back through staging arrays (learned from the first run, which returns them in its
+reply). A QNN error inside the segment names the step it stopped at; after recovery the same run
+resumes there, on the worker's values.
+"""
+from __future__ import annotations
+
+import io
+import pickle
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import numpy as np
+
+from qnnrt.errors import QnnError
+from qnnrt.runtime import pd_channel as ch
+from qnnrt.runtime import pd_protocol as proto
+from qnnrt.runtime.plan import GraphStep, SegmentStep, Step
+from qnnrt.runtime.segments import Segment
+
+if TYPE_CHECKING:
+    from qnnrt.runtime.program import Program
+
+
+@dataclass(frozen=True)
+class SegmentProgram:
+    """What a worker keeps of a segment: its steps, and the values its slot list starts from."""
+    steps: tuple[Step, ...]
+    slots: int
+    template: dict[int, Any]       # live-in slots: arena arrays (by reference) and constants
+    live_out: tuple[int, ...]
+
+
+# -- the main process's side ------------------------------------------------------------------------
+class _ArenaPickler(pickle.Pickler):
+    def __init__(self, file: io.BytesIO, arena: ch.Arena, call_id_of: Callable[[object], int | None]):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.arena, self.call_id_of = arena, call_id_of
+
+    def persistent_id(self, obj: object) -> tuple | None:
+        if isinstance(obj, np.ndarray) and obj.nbytes:
+            block = self.arena.block_of(obj)
+            if block is not None:
+                return ("arena", block, obj.shape, obj.dtype.str)
+            return None
+        call_id = self.call_id_of(obj)
+        return None if call_id is None else ("call", call_id)
+
+
+def pack(program: SegmentProgram, arena: ch.Arena, call_id_of: Callable[[object], int | None]) -> bytes:
+    buf = io.BytesIO()
+    _ArenaPickler(buf, arena, call_id_of).dump(program)
+    return buf.getvalue()
+
+
+class RemoteSegment(SegmentStep):
+    """The main process's step for a segment its worker runs. `run` returns the seconds inside
+    graphExecute (there); `cpu_seconds` the CPU steps' (there)."""
+
+    def __init__(self, segment: Segment, segment_id: int, template: list, program: Program,
+                 worker: Any, arena: ch.Arena, call_id_of: Callable[[object], int | None],
+                 broken: Callable[[str], NoReturn]) -> None:
+        self.segment, self.id, self.template = segment, segment_id, template
+        self.program, self.worker, self.arena = program, worker, arena
+        self.call_id_of, self.broken = call_id_of, broken
+        self.graph_at = {k: s for k, s in enumerate(segment.steps) if isinstance(s, GraphStep)}
+        self.graph_calls = len(self.graph_at)
+        self.cpu_seconds = 0.0
+        self.installed = False
+        self.stage_in: list[tuple[int, np.ndarray]] = []
+        self.stage_out: list[tuple[int, np.ndarray]] = []
+        keys = [s.key for s in self.graph_at.values()]
+        self.what = (f"a plan segment of {self.graph_calls} graph call(s) (contexts {keys[0]} .. "
+                     f"{keys[-1]}) and {len(segment.steps) - self.graph_calls} CPU step(s)")
+
+    def _install(self, values: list) -> None:
+        """Send the steps. A slot the segment touches that holds a planned arena buffer is that
+        buffer there too; a live-in is that, a constant (sent once), or staged per run."""
+        entries: dict[int, Any] = {}
+        touched = {slot for step in self.segment.steps for slot in (*step.reads, *step.writes)}  # type: ignore[attr-defined]
+        for slot in touched:
+            t = self.template[slot]
+            if isinstance(t, np.ndarray) and self.arena.block_of(t) is not None:
+                entries[slot] = t
+        for slot in self.segment.live_in:
+            t, v = self.template[slot], values[slot]
+            if t is not None and v is t:
+                entries[slot] = t   # an arena buffer (by reference) or a constant (by value, once)
+                continue
+            if not isinstance(v, np.ndarray):
+                raise ch.ProtocolError(f"segment {self.id}: slot {slot} holds {type(v).__name__}, "
+                                       f"not an array, at the start of a run")
+            staging = self.arena.alloc(v.shape, v.dtype)[0]
+            entries[slot] = staging
+            self.stage_in.append((slot, staging))
+        program = SegmentProgram(self.segment.steps, len(self.template), entries, self.segment.live_out)
+        self.worker.control(proto.InstallSegment(self.id, pack(program, self.arena, self.call_id_of)),
+                            f"installing {self.what}")
+        self.installed = True
+
+    def run(self, values: list) -> float:
+        if not self.installed:
+            self._install(values)
+        for slot, staging in self.stage_in:
+            np.copyto(staging, values[slot], casting="no")
+        try:
+            return self._exchange(values, 0)
+        except _StepFailed as failed:
+            return self._recover(values, failed)
+
+    def _recover(self, values: list, failed: _StepFailed) -> float:
+        """The program's recovery policy re-creates what the error calls for; the run resumes at
+        the step that failed (where a retry fails next, if it does)."""
+        at = [failed.at]
+
+        def resume(_context: object) -> float:
+            try:
+                return self._exchange(values, at[0])
+            except _StepFailed as again:
+                at[0] = again.at
+                raise again.error from None
+        step = self.graph_at[failed.at]
+        return self.program.recovery.rerun(step.key, step.graph, failed.error, resume)
+
+    def _exchange(self, values: list, start: int) -> float:
+        """One run request from step `start`: the seconds inside graphExecute; a QNN error at a
+        graph step raised as _StepFailed."""
+        w = self.worker
+        t0 = time.perf_counter()
+        try:
+            frame = w.channel.segment(self.id, start)
+        except (OSError, AttributeError):
+            self.broken(self.where_stopped())
+        rtt = time.perf_counter() - t0
+        if frame[:1] != ch.DONE:
+            raise self._failure(frame)
+        accelerator_s, self.cpu_seconds, busy_s, tail = ch.parse_done(frame)
+        w.count(self.graph_calls - self._done_before(start), accelerator_s, rtt - busy_s)
+        for slot, staging in self.stage_out:
+            values[slot] = staging.copy()
+        if tail is not None:
+            self._take(tail, values)
+        return accelerator_s
+
+    def where_stopped(self) -> str:
+        """The step the worker was at (from its status block), for the error of a worker that died."""
+        step = self.graph_at.get(self.worker.status.read()["segment_step"])
+        if step is None:
+            return self.what
+        return f"running graph {step.graph!r} of context {step.key!r} ({self.what})"
+
+    def _done_before(self, start: int) -> int:
+        """Graph calls before step `start` (a resumed run made those already)."""
+        return sum(1 for k in self.graph_at if k < start)
+
+    def _failure(self, frame: bytes) -> Exception:
+        """The error a failed run's reply carries: _StepFailed for a QNN error at a graph step
+        (recovery may resume there), else the worker's error as it is."""
+        w = self.worker
+        if not frame:
+            self.broken(self.where_stopped())
+        if frame[:1] != ch.ERROR:
+            return ch.ProtocolError(f"{w.name}: a {frame[:1]!r} frame in reply to a segment run")
+        failure = ch.parse_object(frame)
+        at = failure.at_step if isinstance(failure, proto.Failure) else None
+        step = self.graph_at.get(at) if at is not None else None
+        err = w.failure(frame, f"graph {step.graph!r} of context {step.key!r}" if step else self.what)
+        if step is None or at is None or not isinstance(err, QnnError):
+            return err
+        return _StepFailed(err, at)
+
+    def _take(self, tail: proto.SegmentTail, values: list) -> None:
+        """Live-outs sent by value (then staged from now on) and the profiled calls' events."""
+        blocks: dict[int, tuple[ch.Block, tuple[int, ...], str]] = {}
+        for slot, v in tail.values.items():
+            values[slot] = v
+            if isinstance(v, np.ndarray) and v.nbytes:
+                staging, block = self.arena.alloc(v.shape, v.dtype)
+                self.stage_out.append((slot, staging))
+                blocks[slot] = (block, tuple(v.shape), v.dtype.str)
+        if blocks:
+            self.worker.control(proto.StageOutputs(self.id, blocks),
+                                f"staging the outputs of {self.what}")
+        for k, events in tail.events:
+            step = self.graph_at[k]
+            step.binding.deliver_profile(events)
+
+
+class _StepFailed(Exception):
+    """A QNN error at graph step `at` of a segment run."""
+
+    def __init__(self, error: QnnError, at: int) -> None:
+        super().__init__(str(error))
+        self.error, self.at = error, at
+
+
+# -- the worker's side ------------------------------------------------------------------------------
+class _ArenaUnpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, view: ch.ArenaView, call: Callable[[int], Any]):
+        super().__init__(io.BytesIO(data))
+        self.view, self.call = view, call
+
+    def persistent_load(self, pid: Any) -> Any:
+        if pid[0] == "arena":
+            _, block, shape, dtype = pid
+            return self.view.array(block, tuple(shape), np.dtype(dtype))
+        if pid[0] == "call":
+            return self.call(pid[1])
+        raise ch.ProtocolError(f"a segment refers to {pid[0]!r}, which this worker does not know")
+
+
+class WorkerSegment:
+    """A segment in the worker: its steps over a slot list of its own, run on request."""
+
+    def __init__(self, payload: bytes, view: ch.ArenaView, call: Callable[[int], Any],
+                 owner: Callable[[object], Any], status: proto.StatusBlock) -> None:
+        self.status = status
+        program: SegmentProgram = _ArenaUnpickler(payload, view, call).load()
+        self.steps = list(program.steps)
+        # each graph step's worker call (its profile is read after the step), None for CPU steps
+        self.owners = [owner(s.binding.call) if isinstance(s, GraphStep) else None for s in self.steps]
+        self.template: list = [None] * program.slots
+        for slot, v in program.template.items():
+            self.template[slot] = v
+        self.in_place = {slot: v for slot, v in program.template.items() if isinstance(v, np.ndarray)}
+        self.live_out = program.live_out
+        self.staged: dict[int, np.ndarray] = {}
+        self.values: list = []
+
+    def stage(self, view: ch.ArenaView, blocks: dict[int, tuple[ch.Block, tuple[int, ...], str]]) -> None:
+        for slot, (block, shape, dtype) in blocks.items():
+            self.staged[slot] = view.array(block, shape, np.dtype(dtype))
+
+    def run(self, rid: int, start: int) -> bytes:
+        """Steps from `start` (0: a new run on fresh values); the DONE frame, or the ERROR frame
+        of a failed step."""
+        t0 = time.perf_counter()
+        if start == 0:
+            self.values = self.template.copy()
+        values = self.values
+        accelerator = cpu = 0.0
+        events: list[tuple[int, list[dict]]] = []
+        status, owners = self.status, self.owners
+        for k in range(start, len(self.steps)):
+            step = self.steps[k]
+            status.at_step(k)
+            try:
+                seconds = step.run(values)
+            except QnnError as e:
+                return ch.object_frame(ch.ERROR, rid, replace(proto.Failure.of(e, traceback.format_exc(limit=8)),
+                                                              at_step=k))
+            owner = owners[k]
+            if owner is None:
+                cpu += seconds
+                continue
+            accelerator += seconds
+            if owner.profile is not None:
+                events.append((k, owner.profile.events()))
+        tail = self._tail(values, events)
+        return ch.done_frame(rid, accelerator, cpu, time.perf_counter() - t0, tail)
+
+    def _tail(self, values: list, events: list[tuple[int, list[dict]]]) -> proto.SegmentTail | None:
+        by_value: dict[int, Any] = {}
+        for slot in self.live_out:
+            v = values[slot]
+            if v is self.in_place.get(slot):
+                continue
+            staged = self.staged.get(slot)
+            if staged is not None and isinstance(v, np.ndarray) and v.shape == staged.shape \
+                    and v.dtype == staged.dtype:
+                np.copyto(staged, v)
+            else:
+                by_value[slot] = v
+        return proto.SegmentTail(by_value, tuple(events)) if by_value or events else None
+
