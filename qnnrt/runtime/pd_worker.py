@@ -57,7 +57,7 @@ class _Call:
                  position: int):
         from qnnrt.core.graph import BoundCall
         self.pool, self.key, self.graph, self.position = pool, key, graph, position
-        self.resident = pool.residency.kind == "eager"
+        self.resident = pool.residency.resident
         ctx = pool.acquire(key, position)
         try:
             g = ctx.graph(graph)
@@ -135,8 +135,7 @@ class Worker:
                                self.heap)
         self.order = list(cfg["binaries"])
         t0 = time.perf_counter()
-        if self.pool.residency.kind == "eager":
-            self.pool.load_all()
+        self.pool.preload()
         return {"pid": os.getpid(), "load_seconds": time.perf_counter() - t0}
 
     def control(self, op: tuple) -> Any:
