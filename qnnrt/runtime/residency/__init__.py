@@ -17,12 +17,11 @@ policies/ holds the built-in ones, one module each:
 pool.py is the ContextPool that applies a policy; order.py the call order and farthest-next-use.
 """
 from qnnrt.runtime.residency.order import CallOrder, farthest_next_use
-from qnnrt.runtime.residency.policy import Bound, Residency, Spread, register, registered
+from qnnrt.runtime.residency.policy import Bound, Residency, Spread, register
 from qnnrt.runtime.residency import policies  # noqa: F401  (registers the built-in policies)
 from qnnrt.runtime.residency.ledger import ResidencyStats
 from qnnrt.runtime.residency.pool import ContextPool
 from qnnrt.runtime.residency.sources import ContextSource, GraphHandle, LiveContext, LiveContexts
 
 __all__ = ["Bound", "CallOrder", "ContextPool", "ContextSource", "GraphHandle", "LiveContext",
-           "LiveContexts", "Residency", "ResidencyStats", "Spread", "farthest_next_use", "register",
-           "registered"]
+           "LiveContexts", "Residency", "ResidencyStats", "Spread", "farthest_next_use", "register"]

@@ -112,11 +112,6 @@ def register(policy: P) -> P:
     return policy
 
 
-def registered() -> list[str]:
-    """The names policies are registered under, in registration order."""
-    return list(_REGISTRY)
-
-
 def whole_number(arg: str, text: str, letter: str) -> int:
     """`arg` as a count >= 1, else a clear error naming `text` and the argument's `letter`."""
     if not arg.isdigit() or int(arg) < 1:
