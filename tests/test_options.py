@@ -8,14 +8,18 @@ import pytest
 import qnnrt
 from qnnrt.core import LOG_LEVEL_NAMES, LogLevel
 from qnnrt.errors import QnnrtError
-from qnnrt.runtime.residency import Residency, ResidencyKind
+from qnnrt.runtime.residency import Residency
+from qnnrt.runtime.residency.policies.auto import Auto
+from qnnrt.runtime.residency.policies.bounded import Bounded
+from qnnrt.runtime.residency.policies.eager import Eager
+from qnnrt.runtime.residency.policies.sequential import Sequential
 
 
 def test_options_are_parsed_when_made():
     o = qnnrt.LoadOptions(residency="bounded:3", soc="SM8550", pd_budget="1GiB", log_level="info")
-    assert o.policy == Residency(ResidencyKind.BOUNDED, max_live=3)
+    assert o.policy == Bounded(max_live=3) == Residency.parse("bounded:3")
     assert o.soc == 43 and o.pd_budget == 1 << 30
-    assert qnnrt.LoadOptions().policy.kind == ResidencyKind.AUTO == "auto"
+    assert qnnrt.LoadOptions().policy == Auto() and str(Auto()) == "auto"
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -41,9 +45,9 @@ def test_options_are_frozen():
 def test_load_shortcuts_override_options(chain12):
     opts = qnnrt.LoadOptions(residency="eager")
     with qnnrt.load(chain12.model, options=opts) as prog:
-        assert prog.pool.residency.kind == ResidencyKind.EAGER
+        assert prog.pool.residency == Eager()
     with qnnrt.load(chain12.model, residency="sequential", options=opts) as prog:
-        assert prog.pool.residency.kind == ResidencyKind.SEQUENTIAL
+        assert prog.pool.residency == Sequential()
 
 
 def test_one_log_level_table():

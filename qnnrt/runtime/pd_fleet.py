@@ -447,8 +447,7 @@ class LocalPd:
 
     def load(self) -> None:
         t0 = time.perf_counter()
-        if self.pool.residency.kind == "eager":
-            self.pool.load_all()
+        self.pool.preload()
         self.load_seconds = time.perf_counter() - t0
 
 
@@ -662,7 +661,7 @@ class MultiPdPool:
                 "pd_predicted_bytes": self.placement.pd_bytes[0],
                 "pd_reported_bytes": s.get("pd_estimate_total_bytes"),
                 "creates": s.get("creates"), "evictions": s.get("evictions"),
-                "evicting": self.local.pool.residency.kind != "eager", "load_seconds": self.local.load_seconds,
+                "evicting": not self.local.pool.residency.resident, "load_seconds": self.local.load_seconds,
                 "graph_calls": None, "round_trips": None, "channel_us_per_call": None,
                 "channel_us_per_round_trip": None, "execute_seconds": None,
                 "performance": None}

@@ -5,15 +5,10 @@ With sizes this is the greedy farthest-next-use rule (exact Belady for equal siz
 the optimum is NP-hard and this is the rule the pool applies, so it is what a run reaches)."""
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-
-def _next_use(positions: dict[str, list[int]], n: int, key: str, pos: int) -> int:
-    uses = positions[key]
-    i = bisect.bisect_right(uses, pos)
-    return uses[i] - pos if i < len(uses) else uses[0] + n - pos
+from qnnrt.runtime.residency.order import CallOrder, farthest_next_use
 
 
 def belady_creations(order: Sequence[str], sizes: dict[str, int], budget: int,
@@ -24,10 +19,7 @@ def belady_creations(order: Sequence[str], sizes: dict[str, int], budget: int,
         return 0, 0
     if any(sizes[k] > budget for k in set(order)):
         return None
-    n = len(order)
-    positions: dict[str, list[int]] = {}
-    for i, k in enumerate(order):
-        positions.setdefault(k, []).append(i)
+    calls = CallOrder(order)
     live: set[str] = set()
     used = peak = 0
     creations = 0
@@ -37,7 +29,8 @@ def belady_creations(order: Sequence[str], sizes: dict[str, int], budget: int,
             if key in live:
                 continue
             while used + sizes[key] > budget:
-                victim = max(live, key=lambda k: (_next_use(positions, n, k, pos), k))
+                victim = farthest_next_use(live, calls, pos)
+                assert victim is not None  # a context alone fits (checked above): something is live
                 live.remove(victim)
                 used -= sizes[victim]
             live.add(key)

@@ -61,7 +61,7 @@ class _Call:
                  inputs: list[np.ndarray], outputs: list[np.ndarray]):
         from qnnrt.core.graph import BoundCall
         self.pool, self.key, self.graph, self.position = pool, key, graph, position
-        self.resident = pool.residency.kind == "eager"
+        self.resident = pool.residency.resident
         ctx = pool.acquire(key, position)
         try:
             g = ctx.graph(graph)
@@ -183,11 +183,10 @@ class Worker:
             from qnnrt.profiling.heap import HeapProfiler
             self.heap = HeapProfiler()
         self.pool = group_pool(self.backend, self.binaries, cfg.predictions, cfg.evict_budget, self.heap)
-        self.evicting = self.pool.residency.kind != "eager"
+        self.evicting = not self.pool.residency.resident
         self.order = list(cfg.binaries)
         t0 = time.perf_counter()
-        if not self.evicting:
-            self.pool.load_all()
+        self.pool.preload()
         self.report_pool()
         return proto.Started(os.getpid(), time.perf_counter() - t0, self.vote_counts())
 

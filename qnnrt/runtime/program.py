@@ -49,19 +49,20 @@ def predicted_needs(binaries: dict[str, ContextBinary]) -> dict[str, int | None]
 def choose_placement(methods: dict[str, Method], binaries: dict[str, ContextBinary], policy: Residency,
                      needs: dict[str, int | None], budget: Budget | None,
                      max_pds: int) -> Placement | None:
-    """Multi-PD placement: forced by `multi-pd[:N]`; chosen by `auto` when the contexts do not fit
-    one PD and fit at most `max_pds`; else None (one PD, in this process)."""
-    if policy.kind not in ("auto", "multi-pd"):
+    """Multi-PD placement, as the policy's `spread` allows: forced (`multi-pd[:N]`), or chosen (`auto`)
+    when the contexts do not fit one PD and fit at most `max_pds`; else None (one PD, in this process)."""
+    spread = policy.spread
+    if spread is None:
         return None
     orders = {n: list(m.graph_order) for n, m in methods.items()
               if not isinstance(m, UnavailableMethod)}
     order = first_use_order(orders, list(binaries))
-    if policy.kind == "multi-pd":
+    if spread.forced:
         if budget is None:
             raise QnnrtError("multi-pd residency needs this backend's PD budget, which is not known "
                              "yet: give it with --pd-budget (or LoadOptions(pd_budget=...)), or run "
                              "once with --residency auto to learn it")
-        return place(order, needs, budget.bytes, max(max_pds, policy.pds or 0), policy.pds,
+        return place(order, needs, budget.bytes, max(max_pds, spread.pds or 0), spread.pds,
                      budget.source)
     if (budget is None or max_pds < 2 or None in needs.values()
             or sum(v for v in needs.values() if v) <= budget.bytes):
@@ -162,8 +163,8 @@ class Program:
             self.recovery = Recovery(self.pool, max_recoveries, lambda: self.iterations,
                                      self._backend_restarted)
             t0 = time.perf_counter()
-            if self.pool.residency.kind == "eager":
-                self.pool.load_all(progress)
+            if isinstance(self.pool, ContextPool):
+                self.pool.preload(progress)  # what the policy creates before the first call
             self.load_seconds = time.perf_counter() - t0
             undo.pop_all()
 

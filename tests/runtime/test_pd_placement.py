@@ -6,6 +6,7 @@ import pytest
 from qnnrt.errors import QnnrtError
 from qnnrt.runtime.pd_plan import first_use_order, place
 from qnnrt.runtime.residency import Residency
+from qnnrt.runtime.residency.policies.multi_pd import MultiPd
 from tests.helpers.qnn_fixtures import WIDTH
 
 
@@ -54,7 +55,7 @@ def test_shared_contexts_have_one_place():
 
 
 def test_residency_spelling():
-    assert Residency.parse("multi-pd") == Residency("multi-pd")
+    assert Residency.parse("multi-pd") == MultiPd() and Residency.parse("multi-pd").spread.forced
     assert Residency.parse("multi-pd:3").pds == 3 and str(Residency.parse("multi-pd:3")) == "multi-pd:3"
     with pytest.raises(QnnrtError):
         Residency.parse("multi-pd:0")
