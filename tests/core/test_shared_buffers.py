@@ -235,3 +235,28 @@ def test_qnnrt_run_shared_buffer_reports_it_on_and_writes_the_raw_paths_outputs(
     assert outs.keys() == runs["raw"][2].keys() and outs
     for k in outs:
         assert np.array_equal(outs[k], runs["raw"][2][k])
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_doctor_probe_registers_one_buffer_or_says_why_not(mem_shim, monkeypatch, refuse):
+    from qnnrt.core.device_info import performance_features_offered
+    for k, v in mem_shim.env(refuse=refuse).items():
+        monkeypatch.setenv(k, v)
+    if not refuse:
+        monkeypatch.delenv("QNNRT_MEM_SHIM_REFUSE", raising=False)
+    from qnnrt.executorch.reader import qnn_context_binary, read_pte
+    be, pte = Backend(backend_lib=str(mem_shim.folder)), read_pte(MANY)
+    try:
+        users = next(iter(pte.unique_delegate_blobs().values()))
+        before = mem_shim.counts()
+        with ContextBinary(buffer=qnn_context_binary(users[0]), name="d0", lib=be.lib) as b:
+            got = performance_features_offered(be, b)["shared buffers"]
+        d = _delta(mem_shim.counts(), before)
+    finally:
+        be.close()
+        pte.close()
+    assert got["offered"] is (not refuse)
+    assert ("memRegister refused" in got["detail"]) is refuse
+    assert d["registered"] == d["deregistered"] == (0 if refuse else 1)
+    assert d["rpcmem_allocs"] == d["rpcmem_frees"] == 1
+
