@@ -260,3 +260,20 @@ def test_doctor_probe_registers_one_buffer_or_says_why_not(mem_shim, monkeypatch
     assert d["registered"] == d["deregistered"] == (0 if refuse else 1)
     assert d["rpcmem_allocs"] == d["rpcmem_frees"] == 1
 
+
+
+def test_multi_pd_programs_keep_raw_buffers_and_say_why(emulated, chain12):
+    """PD workers' graph calls read the shared arena, not rpcmem: shared buffers are off there."""
+    from qnnrt.runtime.performance import MULTI_PD_NO_SHARED_BUFFERS
+
+    def feeds(m):
+        return [{"x": np.full((1, 64), 0.25, np.float32)}]
+    raw, _, _ = _run(chain12.model, feeds)
+    before = emulated.counts()
+    shared, report, _ = _run(chain12.model, feeds, residency="multi-pd:2", pd_budget="3.4GiB",
+                             shared_buffer=True, backend_lib=str(emulated.folder))
+    _identical(raw, shared)
+    d = _delta(emulated.counts(), before)
+    sb = report["shared_buffers"]
+    assert sb["asked"] and not sb["on"] and sb["why"] == MULTI_PD_NO_SHARED_BUFFERS
+    assert d["registered"] == 0 and d["rpcmem_live"] == 0
