@@ -161,6 +161,8 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
         undo.callback(backend.close)
         performance = Performance(choice, backend)   # votes now, as ExecuTorch does at device creation
         group = describe_optimizations(performance, src.runtime, opts.shared_buffer, backend)
+        if performance.shared_memory is not None:   # the program closes it; a failed load here
+            undo.callback(performance.shared_memory.close)
         program = Program(p, binaries, src.build, backend, policy, heap=heap,
                           exec_profiler=opts.exec_profiler, profile_level=opts.profile_level,
                           progress=opts.progress, owned=owned, constants=src.constants,

@@ -4,7 +4,7 @@ import pytest
 # the session fixtures: real context binaries and programs (qnn_fixtures, program_fixtures) and demo
 # programs made by the builder (build_fixtures)
 pytest_plugins = ["tests.helpers.qnn_fixtures", "tests.helpers.program_fixtures",
-                  "tests.helpers.build_fixtures", "tests.helpers.fault_shim"]
+                  "tests.helpers.build_fixtures", "tests.helpers.fault_shim", "tests.helpers.mem_shim"]
 
 
 @pytest.fixture(autouse=True)

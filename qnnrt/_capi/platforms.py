@@ -116,6 +116,22 @@ def library_names(host: Host) -> tuple[str, str]:
     return ("QnnHtp.dll", "QnnSystem.dll") if host.windows else ("libQnnHtp.so", "libQnnSystem.so")
 
 
+CDSPRPC_ENV = "QNNRT_CDSPRPC_LIB"
+
+
+def cdsprpc_candidates(host: Host) -> list[tuple[str, str]]:
+    """What to dlopen for rpcmem, each with its reason: `QNNRT_CDSPRPC_LIB` (the library, or its
+    folder) and only it when set, as an explicit path is never a fallback; else the names the
+    DSP user space installs (Android /vendor/lib64, Linux boards /usr/lib, Windows cdsprpc.dll),
+    found by the system loader."""
+    names = ("cdsprpc.dll", "libcdsprpc.dll") if host.windows else ("libcdsprpc.so",)
+    explicit = host.env.get(CDSPRPC_ENV, "").strip()
+    if explicit:
+        p = Path(explicit)
+        return [(str(p / names[0] if p.is_dir() else p), CDSPRPC_ENV)]
+    return [(n, "system library path") for n in names]
+
+
 def skel_names(host: Host, arch: int) -> list[str]:
     """Files the HTP of Hexagon arch `arch` needs from the skel folder (the .cat on Windows)."""
     names = [f"libQnnHtpV{arch}Skel.so"]

@@ -18,7 +18,7 @@ from qnnrt.core.spill_fill import CONFIG_NOT_SUPPORTED, SpillFillGroup
 from qnnrt.errors import QnnrtError
 
 if TYPE_CHECKING:
-    from qnnrt.core.shared_buffer import SharedBuffer
+    from qnnrt.core.shared_buffer import Registration
 
 
 def refuse_weight_sharing(binary: ContextBinary) -> None:
@@ -52,7 +52,7 @@ class Context:
         self._lock = threading.Lock()
         self._closed = True
         self._group: SpillFillGroup | None = None
-        self._shared: list[SharedBuffer] = []   # SharedBuffers registered with this context: freed before it
+        self._shared: list[Registration] = []   # shared buffers registered here: deregistered before it
         refuse_weight_sharing(binary)
         configs, keep = [], []
         if dsp_memory_profiling:
@@ -86,8 +86,8 @@ class Context:
             backend.adopt(self)
             undo.pop_all()
 
-    def track_shared_buffer(self, buf: SharedBuffer) -> None:
-        """A SharedBuffer registered with this context; closed (deregistered) before the context."""
+    def track_shared_buffer(self, buf: Registration) -> None:
+        """A shared buffer registered with this context; closed (deregistered) before the context."""
         with self._lock:
             self._shared.append(buf)
 

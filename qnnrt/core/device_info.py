@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes as C
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from qnnrt import soc as socs
 from qnnrt._capi import codes
@@ -20,6 +21,11 @@ from qnnrt.core.backend import Backend, backend_build_id
 from qnnrt.core.binary import ContextBinary
 from qnnrt.core.freeing import check_free
 from qnnrt.errors import QnnError, QnnrtError
+
+if TYPE_CHECKING:
+    from qnnrt.core.context import Context
+    from qnnrt.core.shared_buffer import SharedMemory
+    from qnnrt.core.tensor import TensorSpec
 
 
 def _v(t: tuple[int, int, int]) -> str:
@@ -113,6 +119,18 @@ def dsp_heap_profiling_offered(backend: Backend, binary: ContextBinary) -> bool:
     return True
 
 
+def _probe_shared_buffer(memory: SharedMemory, context: Context, spec: TensorSpec) -> dict:
+    """Register one rpcmem buffer for `spec` with `context`, then free it."""
+    try:
+        handle = memory.mem_handle(context, memory.array(tuple(spec.shape), spec.dtype, spec.name),
+                                   spec)
+    finally:
+        memory.close()
+    if handle is None:
+        return {"offered": False, "detail": memory.refused}
+    return {"offered": True, "detail": f"an rpcmem buffer was registered ({memory.library})"}
+
+
 def performance_features_offered(backend: Backend, binary: ContextBinary | None) -> dict[str, dict]:
     """Which of HTP performance votes, shared buffers and spill-fill groups this backend offers, each
     {"offered": bool | None, "detail": str}, found by trying: a burst vote made and released, one
@@ -120,7 +138,7 @@ def performance_features_offered(backend: Backend, binary: ContextBinary | None)
     (None: not tried, no test binary)."""
     from qnnrt.core.context import Context
     from qnnrt.core.perf import Dcvs, PowerVote, VotePlan
-    from qnnrt.core.shared_buffer import SharedBuffer
+    from qnnrt.core.shared_buffer import SharedMemory
     from qnnrt.core.spill_fill import SpillFillGroup
     out: dict[str, dict] = {}
     probe = VotePlan(Dcvs(sleep_latency_us=40, bus_corner=0xA0, core_corner=0xA0),
@@ -135,7 +153,7 @@ def performance_features_offered(backend: Backend, binary: ContextBinary | None)
                                                for c in refused) or
                                        f"{len(vote.calls)} perf-infrastructure calls accepted "
                                        f"(create, DCVS v3 up, down, destroy)")}
-    ok, why = SharedBuffer.available()
+    ok, why = SharedMemory.available()
     out["shared buffers"] = {"offered": ok if not ok or binary is None else None, "detail": why}
     if binary is None:
         out["spill-fill groups"] = {"offered": None, "detail": "not tried: no test binary"}
@@ -146,11 +164,8 @@ def performance_features_offered(backend: Backend, binary: ContextBinary | None)
     ctx = Context(backend, binary, name="doctor-group", spill_fill_group=group)
     try:
         if ok:
-            try:
-                SharedBuffer(ctx, binary.graphs[0].inputs[0]).close()
-                out["shared buffers"] = {"offered": True, "detail": "an rpcmem buffer was registered"}
-            except QnnError as e:
-                out["shared buffers"] = {"offered": False, "detail": f"memRegister refused: {e}"}
+            out["shared buffers"] = _probe_shared_buffer(SharedMemory(backend), ctx,
+                                                         binary.graphs[0].inputs[0])
     finally:
         ctx.close()
     out["spill-fill groups"] = {"offered": group.usable,

@@ -11,6 +11,10 @@ How a graph call is made, for every caller (a program's plan, a .pte delegate, a
    by slot), then makes the one C call: nothing else is allocated or decided per call.
 3. A profiler is attached, not a second path: `GraphBinding.attach_profile` gives the call a QNN
    profile handle and a callback for the events after each call.
+4. Shared buffers are bound, not a second path either: a binder given a `SharedMemory` binds every
+   tensor to rpcmem, planned buffers made there as they are, the rest to staging arrays made there
+   (copied into before the call, out of after it), each as a mem handle of the live graph's context
+   (`point_at`, which registers on first use and falls back to raw buffers when refused).
 """
 from __future__ import annotations
 
@@ -19,13 +23,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from qnnrt._capi import types as T
 from qnnrt._capi.log import interrupt_pending
 from qnnrt.core.binary import GraphSpec
+from qnnrt.core.shared_buffer import SharedMemory, bind_mem_handle
 from qnnrt.core.tensor import IOTensor, TensorSpec, order_inputs, prepare_input
 from qnnrt.errors import QnnrtError
 
@@ -59,7 +64,8 @@ class BoundCall:
     interrupt the log callback deferred is raised after the call returns."""
 
     __slots__ = ("backend", "name", "handle", "profile_handle", "precise_log", "_tensors", "_ia",
-                 "_oa", "_in_ref", "_out_ref", "_ni", "_no", "_in", "_out", "_execute")
+                 "_oa", "_in_ref", "_out_ref", "_ni", "_no", "_in", "_out", "_in_t", "_out_t",
+                 "_execute")
 
     def __init__(self, backend: Backend, spec: GraphSpec) -> None:
         self.backend, self.name = backend, spec.name
@@ -77,15 +83,25 @@ class BoundCall:
         for i, t in enumerate(self._tensors[ni:]):
             self._oa[i] = t.struct
         self._ni, self._no = C.c_uint32(ni), C.c_uint32(no)
-        self._in = [self._ia[i].body.clientBuf for i in range(ni)]
-        self._out = [self._oa[j].body.clientBuf for j in range(no)]
+        self._in_t = [self._ia[i] for i in range(ni)]   # views into the arrays QNN reads
+        self._out_t = [self._oa[j] for j in range(no)]
+        self._in = [t.body.clientBuf for t in self._in_t]
+        self._out = [t.body.clientBuf for t in self._out_t]
         self._in_ref, self._out_ref = C.byref(self._ia), C.byref(self._oa)
         self._execute = _untyped(backend.api.graphExecute)
 
     def set_input(self, i: int, arr: np.ndarray) -> None:
         """Input `i` reads `arr` (C-contiguous, the tensor's dtype and shape)."""
+        self._in_t[i].body.memType = T.TENSORMEMTYPE_RAW
         cb = self._in[i]
         cb.data, cb.dataSize = arr.ctypes.data, arr.nbytes
+
+    def set_input_mem(self, i: int, mem_handle: int) -> None:
+        """Input `i` reads registered memory (a mem handle of the live graph's context)."""
+        bind_mem_handle(self._in_t[i], mem_handle)
+
+    def set_output_mem(self, j: int, mem_handle: int) -> None:
+        bind_mem_handle(self._out_t[j], mem_handle)
 
     def point_input(self, i: int, arr: np.ndarray) -> None:
         """Like set_input, for an array of the size already set (the per-call rebind)."""
@@ -95,6 +111,7 @@ class BoundCall:
         self._in[i].dataSize = nbytes
 
     def set_output(self, j: int, arr: np.ndarray) -> None:
+        self._out_t[j].body.memType = T.TENSORMEMTYPE_RAW
         cb = self._out[j]
         cb.data, cb.dataSize = arr.ctypes.data, arr.nbytes
 
@@ -165,6 +182,12 @@ class PrepareInput:
         return prepare_input(self.spec, a, self.where)
 
 
+class LiveGraph(Protocol):
+    """What a binder is pointed at: a live graph's handle (a `Graph`, or a PD worker's graph)."""
+    @property
+    def handle(self) -> Any: ...
+
+
 class PreparedCall(Protocol):
     """The calling shape of a prepared graph call: `BoundCall` in this process; a PD worker's
     remote call (runtime/pd_fleet.py) has the same shape, so one binder serves both."""
@@ -191,13 +214,20 @@ class GraphBinding:
     fresh array (a raw buffer and a float32 result when it is dequantized). The planner may instead
     `trust_input` (the slot always holds the right array: pointed, no check), `bind_input` or
     `bind_output` a planned buffer once. Re-create safe: only `call.handle` changes when the graph's
-    context is re-created."""
+    context is re-created (`point_at`; with shared memory, the mem handles too).
 
-    __slots__ = ("call", "spec", "where", "in_slots", "out_slots", "dequantized", "_trusted",
-                 "_checked", "_fresh", "_deq", "_after_call", "_sink")
+    With `shared` (a `SharedMemory`; only for a `BoundCall`, in this process), every tensor is
+    bound to rpcmem: a planned buffer made there as it is; at the first `point_at`, each input or
+    output still per call gets a staging array there, copied into before the call / out of after
+    it (a fresh array per call, as without)."""
+
+    __slots__ = ("call", "spec", "where", "in_slots", "out_slots", "dequantized", "shared",
+                 "_trusted", "_checked", "_fresh", "_deq", "_after_call", "_sink", "_mem", "_staged",
+                 "_copy_in", "_copy_out", "_own")
 
     def __init__(self, call: PreparedCall, spec: GraphSpec, in_slots: Sequence[int],
-                 out_slots: Sequence[int], dequantize: bool | Sequence[bool], where: str) -> None:
+                 out_slots: Sequence[int], dequantize: bool | Sequence[bool], where: str,
+                 shared: SharedMemory | None = None) -> None:
         if len(in_slots) != len(spec.inputs) or len(out_slots) != len(spec.outputs):
             raise QnnrtError(f"{where}: {len(in_slots)} input / {len(out_slots)} output slots for "
                              f"a graph of {len(spec.inputs)} / {len(spec.outputs)}")
@@ -210,6 +240,13 @@ class GraphBinding:
         self.dequantized = [s.is_fixed_point and f for s, f in zip(spec.outputs, flags)]
         self._after_call: Callable[[], None] | None = None   # the attached profiler, if any
         self._sink: ProfileSink | None = None
+        self.shared = shared if isinstance(call, BoundCall) else None
+        # tensors bound to shared memory: (is an input, its index, the rpcmem array, its spec)
+        self._mem: list[tuple[bool, int, np.ndarray, TensorSpec]] = []
+        self._staged = False
+        self._copy_in: list[tuple[int, np.ndarray, InputAdapter | None]] = []  # slot, staging, check
+        self._copy_out: list[tuple[int, np.ndarray]] = []                      # slot, staging
+        self._own: list[np.ndarray] = []   # rpcmem arrays this binder made (staging, raw outputs)
         # per-call work lists (a planner moves entries between them before the first run)
         self._trusted: dict[int, int] = {}                   # input -> slot: pointed
         self._checked: dict[int, tuple[int, np.dtype, tuple[int, ...], InputAdapter]] = {}
@@ -220,8 +257,9 @@ class GraphBinding:
             self._checked[i] = (slot, s.dtype, tuple(s.shape), PrepareInput(s, where))
         for j, (s, slot) in enumerate(zip(spec.outputs, out_slots)):
             if self.dequantized[j]:
-                raw = np.zeros(s.shape, s.dtype)
+                raw = self._array(s)
                 call.set_output(j, raw)
+                self._track(False, j, raw, s)
                 self._deq[j] = (slot, raw, Dequantizer(s), None)
             else:
                 call.set_output_size(j, s.nbytes)
@@ -248,6 +286,27 @@ class GraphBinding:
         return self.out_slots
 
     # -- plan time ----------------------------------------------------------------------------
+    def _array(self, spec: TensorSpec) -> np.ndarray:
+        """A zeroed array for `spec`'s tensor: in the shared memory when there is one."""
+        if self.shared is None:
+            return np.zeros(spec.shape, spec.dtype)
+        a = self.shared.array(tuple(spec.shape), spec.dtype, f"{spec.name!r} of {self.where}")
+        self._own.append(a)
+        return a
+
+    def release(self) -> None:
+        """Give back the rpcmem this binder made; it is not called again (its graph was freed)."""
+        shared, own, self._own = self.shared, self._own, []
+        if shared is not None:
+            for a in own:
+                shared.free(a)
+
+    def _track(self, is_input: bool, k: int, array: np.ndarray, spec: TensorSpec) -> None:
+        """Tensor k reads / writes `array` from now on: as a mem handle when it is shared memory."""
+        self._mem = [m for m in self._mem if (m[0], m[1]) != (is_input, k)]
+        if self.shared is not None and self.shared.holds(array):
+            self._mem.append((is_input, k, array, spec))
+
     def output_kind(self, j: int) -> tuple[np.dtype, tuple[int, ...]]:
         """(dtype, shape) of what output j puts in its slot."""
         s = self.spec.outputs[j]
@@ -275,6 +334,7 @@ class GraphBinding:
         self._checked.pop(i, None)
         self._trusted.pop(i, None)
         self.call.set_input(i, buffer)
+        self._track(True, i, buffer, s)
 
     def bind_output(self, j: int, buffer: np.ndarray) -> None:
         """Output j is written to `buffer` (of `output_kind(j)`) at every call; the planner puts
@@ -286,6 +346,7 @@ class GraphBinding:
         else:
             del self._fresh[j]
             self.call.set_output(j, buffer)
+            self._track(False, j, buffer, self.spec.outputs[j])
 
     def attach_profile(self, profile: Profile, sink: ProfileSink) -> None:
         """Record every call into `profile` and hand its events to `sink` after each call."""
@@ -299,17 +360,76 @@ class GraphBinding:
         if self._sink is not None:
             self._sink(events)
 
+    def _stage(self) -> None:
+        """Shared memory: the inputs and outputs still bound per call get staging arrays there."""
+        self._staged = True
+        outs = self.spec.outputs
+        for i, slot in self._trusted.items():
+            self._copy_in.append((slot, self._staged_input(i), None))
+        for i, (slot, _dtype, _shape, adapt) in self._checked.items():
+            self._copy_in.append((slot, self._staged_input(i), adapt))
+        for j, (slot, _shape, _dtype) in self._fresh.items():
+            staging = self._array(outs[j])
+            self.call.set_output(j, staging)
+            self._track(False, j, staging, outs[j])
+            self._copy_out.append((slot, staging))
+        self._trusted, self._checked, self._fresh = {}, {}, {}
+
+    def _staged_input(self, i: int) -> np.ndarray:
+        s = self.spec.inputs[i]
+        staging = self._array(s)
+        self.call.set_input(i, staging)
+        self._track(True, i, staging, s)
+        return staging
+
+    def point_at(self, graph: LiveGraph) -> None:
+        """Call `graph` (live; its context may have been re-created) from now on. With shared
+        memory, the tensors are bound to mem handles of its context (registered on first use, raw
+        buffers when memRegister is refused)."""
+        self.call.handle = graph.handle
+        if self.shared is None or not isinstance(graph, Graph):
+            return
+        if not self._staged:
+            self._stage()
+        context, call, shared = graph.context, self.call, self.shared
+        assert isinstance(call, BoundCall)
+        for is_input, k, array, spec in self._mem:
+            h = shared.mem_handle(context, array, spec)
+            if h is None:
+                (call.set_input if is_input else call.set_output)(k, array)
+            elif is_input:
+                call.set_input_mem(k, h)
+            else:
+                call.set_output_mem(k, h)
+
+    @property
+    def shared_tensors(self) -> int:
+        """How many of this graph's tensors are bound to shared memory."""
+        return len(self._mem)
+
     # -- run time -----------------------------------------------------------------------------
     def run(self, values: list) -> float:
         """Bind, execute, collect; returns the seconds spent inside graphExecute."""
         converted = self._bind(values) if self._trusted or self._checked or self._fresh else None
+        if self._copy_in:
+            self._copy_inputs(values)
         seconds = self.call()
+        for slot, staging in self._copy_out:
+            values[slot] = staging.copy()
         for slot, raw, deq, target in self._deq.values():
             values[slot] = deq(raw, target)
         if self._after_call is not None:
             self._after_call()
         del converted   # the converted inputs were kept alive through the call
         return seconds
+
+    def _copy_inputs(self, values: list) -> None:
+        """Shared memory: the per-call inputs into their staging arrays (checked ones first)."""
+        for slot, staging, adapt in self._copy_in:
+            a = values[slot]
+            if adapt is not None and (a.dtype != staging.dtype or a.shape != staging.shape):
+                a = adapt(a)
+            np.copyto(staging, a)
 
     def _bind(self, values: list) -> list[np.ndarray]:
         """Point the per-call inputs and outputs; returns the converted inputs (to keep alive)."""
@@ -339,7 +459,7 @@ class Graph:
         self.name = spec.name
         self.handle = handle
         self._input_names = [s.name for s in spec.inputs]
-        self._bindings: dict[tuple[bool, ...], GraphBinding] = {}
+        self._bindings: dict[tuple[tuple[bool, ...], SharedMemory | None], GraphBinding] = {}
         self._lock = threading.Lock()
         self._valid = True
         self.last_execute_seconds = 0.0  # time inside graphExecute of the last execution
@@ -357,25 +477,32 @@ class Graph:
         with self._lock:
             self._valid = False
             self.handle = C.c_void_p()
+            for b in self._bindings.values():
+                b.release()   # shared staging buffers: deregistered while the context lives
+            self._bindings.clear()
 
-    def _binding(self, dequantize: bool | Sequence[bool]) -> GraphBinding:
+    def _binding(self, dequantize: bool | Sequence[bool], shared: SharedMemory | None
+                 ) -> GraphBinding:
         no = len(self.spec.outputs)
         flags = (dequantize,) * no if isinstance(dequantize, bool) else tuple(dequantize)
-        b = self._bindings.get(flags)
+        b = self._bindings.get((flags, shared))
         if b is None:
             ni = len(self.spec.inputs)
             b = GraphBinding(BoundCall(self.context.backend, self.spec), self.spec, range(ni),
-                             range(ni, ni + no), flags, f"graph {self.name!r}")
+                             range(ni, ni + no), flags, f"graph {self.name!r}", shared=shared)
             for i in range(ni):
                 b.trust_input(i)   # execute prepares every input first
             b.call.precise_log = True
-            self._bindings[flags] = b
+            self._bindings[(flags, shared)] = b
         return b
 
     def execute(self, inputs: object, profile: Profile | None = None,
-                dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
+                dequantize: bool | Sequence[bool] = True,
+                shared: SharedMemory | None = None) -> dict[str, np.ndarray]:
         """Run the graph. Fixed-point outputs are dequantized to float32 unless `dequantize` is
-        False (then the raw integers are returned); a sequence decides per output, in order."""
+        False (then the raw integers are returned); a sequence decides per output, in order.
+        With `shared`, the graph's I/O is in that rpcmem, registered with this context (inputs
+        copied in, outputs copied out: results are still fresh arrays)."""
         where = f"graph {self.name!r}"
         values: list = [prepare_input(s, v, where) for s, v in
                         zip(self.spec.inputs, order_inputs(self._input_names, inputs, where))]
@@ -384,8 +511,8 @@ class Graph:
             if not self._valid or self.context.closed:
                 raise QnnrtError(f"{where}: its context {self.context.name!r} was freed; "
                                  f"retrieve the graph again from a live context")
-            b = self._binding(dequantize)
-            b.call.handle = self.handle
+            b = self._binding(dequantize, shared)
+            b.point_at(self)
             b.call.profile_handle = profile.handle if profile is not None else None
             self.last_execute_seconds = b.run(values)
         ni = len(self.spec.inputs)

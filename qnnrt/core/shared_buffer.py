@@ -1,36 +1,45 @@
-"""SharedBuffer: one graph tensor's memory in rpcmem, registered with QNN (memRegister), so the HTP
-reads and writes it in place: no copy between the CPU and the accelerator.
+"""Shared buffers: graph I/O in rpcmem, registered with QNN (memRegister), so the HTP reads and
+writes it in place instead of copying every input and output between the CPU and the accelerator.
 
-`SharedBuffer(context, spec)` allocates rpcmem for `spec` (size + alignment), registers its file
-descriptor with the context (QNN_MEM_TYPE_ION, the tensor's shape and data type, as ExecuTorch's
-QnnMemManager::RegisterIonMem does) and exposes:
-- `array`: a numpy array over the rpcmem, of spec.dtype and spec.shape (write inputs into it, read
-  outputs from it; never rebind it);
-- `mem_handle`: the Qnn_MemHandle_t (an int) to put in the graph tensor.
-How a graph call uses it: `bind_mem_handle(tensor, buf.mem_handle)` sets the Qnn_Tensor_t of that
-input/output to memType = QNN_TENSORMEMTYPE_MEMHANDLE (1) with the handle in its union instead of a
-clientBuf, once, when the call's I/O structs are made (core.graph.BoundCall); graphExecute then
-reads/writes `array` in place, and the caller neither copies nor rebinds per call.
-`close()` deregisters, then frees the rpcmem (idempotent); the context closes its buffers before it
-is freed. `SharedBuffer.available()` says whether this machine can make any.
+`SharedMemory` is a program's rpcmem (ExecuTorch's SharedBuffer + QnnMemManager, in one object):
+- `array(shape, dtype)` allocates one rpcmem block per array (`RpcmemBlock`), the array at the
+  block's start, since QNN maps the block's file descriptor from its first byte;
+- `mem_handle(context, array, spec)` registers the array's block with that context once
+  (QNN_MEM_TYPE_ION, the tensor's shape and data type, as ExecuTorch's RegisterIonMem does) and
+  returns the Qnn_MemHandle_t a graph tensor of that context is bound to (`BoundCall.set_input_mem`).
+  A handle belongs to its context: a re-created context registers again. A refused memRegister is
+  said once (`refused`) and from then on every array is passed as a raw client buffer;
+- `close()` deregisters what is still registered, then frees every block (each QNN return code
+  checked; a failed deregistration logged, never raised).
+A context deregisters its registrations when it closes, before contextFree (`Context.close`), so
+eviction and re-creation leave no handle behind. `SharedMemory.available()` says whether this
+machine can make any.
 """
 from __future__ import annotations
 
 import ctypes as C
+import logging
 import threading
+import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from qnnrt._capi import rpcmem
 from qnnrt._capi import types as T
+from qnnrt.core.freeing import check_free
 from qnnrt.core.tensor import TensorSpec
+from qnnrt.errors import QnnError, QnnrtError
 
 if TYPE_CHECKING:
+    from qnnrt.core.backend import Backend
     from qnnrt.core.context import Context
-from qnnrt.errors import QnnrtError
 
-ALIGNMENT = 64   # bytes; ExecuTorch aligns shared buffers the same way (its default alignment)
+logger = logging.getLogger("qnnrt.core")
+
+ALIGNMENT = 64            # bytes; ExecuTorch's default alignment for shared buffers
+MAX_BLOCK_BYTES = 2 ** 31 - 1   # rpcmem_alloc takes an int size (rpcmem_alloc2 goes beyond)
 
 
 def bind_mem_handle(tensor: T.Tensor, mem_handle: int) -> None:
@@ -40,53 +49,58 @@ def bind_mem_handle(tensor: T.Tensor, mem_handle: int) -> None:
     body.memHandle = mem_handle
 
 
-def aligned_layout(nbytes: int, alignment: int = ALIGNMENT) -> int:
-    """Bytes to ask rpcmem for, so an `alignment`-aligned start still leaves `nbytes`."""
-    if nbytes < 0 or alignment <= 0 or alignment & (alignment - 1):
-        raise ValueError(f"bad size {nbytes} or alignment {alignment}")
-    return nbytes + alignment
+class RpcmemBlock:
+    """One rpcmem allocation and the array over its start."""
 
-
-class SharedBuffer:
-    """An rpcmem-backed numpy array registered with a context. See the module docstring."""
-
-    @staticmethod
-    def available() -> tuple[bool, str]:
-        fns, why = rpcmem.load()
-        return fns is not None, why
-
-    def __init__(self, context: Context, spec: TensorSpec):
-        fns, why = rpcmem.load()
-        if fns is None:
-            raise QnnrtError(f"cannot make a shared buffer for {spec.name!r}: {why}")
+    def __init__(self, fns: rpcmem.Rpcmem, shape: tuple[int, ...], dtype: np.dtype, name: str):
         self._fns = fns
-        self.context = context
-        self.spec = spec
+        count = int(np.prod(shape, dtype=np.int64))
+        self.nbytes = count * dtype.itemsize
+        size = max(self.nbytes, 1)
+        if size > MAX_BLOCK_BYTES:
+            raise QnnrtError(f"shared buffer for {name}: {size} bytes is more than rpcmem_alloc "
+                             f"takes ({MAX_BLOCK_BYTES}); run without --shared-buffer")
+        self.base: int = fns.alloc(rpcmem.HEAP_ID_SYSTEM, rpcmem.DEFAULT_FLAGS, size) or 0
+        if not self.base:
+            raise QnnrtError(f"rpcmem_alloc of {size} bytes for {name} failed (out of shared "
+                             f"memory?); run without --shared-buffer")
+        if self.base % ALIGNMENT:
+            self.free()
+            raise QnnrtError(f"rpcmem_alloc gave {name} a start not aligned to {ALIGNMENT} bytes; "
+                             f"this libcdsprpc ({fns.path}) cannot hold graph I/O")
+        self.fd: int = fns.to_fd(self.base)
+        if self.fd < 0:
+            self.free()
+            raise QnnrtError(f"rpcmem_to_fd found no file descriptor for {name}'s rpcmem "
+                             f"({fns.path}); run without --shared-buffer")
+        raw = (C.c_uint8 * size).from_address(self.base)
+        self.array = np.frombuffer(memoryview(raw), dtype=dtype, count=count).reshape(shape)
+        self.array[...] = 0
+
+    def free(self) -> None:
+        """Give the block back (idempotent); rpcmem_free returns nothing to check."""
+        base, self.base = self.base, 0
+        if base:
+            self._fns.free(base)
+
+
+class Registration:
+    """One block registered with one context: its mem handle, until `close` deregisters it."""
+
+    def __init__(self, memory: SharedMemory, context: Context, block: RpcmemBlock,
+                 spec: TensorSpec):
+        self.memory, self.context, self.name = memory, context, spec.name
         self._lock = threading.Lock()
         self._closed = True
-        dtype = spec.dtype
-        nbytes = int(np.prod(spec.shape, dtype=np.int64)) * dtype.itemsize
-        total = aligned_layout(nbytes)
-        self._base = fns.alloc(rpcmem.HEAP_ID_SYSTEM, rpcmem.DEFAULT_FLAGS, total)
-        if not self._base:
-            raise QnnrtError(f"rpcmem_alloc of {total} bytes for {spec.name!r} failed (out of "
-                             f"shared memory?)")
-        start = -(-self._base // ALIGNMENT) * ALIGNMENT
-        self.array = np.frombuffer(memoryview((C.c_uint8 * nbytes).from_address(start)), dtype=dtype) \
-            .reshape(spec.shape)
-        self.fd = fns.to_fd(self._base)
-        self._dims = (T.u32 * len(spec.shape))(*spec.shape)
+        dims = (T.u32 * max(1, len(spec.shape)))(*spec.shape)
         desc = T.MemDescriptor(memType=T.MEM_TYPE_ION, dataType=spec.data_type)
         desc.memShape.numDim = len(spec.shape)
-        desc.memShape.dimSize = self._dims
-        desc.ionFd = self.fd
+        desc.memShape.dimSize = dims
+        desc.ionFd = block.fd
         handle = C.c_void_p()
         be = context.backend
         mark = be.log.mark()
         rc = be.api.memRegister(context.handle, C.byref(desc), 1, C.byref(handle))
-        if rc != 0:
-            fns.free(self._base)
-            self._base = None
         be.check(rc, "memRegister", mark, f"for tensor {spec.name!r} of {context.name}")
         self.mem_handle: int = handle.value or 0
         self._closed = False
@@ -97,18 +111,140 @@ class SharedBuffer:
         return self._closed
 
     def close(self) -> None:
-        """Deregister, then free the rpcmem. Idempotent; the array must not be used afterwards."""
+        """memDeRegister, once (the context calls it before contextFree)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             h = C.c_void_p(self.mem_handle)
+            ok = check_free(self.context.backend.api.memDeRegister(C.byref(h), 1), "memDeRegister",
+                            f"shared buffer {self.name!r} of {self.context.name}")
+            self.memory.deregistered(ok)
+
+
+class SharedMemory:
+    """A program's shared buffers. See the module docstring."""
+
+    @staticmethod
+    def available() -> tuple[bool, str]:
+        fns, why = rpcmem.load()
+        return fns is not None, why
+
+    def __init__(self, backend: Backend):
+        fns, why = rpcmem.load()
+        if fns is None:
+            raise QnnrtError(f"cannot make shared buffers: {why}")
+        self.backend = backend
+        self._fns = fns
+        self._lock = threading.Lock()
+        self._counts = threading.Lock()   # counters, also updated by a closing context
+        self._blocks: dict[int, RpcmemBlock] = {}   # by start address
+        self._registered: weakref.WeakKeyDictionary[Context, dict[int, Registration]] = \
+            weakref.WeakKeyDictionary()
+        self.refused = ""          # why memRegister is not used (said once), or ''
+        self.allocations = 0       # blocks made
+        self.frees = 0             # blocks given back
+        self.registrations = 0     # memRegister calls that succeeded
+        self.deregistrations = 0   # memDeRegister calls that succeeded
+        self.failed_deregistrations = 0
+        self.closed = False
+
+    @property
+    def library(self) -> str:
+        return self._fns.path
+
+    def array(self, shape: tuple[int, ...], dtype: DTypeLike, name: str = "a graph tensor"
+              ) -> np.ndarray:
+        """A zeroed array in a block of its own."""
+        with self._lock:
+            if self.closed:
+                raise QnnrtError("the program's shared buffers were freed (program closed)")
+            block = RpcmemBlock(self._fns, tuple(shape), np.dtype(dtype), name)
+            self._blocks[block.base] = block
+            self.allocations += 1
+            return block.array
+
+    def free(self, array: np.ndarray) -> None:
+        """Give back the block of `array` before the program closes (deregistered first)."""
+        with self._lock:
+            block = self._blocks.pop(array.ctypes.data, None)
+            if block is None:
+                return
+            regs = [by_block.pop(block.base) for by_block in self._registered.values()
+                    if block.base in by_block]
+        for r in regs:
+            r.close()
+        block.free()
+        with self._lock:
+            self.frees += 1
+
+    def holds(self, array: np.ndarray) -> bool:
+        """Is `array` exactly one of this memory's blocks (so it can be bound as a mem handle)?"""
+        block = self._blocks.get(array.ctypes.data)
+        return block is not None and block.nbytes == array.nbytes and array.flags.c_contiguous
+
+    def mem_handle(self, context: Context, array: np.ndarray, spec: TensorSpec) -> int | None:
+        """The handle binding `array` into graphs of `context` (registered on first use), or None
+        when memRegister was refused (then pass `array` as a raw buffer)."""
+        with self._lock:
+            if self.refused:
+                return None
+            block = self._blocks.get(array.ctypes.data)
+            if block is None:
+                raise QnnrtError(f"the shared buffer of {spec.name!r} was freed; it cannot be "
+                                 f"bound into {context.name}")
+            regs = self._registered.setdefault(context, {})
+            r = regs.get(block.base)
+            if r is not None and not r.closed:
+                return r.mem_handle
             try:
-                self.context.backend.api.memDeRegister(C.byref(h), 1)
-            finally:
-                if self._base:
-                    self._fns.free(self._base)
-                    self._base = None
+                r = regs[block.base] = Registration(self, context, block, spec)
+            except QnnError as e:
+                self.refused = (f"memRegister refused the shared buffer of {spec.name!r} in "
+                                f"{context.name} (QNN error {e.code}, {e.code_name}); graph I/O is "
+                                f"passed as raw buffers")
+                logger.warning("%s", self.refused)
+                return None
+        with self._counts:
+            self.registrations += 1
+        return r.mem_handle
+
+    def deregistered(self, ok: bool) -> None:
+        with self._counts:
+            if ok:
+                self.deregistrations += 1
+            else:
+                self.failed_deregistrations += 1
+
+    def counts(self) -> dict[str, int]:
+        """What the report says of it."""
+        with self._lock:
+            live = sum(b.nbytes for b in self._blocks.values()) if not self.closed else 0
+            made = {"buffers": self.allocations, "freed": self.frees, "live_bytes": live}
+        with self._counts:
+            return {**made, "registered": self.registrations,
+                    "deregistered": self.deregistrations,
+                    "failed_deregistrations": self.failed_deregistrations}
+
+    def close(self) -> None:
+        """Deregister what is still registered, then free every block. Idempotent; arrays made
+        here must not be used afterwards."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            regs = [r for by_block in list(self._registered.values()) for r in by_block.values()]
+            self._registered.clear()
+            blocks = list(self._blocks.values())
+            self._blocks.clear()
+        for r in regs:
+            r.close()
+        for b in blocks:
+            b.free()
+        with self._lock:
+            self.frees += len(blocks)
 
     def __repr__(self) -> str:
-        return f"SharedBuffer({self.spec.name!r}, {self.array.nbytes} B, fd {self.fd})"
+        c = self.counts()
+        return (f"SharedMemory({c['buffers']} buffers, {c['live_bytes']} B live, {c['registered']} "
+                f"registered{', refused' if self.refused else ''})")

@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 
 from qnnrt.core.backend import Backend
 from qnnrt.core.perf import Dcvs, PowerVote, VotePlan
-from qnnrt.core.shared_buffer import SharedBuffer
+from qnnrt.core.shared_buffer import SharedMemory
 from qnnrt.core.spill_fill import CONFIG_NOT_SUPPORTED, SpillFillGroup
 from qnnrt.errors import QnnrtError
 
@@ -143,6 +143,7 @@ class Performance:
         self.vote: PowerVote | None = None
         self.unavailable = ""
         self.shared_buffers = Feature()
+        self.shared_memory: SharedMemory | None = None   # the program's rpcmem, when on
         self.spill_fill_group = Feature()
         self.group: SpillFillGroup | None = None   # the group contexts are created with, if any
         self.backend_signed_pd = bool(getattr(backend, "signed_pd", False))
@@ -199,6 +200,23 @@ class Performance:
                 "accepted": sum(c.accepted for c in calls), "unavailable": self.unavailable or None,
                 "active": bool(self.vote and self.vote.active)}
 
+    def no_shared_memory(self, why: str) -> None:
+        """Shared buffers asked for cannot be used by this program after all: off, with why."""
+        memory, self.shared_memory = self.shared_memory, None
+        if memory is not None:
+            memory.close()
+            f = self.shared_buffers
+            f.on, f.why = False, why
+
+    def _fold_shared(self) -> None:
+        """How registration went (refused or not, counts) into the feature."""
+        f, memory = self.shared_buffers, self.shared_memory
+        if memory is None:
+            return
+        f.detail.update(memory.counts(), library=memory.library)
+        if memory.refused:
+            f.on, f.why = False, memory.refused
+
     def _fold_group(self) -> None:
         """What the spill-fill group met at context creation (refused or not) into the feature."""
         f, group = self.spill_fill_group, self.group
@@ -211,6 +229,7 @@ class Performance:
     def notes(self) -> list[str]:
         """One line per optimization that was asked for and is off (said once, in the summary)."""
         self._fold_group()
+        self._fold_shared()
         out = []
         ch = self.choice
         if ch.plan() is None and (ch.rpc_control_latency_us is not None or ch.rpc_polling_time_us is not None):
@@ -229,6 +248,7 @@ class Performance:
     def to_json(self) -> dict:
         c = self.choice
         plan = c.plan()
+        self._fold_shared()
         return {
             "mode": c.mode, "source": c.source,
             "rpc_control_latency_us": plan.rpc_control_latency_us if plan else None,
@@ -258,6 +278,7 @@ class Performance:
             head = (f"performance mode {c.mode} ({_SOURCE_TEXT[c.source]}): {ok}/{len(calls)} "
                     f"perf-infrastructure calls accepted, RPC control latency "
                     f"{plan.rpc_control_latency_us} us, polling {plan.rpc_polling_time_us} us")
+        self._fold_shared()
         sb = "on" if self.shared_buffers.on else "off"
         sf = "on" if self.spill_fill_group.on else "off"
         return f"{head}; shared buffers {sb}, spill-fill group {sf}"
@@ -268,6 +289,9 @@ _SOURCE_TEXT = {"option": "your choice", "file": "the file's choice",
                 "override": "override"}
 
 
+MULTI_PD_NO_SHARED_BUFFERS = ("not with multi-PD residency: graph calls in PD workers read the "
+                              "shared arena, not rpcmem, so this program's graph I/O stays in "
+                              "raw buffers")
 SIMULATOR_REFUSES_GROUPS = (f"the x86 simulator refuses REGISTER_MULTI_CONTEXTS (QNN error "
                             f"{CONFIG_NOT_SUPPORTED}); contexts are created without a group")
 
@@ -280,10 +304,10 @@ def describe_optimizations(perf: Performance, runtime: dict, shared_buffer: bool
     sb = perf.shared_buffers
     sb.asked = bool(runtime.get("shared_buffer")) if shared_buffer is None else shared_buffer
     if sb.asked:
-        ok, why = SharedBuffer.available()
-        sb.on = False
-        sb.why = (why if not ok else "shared buffers are made by core.SharedBuffer but not yet "
-                  "bound into graph calls by this runtime")
+        ok, why = SharedMemory.available()
+        if ok:
+            perf.shared_memory = SharedMemory(backend)
+        sb.on, sb.why = ok, why
     sf = perf.spill_fill_group
     size = runtime.get("max_sf_buf_size") or 0
     if isinstance(size, list):

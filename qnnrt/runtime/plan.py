@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from qnnrt.core import Profile
-from qnnrt.core.graph import GraphBinding, ProfileSink
+from qnnrt.core.graph import Graph, GraphBinding, ProfileSink
 from qnnrt.core.tensor import address_of, order_inputs, prepare_input
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder
@@ -99,7 +99,7 @@ class GraphStep:
 
     def point_at(self, context: LiveContext) -> None:
         """Call the graph of this (live, possibly re-created) context from now on."""
-        self.binding.call.handle = context.graph(self.graph).handle
+        self.binding.point_at(context.graph(self.graph))
 
     @property
     def reads(self) -> list[int]:
@@ -143,7 +143,7 @@ def graph_step(program: Program, step: QnnStep, position: int, in_slots: Sequenc
     program profiles."""
     spec = program.binaries[step.key].graph(step.graph)
     binding = GraphBinding(program.bound_call(step.key, spec), spec, in_slots, out_slots,
-                           step.dequantize, where)
+                           step.dequantize, where, shared=program.shared_memory)
     g = GraphStep(step.key, step.graph, position, binding)
     if program.profiling is not None:
         program.profiling.attach(g)
@@ -456,7 +456,11 @@ class ReferencePlan:
     def _execute(self, ctx: Context | RemoteContext, step: QnnStep,
                  arrays: list[np.ndarray]) -> list[np.ndarray]:
         g = ctx.graph(step.graph)
-        out = g.execute(arrays, dequantize=step.dequantize)
+        shared = self.program.shared_memory
+        if shared is not None and isinstance(g, Graph):
+            out = g.execute(arrays, dequantize=step.dequantize, shared=shared)
+        else:
+            out = g.execute(arrays, dequantize=step.dequantize)
         self.timing.accelerator_s += g.last_execute_seconds
         return [out[s.name] for s in g.spec.outputs]
 

@@ -14,6 +14,7 @@ from numpy.typing import DTypeLike
 
 from qnnrt.core import Backend, ContextBinary, GraphSpec, Profile
 from qnnrt.core.graph import BoundCall
+from qnnrt.core.shared_buffer import SharedMemory
 from qnnrt.core.spill_fill import SpillFillGroup
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.profiling.pd_log import pd_estimate_from_log
@@ -21,7 +22,7 @@ from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import Inputs, Method, MethodBuilder, UnavailableMethod
 from qnnrt.runtime.plan import Plan, Profiling, ReferencePlan, RunTiming
-from qnnrt.runtime.performance import Performance
+from qnnrt.runtime.performance import MULTI_PD_NO_SHARED_BUFFERS, Performance
 from qnnrt.runtime.pd_budget import Budget, backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.pd_fleet import MultiPdPool, RemoteCall
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, Placement, first_use_order, place
@@ -125,6 +126,8 @@ class Program:
         self._plans: dict[tuple[str, bool], Plan] = {}
         self.compiled = True  # False: run every method on the step-by-step reference path
         self.performance = performance  # votes, shared buffers, groups (qnnrt.load makes it)
+        # graph I/O in rpcmem (runtime/performance.py decided; none under multi-PD)
+        self.shared_memory: SharedMemory | None = None
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)  # a failure closes what was opened
             self.methods: dict[str, Method] = method_builder()
@@ -149,6 +152,7 @@ class Program:
                                                       "spill_fill_group": spill_fill_group})
                 if performance is not None:
                     performance.followers.append(self.pool.vote)
+                    performance.no_shared_memory(MULTI_PD_NO_SHARED_BUFFERS)
             else:
                 self.pool = ContextPool(backend, binaries, residency, hooks=heap,
                                         pd_estimate=pd_estimate_from_log, profiler=profiler,
@@ -157,6 +161,8 @@ class Program:
                                         budget_source=budget.source if budget else None,
                                         on_capacity=self._learned, watch=watch,
                                         spill_fill_group=spill_fill_group)
+            if performance is not None:
+                self.shared_memory = performance.shared_memory
             if exec_profiler is not None and profile_level != "off":
                 self.profiling = Profiling(Profile(backend, profile_level), exec_profiler,
                                            lambda: self.iterations)
@@ -196,9 +202,12 @@ class Program:
 
     def buffer(self, shape: tuple, dtype: DTypeLike) -> np.ndarray:
         """A zeroed array for a plan's intermediate: in the shared arena under multi-PD (graph calls
-        in the workers read and write it in place), else an ordinary one."""
+        in the workers read and write it in place), in rpcmem with shared buffers (bound into
+        graph calls as mem handles), else an ordinary one."""
         if isinstance(self.pool, MultiPdPool):
             return self.pool.buffer(shape, dtype)
+        if self.shared_memory is not None:
+            return self.shared_memory.array(tuple(shape), dtype, "a planned buffer")
         return np.zeros(shape, dtype)
 
     def _learned(self, capacity: int) -> None:
@@ -272,7 +281,9 @@ class Program:
     def _close_resources(self) -> None:
         pool = getattr(self, "pool", None)
         if pool is not None:
-            pool.close()
+            pool.close()   # contexts deregister their shared buffers before contextFree
+        if self.shared_memory is not None:
+            self.shared_memory.close()
         if self.profiling is not None:
             self.profiling.profile.close()
         for b in self.binaries.values():

@@ -1,6 +1,7 @@
 """Spill-fill groups and shared buffers on the simulator, which offers neither: the group is refused
-by QNN (5010) and the context is created without it; there is no libcdsprpc. The device path's own
-logic (the group's head and its order, sizes, the fallback) is checked as far as that allows."""
+by QNN (5010) and the context is created without it; there is no libcdsprpc (shared buffers run
+here through an emulation: tests/core/test_shared_buffers.py). The device path's own logic (the
+group's head and its order, sizes, the fallback) is checked as far as that allows."""
 import ctypes as C
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import pytest
 
 from qnnrt.core import Backend, ContextBinary
 from qnnrt.core.context import Context
-from qnnrt.core.shared_buffer import ALIGNMENT, SharedBuffer, aligned_layout, bind_mem_handle
+from qnnrt.core.shared_buffer import SharedMemory, bind_mem_handle
 from qnnrt.core.spill_fill import CONFIG_NOT_SUPPORTED, SpillFillGroup
 from qnnrt._capi import types as T
 from qnnrt.errors import QnnrtError
@@ -76,24 +77,13 @@ def test_a_group_needs_a_size():
         SpillFillGroup(0)
 
 
-def test_no_shared_buffers_without_libcdsprpc(four_binaries):
-    be, bins = four_binaries
-    ok, why = SharedBuffer.available()
+def test_no_shared_buffers_without_libcdsprpc(four_binaries, monkeypatch):
+    monkeypatch.delenv("QNNRT_CDSPRPC_LIB", raising=False)
+    be, _ = four_binaries
+    ok, why = SharedMemory.available()
     assert not ok and "libcdsprpc" in why
-    ctx = Context(be, bins[0])
-    spec = bins[0].graphs[0].inputs[0]
-    with pytest.raises(QnnrtError, match=f"cannot make a shared buffer for '{spec.name}'.*libcdsprpc"):
-        SharedBuffer(ctx, spec)
-
-
-def test_aligned_layout_leaves_room_for_the_aligned_start():
-    for n in (0, 1, 63, 64, 4096):
-        total = aligned_layout(n)
-        for base in (0x1000, 0x1001, 0x103F):
-            start = -(-base // ALIGNMENT) * ALIGNMENT
-            assert start % ALIGNMENT == 0 and start + n <= base + total
-    with pytest.raises(ValueError):
-        aligned_layout(8, 48)
+    with pytest.raises(QnnrtError, match="cannot make shared buffers: no libcdsprpc"):
+        SharedMemory(be)
 
 
 def test_mem_descriptor_carries_shape_type_and_fd():

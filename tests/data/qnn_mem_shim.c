@@ -1,0 +1,299 @@
+/* Shared buffers on a backend that has none: a libQnnHtp.so that forwards every call to the real
+ * one (the x86 simulator) but implements memRegister / memDeRegister itself, and in graphExecute
+ * turns mem-handle tensors back into client buffers over the registered memory before calling the
+ * real graphExecute. With emulated_cdsprpc.c it lets the shared-buffer path run end to end here.
+ *
+ *   QNNRT_MEM_SHIM_REAL    path of the real libQnnHtp.so (required)
+ *   QNNRT_MEM_SHIM_REFUSE  if set and not empty, memRegister refuses (QNN_MEM_ERROR_UNSUPPORTED_MEMTYPE)
+ *   QNNRT_MEM_SHIM_NOOP    if set and not empty, graphExecute binds as usual but runs nothing
+ *
+ * memRegister takes QNN_MEM_TYPE_ION descriptors: it maps the fd (shared, so it is the memory the
+ * client wrote) and checks the shape and data type fit in it. A handle is valid only on graphs of
+ * the context it was registered with (graphRetrieve is watched to know a graph's context);
+ * anything else is QNN_MEM_ERROR_INVALID_HANDLE, as is deregistering an unknown handle. A context
+ * freed with registrations still live counts them (qnnrt_mem_freed_with_live) and drops them.
+ * In-process tests read the counts with the qnnrt_mem_* functions below.
+ *
+ * Built by the tests with -DIFACE_BYTES (sizeof QnnInterface_t), the slot index of each replaced
+ * function (-DREGISTER_SLOT ...), and the Qnn_Tensor_t layout (-DTENSOR_BYTES, -DMEMTYPE_OFFSET,
+ * -DDATA_OFFSET: where memType and the clientBuf / memHandle union sit). */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#ifndef IFACE_BYTES
+#error "build with -DIFACE_BYTES, the slot indices and the tensor layout (see the header comment)"
+#endif
+#define FN_TABLE_OFFSET 40 /* backendId, providerName, apiVersion, then the function table */
+#define MAX_PROVIDERS 8
+#define MEM_TYPE_ION 1
+#define TENSORMEMTYPE_RAW 0
+#define TENSORMEMTYPE_MEMHANDLE 1
+#define MEM_ERROR_INVALID_ARGUMENT 8000
+#define MEM_ERROR_INVALID_HANDLE 8001
+#define MEM_ERROR_MAPPING 8003
+#define MEM_ERROR_INVALID_SHAPE 8004
+#define MEM_ERROR_UNSUPPORTED_MEMTYPE 8005
+
+typedef uint64_t ErrorHandle;
+typedef ErrorHandle (*GetProviders)(const void***, uint32_t*);
+typedef ErrorHandle (*Execute)(void*, void*, uint32_t, void*, uint32_t, void*, void*);
+typedef ErrorHandle (*Retrieve)(void*, const char*, void**);
+typedef ErrorHandle (*ContextFree)(void*, void*);
+
+/* Qnn_MemDescriptor_t (QnnMem.h) */
+typedef struct {
+  uint32_t numDim;
+  uint32_t* dimSize;
+  const char* shapeConfig;
+} MemShape;
+typedef struct {
+  MemShape memShape;
+  uint32_t dataType;
+  uint32_t memType;
+  union {
+    int32_t ionFd;
+    void* customInfo;
+  } u;
+} MemDescriptor;
+
+struct registration {
+  uintptr_t id;
+  void* context;
+  void* data;
+  size_t mapped;
+  uint32_t bytes;
+  struct registration* next;
+};
+struct graph_of {
+  void* graph;
+  void* context;
+  struct graph_of* next;
+};
+
+static Execute real_execute;
+static Retrieve real_retrieve;
+static ContextFree real_context_free;
+static struct registration* registrations;
+static struct graph_of* graphs;
+static uintptr_t next_id = 0x1000;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static long registered, deregistered, live, executes_with_handles, bound_tensors, freed_with_live;
+static unsigned char copies[MAX_PROVIDERS][IFACE_BYTES];
+static const void* list[MAX_PROVIDERS];
+
+static int set(const char* name) {
+  const char* v = getenv(name);
+  return v && *v;
+}
+
+/* bytes of one element of a QNN data type: its low byte is the bit width (0x08, 0x16, 0x32, 0x64) */
+static size_t element_bytes(uint32_t data_type) {
+  switch (data_type & 0xFF) {
+    case 0x08: return 1;
+    case 0x16: return 2;
+    case 0x32: return 4;
+    case 0x64: return 8;
+    default: return 0;
+  }
+}
+
+static void drop(struct registration* r) {
+  munmap(r->data, r->mapped);
+  free(r);
+  --live;
+}
+
+static ErrorHandle shim_register(void* context, const MemDescriptor* descs, uint32_t n, void** handles) {
+  if (set("QNNRT_MEM_SHIM_REFUSE")) return MEM_ERROR_UNSUPPORTED_MEMTYPE;
+  if (!descs || !handles) return MEM_ERROR_INVALID_ARGUMENT;
+  for (uint32_t i = 0; i < n; ++i) {
+    const MemDescriptor* d = &descs[i];
+    if (d->memType != MEM_TYPE_ION) return MEM_ERROR_UNSUPPORTED_MEMTYPE;
+    size_t bytes = element_bytes(d->dataType);
+    for (uint32_t k = 0; k < d->memShape.numDim; ++k) bytes *= d->memShape.dimSize[k];
+    struct stat st;
+    if (bytes == 0 || fstat(d->u.ionFd, &st) != 0) return MEM_ERROR_INVALID_ARGUMENT;
+    if ((size_t)st.st_size < bytes) return MEM_ERROR_INVALID_SHAPE;
+    void* p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, d->u.ionFd, 0);
+    if (p == MAP_FAILED) return MEM_ERROR_MAPPING;
+    struct registration* r = malloc(sizeof *r);
+    if (!r) {
+      munmap(p, (size_t)st.st_size);
+      return MEM_ERROR_MAPPING;
+    }
+    pthread_mutex_lock(&lock);
+    *r = (struct registration){next_id++, context, p, (size_t)st.st_size, (uint32_t)bytes, registrations};
+    registrations = r;
+    ++registered;
+    ++live;
+    pthread_mutex_unlock(&lock);
+    handles[i] = (void*)r->id;
+  }
+  return 0;
+}
+
+static ErrorHandle shim_deregister(void** handles, uint32_t n) {
+  ErrorHandle rc = 0;
+  pthread_mutex_lock(&lock);
+  for (uint32_t i = 0; i < n; ++i) {
+    struct registration** at = &registrations;
+    while (*at && (*at)->id != (uintptr_t)handles[i]) at = &(*at)->next;
+    if (!*at) {
+      rc = MEM_ERROR_INVALID_HANDLE;
+      continue;
+    }
+    struct registration* r = *at;
+    *at = r->next;
+    drop(r);
+    ++deregistered;
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static ErrorHandle shim_retrieve(void* context, const char* name, void** graph) {
+  ErrorHandle rc = real_retrieve(context, name, graph);
+  if (rc == 0 && graph && *graph) {
+    struct graph_of* g = malloc(sizeof *g);
+    if (g) {
+      pthread_mutex_lock(&lock);
+      *g = (struct graph_of){*graph, context, graphs};
+      graphs = g;
+      pthread_mutex_unlock(&lock);
+    }
+  }
+  return rc;
+}
+
+static ErrorHandle shim_context_free(void* context, void* profile) {
+  pthread_mutex_lock(&lock);
+  for (struct registration** at = &registrations; *at;) {
+    struct registration* r = *at;
+    if (r->context == context) {
+      *at = r->next;
+      drop(r);
+      ++freed_with_live;
+    } else {
+      at = &r->next;
+    }
+  }
+  for (struct graph_of** at = &graphs; *at;) {
+    struct graph_of* g = *at;
+    if (g->context == context) {
+      *at = g->next;
+      free(g);
+    } else {
+      at = &g->next;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return real_context_free(context, profile);
+}
+
+/* Rewrite the mem-handle tensors of `t` (n of them) as client buffers; lock held. */
+static ErrorHandle unwrap(unsigned char* t, uint32_t n, void* context, long* count) {
+  for (uint32_t i = 0; i < n; ++i, t += TENSOR_BYTES) {
+    uint32_t* mem_type = (uint32_t*)(t + MEMTYPE_OFFSET);
+    if (*mem_type != TENSORMEMTYPE_MEMHANDLE) continue;
+    void** data = (void**)(t + DATA_OFFSET);
+    struct registration* r = registrations;
+    while (r && r->id != (uintptr_t)*data) r = r->next;
+    if (!r || r->context != context) return MEM_ERROR_INVALID_HANDLE;
+    *mem_type = TENSORMEMTYPE_RAW;
+    *data = r->data;
+    *(uint32_t*)(t + DATA_OFFSET + sizeof(void*)) = r->bytes;
+    ++*count;
+  }
+  return 0;
+}
+
+static int has_handles(const unsigned char* t, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i, t += TENSOR_BYTES)
+    if (*(const uint32_t*)(t + MEMTYPE_OFFSET) == TENSORMEMTYPE_MEMHANDLE) return 1;
+  return 0;
+}
+
+static ErrorHandle shim_execute(void* g, void* in, uint32_t ni, void* out, uint32_t no, void* prof,
+                                void* sig) {
+  if (!has_handles(in, ni) && !has_handles(out, no))
+    return set("QNNRT_MEM_SHIM_NOOP") ? 0 : real_execute(g, in, ni, out, no, prof, sig);
+  unsigned char* ic = malloc((size_t)ni * TENSOR_BYTES + 1);
+  unsigned char* oc = malloc((size_t)no * TENSOR_BYTES + 1);
+  ErrorHandle rc = ic && oc ? 0 : MEM_ERROR_MAPPING;
+  long count = 0;
+  if (rc == 0) {
+    memcpy(ic, in, (size_t)ni * TENSOR_BYTES);
+    memcpy(oc, out, (size_t)no * TENSOR_BYTES);
+    pthread_mutex_lock(&lock);
+    void* context = NULL;
+    for (struct graph_of* x = graphs; x; x = x->next)
+      if (x->graph == g) context = x->context;
+    rc = unwrap(ic, ni, context, &count);
+    if (rc == 0) rc = unwrap(oc, no, context, &count);
+    if (rc == 0) {
+      ++executes_with_handles;
+      bound_tensors += count;
+    }
+    pthread_mutex_unlock(&lock);
+  }
+  if (rc == 0 && !set("QNNRT_MEM_SHIM_NOOP")) rc = real_execute(g, ic, ni, oc, no, prof, sig);
+  free(ic);
+  free(oc);
+  return rc;
+}
+
+#define COUNTER(name, var)                                                              \
+  __attribute__((visibility("default"))) long name(void) {                             \
+    return __atomic_load_n(&var, __ATOMIC_SEQ_CST);                                     \
+  }
+COUNTER(qnnrt_mem_registered, registered)
+COUNTER(qnnrt_mem_deregistered, deregistered)
+COUNTER(qnnrt_mem_live, live)
+COUNTER(qnnrt_mem_executes_with_handles, executes_with_handles)
+COUNTER(qnnrt_mem_bound_tensors, bound_tensors)
+COUNTER(qnnrt_mem_freed_with_live, freed_with_live)
+
+__attribute__((visibility("default"))) void qnnrt_mem_reset(void) {
+  pthread_mutex_lock(&lock);
+  registered = deregistered = executes_with_handles = bound_tensors = freed_with_live = 0;
+  pthread_mutex_unlock(&lock);
+}
+
+static void replace(unsigned char* table, int slot, void* fn, void** real) {
+  void** at = (void**)(table + FN_TABLE_OFFSET) + slot;
+  if (!*real) *real = *at;
+  *at = fn;
+}
+
+__attribute__((visibility("default"))) ErrorHandle QnnInterface_getProviders(const void*** out,
+                                                                              uint32_t* n) {
+  const char* path = getenv("QNNRT_MEM_SHIM_REAL");
+  void* lib = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+  GetProviders get = lib ? (GetProviders)dlsym(lib, "QnnInterface_getProviders") : NULL;
+  if (!get) {
+    fprintf(stderr, "qnn_mem_shim: cannot load QNNRT_MEM_SHIM_REAL=%s\n", path ? path : "(unset)");
+    return 1;
+  }
+  const void** real;
+  ErrorHandle rc = get(&real, n);
+  if (rc || *n > MAX_PROVIDERS) return rc ? rc : 1;
+  static void* unused_register;
+  static void* unused_deregister;
+  for (uint32_t i = 0; i < *n; ++i) {
+    memcpy(copies[i], real[i], IFACE_BYTES);
+    replace(copies[i], EXEC_SLOT, (void*)shim_execute, (void**)&real_execute);
+    replace(copies[i], RETRIEVE_SLOT, (void*)shim_retrieve, (void**)&real_retrieve);
+    replace(copies[i], CONTEXT_FREE_SLOT, (void*)shim_context_free, (void**)&real_context_free);
+    replace(copies[i], REGISTER_SLOT, (void*)shim_register, &unused_register);
+    replace(copies[i], DEREGISTER_SLOT, (void*)shim_deregister, &unused_deregister);
+    list[i] = copies[i];
+  }
+  *out = list;
+  return 0;
+}

@@ -1,0 +1,100 @@
+"""Shared buffers emulated on the x86 simulator, which has none: tests/data/emulated_cdsprpc.c built
+into a libcdsprpc.so (rpcmem over memfd host memory; qnnrt finds it through QNNRT_CDSPRPC_LIB) and
+tests/data/qnn_mem_shim.c built into a libQnnHtp.so that forwards to the real one but implements
+memRegister / memDeRegister and turns mem-handle tensors back into client buffers in graphExecute.
+
+The shim sits in a folder beside links to every other file of the real library's folder, so
+`backend_lib=FOLDER` uses it (as tests/helpers/fault_shim.py does). Its counters and the emulated
+rpcmem's are read from this process's copies of the libraries (same path, same handle)."""
+from __future__ import annotations
+
+import ctypes as C
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+SHIM_COUNTERS = ("registered", "deregistered", "live", "executes_with_handles", "bound_tensors",
+                 "freed_with_live")
+RPCMEM_COUNTERS = ("allocs", "frees", "live")
+
+
+@dataclass(frozen=True)
+class MemShim:
+    folder: Path        # backend_lib / --backend-lib
+    cdsprpc: Path       # the emulated libcdsprpc.so (QNNRT_CDSPRPC_LIB)
+    real: Path          # the real libQnnHtp.so the shim forwards to
+
+    def env(self, refuse: bool = False, rpcmem: bool = True) -> dict[str, str]:
+        """The variables a process using the emulation needs (refuse: memRegister refuses)."""
+        out = {"QNNRT_MEM_SHIM_REAL": str(self.real)}
+        if rpcmem:
+            out["QNNRT_CDSPRPC_LIB"] = str(self.cdsprpc)
+        if refuse:
+            out["QNNRT_MEM_SHIM_REFUSE"] = "1"
+        return out
+
+    def counts(self) -> dict[str, int]:
+        """The shim's counters (memRegister / memDeRegister, ...) and the rpcmem emulation's."""
+        shim = C.CDLL(str(self.folder / "libQnnHtp.so"), mode=C.RTLD_LOCAL)
+        rpc = C.CDLL(str(self.cdsprpc), mode=C.RTLD_LOCAL)
+        out = {}
+        for name in SHIM_COUNTERS:
+            fn = getattr(shim, f"qnnrt_mem_{name}")
+            fn.restype = C.c_long
+            out[name] = fn()
+        for name in RPCMEM_COUNTERS:
+            fn = getattr(rpc, f"rpcmem_emul_{name}")
+            fn.restype = C.c_long
+            out[f"rpcmem_{name}"] = fn()
+        return out
+
+
+def _compiler() -> str:
+    cc = next((c for c in (os.environ.get("CC"), "gcc", "cc", "clang") if c and shutil.which(c)), None)
+    if cc is None:
+        pytest.skip("no C compiler (gcc, cc or clang) on PATH to build the shared-buffer emulation")
+    return cc
+
+
+def _build(cmd: list[str], what: str) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"building {what} failed: {' '.join(cmd)}\n{r.stderr}")
+
+
+def build_mem_shim(out: Path) -> MemShim:
+    """Compile the emulated libcdsprpc and the QNN shim into `out`."""
+    from qnnrt._capi import types as T
+    from qnnrt._capi.functions import INTERFACE_SLOTS, InterfaceProvider
+    from qnnrt._capi.library import BACKEND_LIB, find_library
+    cc = _compiler()
+    real = find_library(BACKEND_LIB)
+    qnn, rpc = out / "qnn", out / "cdsprpc"
+    qnn.mkdir(parents=True, exist_ok=True)
+    rpc.mkdir(parents=True, exist_ok=True)
+    for f in real.parent.iterdir():
+        if f.name != BACKEND_LIB and not (qnn / f.name).exists():
+            (qnn / f.name).symlink_to(f)
+    slots = {"EXEC_SLOT": "graphExecute", "RETRIEVE_SLOT": "graphRetrieve",
+             "CONTEXT_FREE_SLOT": "contextFree", "REGISTER_SLOT": "memRegister",
+             "DEREGISTER_SLOT": "memDeRegister"}
+    layout = {"IFACE_BYTES": C.sizeof(InterfaceProvider), "TENSOR_BYTES": C.sizeof(T.Tensor),
+              "MEMTYPE_OFFSET": T.Tensor.u.offset + T.TensorV1.memType.offset,
+              "DATA_OFFSET": T.Tensor.u.offset + T.TensorV1.d.offset,
+              **{k: INTERFACE_SLOTS.index(v) for k, v in slots.items()}}
+    _build([cc, "-shared", "-fPIC", "-O1", *[f"-D{k}={v}" for k, v in layout.items()],
+            "-o", str(qnn / BACKEND_LIB), str(DATA / "qnn_mem_shim.c"), "-ldl", "-lpthread"],
+           "the QNN mem shim")
+    _build([cc, "-shared", "-fPIC", "-O1", "-o", str(rpc / "libcdsprpc.so"),
+            str(DATA / "emulated_cdsprpc.c"), "-lpthread"], "the emulated libcdsprpc")
+    return MemShim(qnn, rpc / "libcdsprpc.so", real)
+
+
+@pytest.fixture(scope="session")
+def mem_shim(tmp_path_factory) -> MemShim:
+    return build_mem_shim(tmp_path_factory.mktemp("mem_shim"))
