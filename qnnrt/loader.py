@@ -23,7 +23,8 @@ from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES
 from qnnrt.runtime.residency import Residency
-from qnnrt.runtime.vet import StepWatch, VetMode, VetReport, vet_binaries, vet_mode, watch_binaries
+from qnnrt.runtime.vet import VetMode, VetReport, vet_binaries, vet_mode
+from qnnrt.runtime.vet_watch import StepWatch, watch_binaries
 from qnnrt.soc import parse_soc
 
 

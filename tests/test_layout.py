@@ -88,6 +88,36 @@ def test_runtime_never_touches_ctypes():
         assert "ctypes" not in text and "_capi" not in text, f
 
 
+MULTI_PD_MODULES = {"pd_fleet", "pd_host", "pd_remote", "pd_segment", "pd_worker", "pd_channel",
+                    "pd_protocol", "pd_devices"}
+
+
+def _modules_imported(path: Path) -> set[str]:
+    """Full module names `path` imports from qnnrt (at any place: lazy imports count)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("qnnrt."):
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("qnnrt."))
+    return out
+
+
+@pytest.mark.parametrize("module", ["runtime/program.py", "runtime/plan.py", "executorch/plan.py",
+                                    "runtime/segments.py", "runtime/hosts.py"])
+def test_programs_and_plans_name_no_multi_pd_module(module):
+    """They ask hosts (runtime/hosts.py); only runtime/pools.py picks the multi-PD pool."""
+    named = {m.split(".")[-1] for m in _modules_imported(ROOT / module)}
+    assert not named & MULTI_PD_MODULES, (module, named & MULTI_PD_MODULES)
+
+
+def test_runtime_modules_stay_small():
+    """No runtime module over ~450 lines: a module that grows past it is two things."""
+    sizes = {str(f.relative_to(ROOT)): len(f.read_text().splitlines())
+             for f in (ROOT / "runtime").rglob("*.py")}
+    assert not {f: n for f, n in sizes.items() if n > 470}, sizes
+
+
 # ------------------------------------------------------------------------------------ SoC table
 @pytest.mark.parametrize("name, model, arch", [
     ("SM8850", 87, 81), ("SM8845", 97, 81), ("SM8750", 69, 79), ("SM8735", 85, 79), ("SM8650", 57, 75),

@@ -191,7 +191,7 @@ def _report_signal(sig: int, argv: list[str], steps: list) -> int:
     name = signal_name(sig)
     what = " ".join(argv)
     if name in _CRASH_SIGNALS and steps:
-        from qnnrt.runtime.vet import worker_crash_message
+        from qnnrt.runtime.vet_watch import worker_crash_message
         print(f"qnnrt: error: {worker_crash_message(name, steps)}", file=sys.stderr)
         return 1
     if name in _CRASH_SIGNALS:
@@ -301,13 +301,13 @@ def run_in_worker(argv: list[str]) -> int:
 
 def _stalled_step(step_file: str) -> str | None:
     """The message for a risky step the worker noted that is past its stall timeout, if any."""
-    from qnnrt.runtime.vet import read_steps, stalled_step, worker_stall_message
+    from qnnrt.runtime.vet_watch import read_steps, stalled_step, worker_stall_message
     step = stalled_step(read_steps(step_file))
     return worker_stall_message(step) if step is not None else None
 
 
 def _read_steps(step_file: str) -> list:
-    from qnnrt.runtime.vet import read_steps
+    from qnnrt.runtime.vet_watch import read_steps
     return read_steps(step_file)
 
 

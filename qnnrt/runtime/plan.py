@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -32,8 +32,6 @@ from qnnrt.runtime.method import CpuStep, Inputs, Method, QnnStep
 
 if TYPE_CHECKING:
     from qnnrt.runtime.program import Program
-    from qnnrt.core import Context
-    from qnnrt.runtime.pd_fleet import RemoteContext
     from qnnrt.runtime.recovery import Recovery
     from qnnrt.runtime.residency import ContextSource, LiveContext
 
@@ -453,8 +451,9 @@ class ReferencePlan:
         finally:
             program.pool.release(step.key, position)
 
-    def _execute(self, ctx: Context | RemoteContext, step: QnnStep,
-                 arrays: list[np.ndarray]) -> list[np.ndarray]:
+    def _execute(self, ctx: Any, step: QnnStep, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """`ctx`: a live Context, or a PD worker's (pd_remote.RemoteContext): both execute a
+        graph by name, checked, as `core.Graph.execute` does."""
         g = ctx.graph(step.graph)
         shared = self.program.shared_memory
         if shared is not None and isinstance(g, Graph):

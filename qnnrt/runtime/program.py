@@ -13,23 +13,23 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from qnnrt.core import Backend, ContextBinary, GraphSpec, Profile
-from qnnrt.core.graph import BoundCall
+from qnnrt.core.graph import PreparedCall
 from qnnrt.core.shared_buffer import SharedMemory
 from qnnrt.core.spill_fill import SpillFillGroup
 from qnnrt.errors import FormatError, QnnrtError
-from qnnrt.profiling.pd_log import pd_estimate_from_log
 from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import Inputs, Method, MethodBuilder, UnavailableMethod
 from qnnrt.runtime.plan import Plan, Profiling, ReferencePlan, RunTiming
-from qnnrt.runtime.performance import MULTI_PD_NO_SHARED_BUFFERS, Performance
+from qnnrt.runtime.performance import Performance
 from qnnrt.runtime.pd_budget import Budget, backend_identity, remember_budget, resolve_budget
-from qnnrt.runtime.pd_fleet import MultiPdPool, RemoteCall
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, Placement, first_use_order, place
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES, Recovery
-from qnnrt.runtime.residency import ContextPool, Residency
+from qnnrt.runtime.pools import PoolOptions, open_pool
+from qnnrt.runtime.residency import Residency
 from qnnrt.runtime.segments import Segment, SegmentStep
-from qnnrt.runtime.vet import StepWatch, VetReport
+from qnnrt.runtime.vet import VetReport
+from qnnrt.runtime.vet_watch import StepWatch
 
 
 class Closable(Protocol):
@@ -143,24 +143,12 @@ class Program:
             needs = predicted_needs(binaries)
             self.placement = choose_placement(self.methods, binaries, Residency.parse(residency), needs,
                                               budget, max_pds)
-            self.pool: ContextPool | MultiPdPool
-            if self.placement is not None:
-                self.pool = MultiPdPool(backend, binaries, self.placement, Residency.parse(residency),
-                                        log_level=log_level, progress=progress, heap=heap,
-                                        performance=performance.choice if performance else None,
-                                        pool_options={"profiler": profiler, "watch": watch,
-                                                      "spill_fill_group": spill_fill_group})
-                if performance is not None:
-                    performance.followers.append(self.pool.vote)
-                    performance.no_shared_memory(MULTI_PD_NO_SHARED_BUFFERS)
-            else:
-                self.pool = ContextPool(backend, binaries, residency, hooks=heap,
-                                        pd_estimate=pd_estimate_from_log, profiler=profiler,
-                                        predictions=needs,
-                                        budget_bytes=budget.bytes if budget else None,
-                                        budget_source=budget.source if budget else None,
-                                        on_capacity=self._learned, watch=watch,
-                                        spill_fill_group=spill_fill_group)
+            t0 = time.perf_counter()
+            self.pool, self.hosts = open_pool(backend, binaries, self.placement, PoolOptions(
+                Residency.parse(residency), log_level=log_level, heap=heap, profiler=profiler,
+                watch=watch, spill_fill_group=spill_fill_group, performance=performance,
+                budget=budget, predictions=needs, on_capacity=self._learned, progress=progress))
+            self.load_seconds = time.perf_counter() - t0
             if performance is not None:
                 self.shared_memory = performance.shared_memory
             if exec_profiler is not None and profile_level != "off":
@@ -168,10 +156,6 @@ class Program:
                                            lambda: self.iterations)
             self.recovery = Recovery(self.pool, max_recoveries, lambda: self.iterations,
                                      self._backend_restarted)
-            t0 = time.perf_counter()
-            if isinstance(self.pool, ContextPool):
-                self.pool.preload(progress)  # what the policy creates before the first call
-            self.load_seconds = time.perf_counter() - t0
             undo.pop_all()
 
     def _backend_restarted(self) -> None:
@@ -182,33 +166,22 @@ class Program:
         if self.profiling is not None:
             self.profiling.restart(Profile(self.backend, self.profile_level))
 
-    def bound_call(self, key: str, spec: GraphSpec) -> BoundCall | RemoteCall:
-        """The call object a plan binds a graph of context `key` through: in this process, or in
-        the PD worker that holds the context (the same calling shape)."""
-        if isinstance(self.pool, MultiPdPool):
-            return self.pool.bound_call(key, spec)
-        return BoundCall(self.backend, spec)
+    # -- what plans ask (runtime/hosts.py) ----------------------------------------------------
+    def bound_call(self, key: str, spec: GraphSpec) -> PreparedCall:
+        """The call object a plan binds a graph of context `key` through, from its host."""
+        return self.hosts.bound_call(key, spec)
 
     def host_of(self, key: str) -> int:
         """Which host runs context `key`'s graphs: 0 this process, i > 0 the worker of PD i."""
-        return self.pool.host_of(key) if isinstance(self.pool, MultiPdPool) else 0
+        return self.hosts.host_of(key)
 
     def segment_step(self, segment: Segment, template: list) -> SegmentStep:
-        """The step that has `segment`'s host run it on one request (only hosts other than 0
-        have segments)."""
-        if not isinstance(self.pool, MultiPdPool):
-            raise QnnrtError(f"a segment on host {segment.host} in a program of one host")
-        return self.pool.segment_step(segment, template, self)
+        """The step that has `segment`'s host run it on one request."""
+        return self.hosts.segment_step(segment, template, self)
 
     def buffer(self, shape: tuple, dtype: DTypeLike) -> np.ndarray:
-        """A zeroed array for a plan's intermediate: in the shared arena under multi-PD (graph calls
-        in the workers read and write it in place), in rpcmem with shared buffers (bound into
-        graph calls as mem handles), else an ordinary one."""
-        if isinstance(self.pool, MultiPdPool):
-            return self.pool.buffer(shape, dtype)
-        if self.shared_memory is not None:
-            return self.shared_memory.array(tuple(shape), dtype, "a planned buffer")
-        return np.zeros(shape, dtype)
+        """A zeroed array for a plan's intermediate, which every host reads and writes in place."""
+        return self.hosts.buffer(shape, dtype)
 
     def _learned(self, capacity: int) -> None:
         """A run found this backend's PD capacity: remember it for the next runs."""

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import qnnrt
-from qnnrt.runtime.pd_fleet import MultiPdPool, PdWorkerError, RemoteCall
+from qnnrt.runtime.pd_fleet import MultiPdPool
+from qnnrt.runtime.pd_host import PdWorkerError
+from qnnrt.runtime.pd_remote import RemoteCall
 from tests.helpers.qnn_fixtures import WIDTH
 
 BUDGET = "64MiB"  # six chain12 contexts (10.5 MB each) per PD: the program needs two

@@ -74,7 +74,7 @@ def _dev(i: int, cores: int = 1):
 
 
 def test_pds_go_round_robin_over_the_htp_devices_reported():
-    from qnnrt.runtime.pd_fleet import place_on_devices
+    from qnnrt.runtime.pd_devices import place_on_devices
     two = place_on_devices(3, [_dev(0), _dev(1)])
     assert two.devices == (0, 1, 0) and two.cores_reported == 2
     assert "2 HTP devices" in two.note and "PD 1 on device 1" in two.note

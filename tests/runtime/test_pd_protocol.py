@@ -127,7 +127,7 @@ def test_an_unknown_request_is_a_failure_reply_with_its_id():
 
 def test_a_failure_rebuilds_a_qnn_error():
     from qnnrt.errors import QnnError
-    from qnnrt.runtime.pd_fleet import PdQnnError, PdWorker
+    from qnnrt.runtime.pd_host import PdQnnError, PdWorker
     e = QnnError("graphExecute", 1100, "QNN_GRAPH_ERROR_GENERAL", "", ["<E> dma failed"], "retry", "")
     frame = ch.object_frame(ch.ERROR, 1, proto.Failure.of(e, "tb"))
     array, block = ch.Arena().alloc((1,), proto.STATUS_DTYPE)

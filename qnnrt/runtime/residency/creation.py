@@ -17,7 +17,7 @@ from qnnrt.errors import QnnError
 from qnnrt.runtime.hooks import CreationProfiler, DspProbe, PoolHooks, ProfileEvents
 
 if TYPE_CHECKING:
-    from qnnrt.runtime.vet import StepWatch
+    from qnnrt.runtime.vet_watch import StepWatch
 
 
 @dataclass(frozen=True)
