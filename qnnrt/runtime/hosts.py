@@ -38,6 +38,9 @@ class Hosts(Protocol):
     def segment_step(self, segment: Segment, template: list, program: Any) -> SegmentStep:
         """The step that has `segment.host` run `segment` on one request."""
 
+    def graph_calls_in_flight(self) -> int:
+        """Graph calls made so far by segment runs still in progress on other hosts."""
+
 
 class Pool(ContextSource, RecoverablePool, Protocol):
     """What a Program holds its contexts with: what plans and recovery ask, the policy, the
@@ -69,6 +72,9 @@ class ThisProcess:
         if self.shared_memory is not None:
             return self.shared_memory.array(tuple(shape), dtype, "a planned buffer")
         return np.zeros(shape, dtype)
+
+    def graph_calls_in_flight(self) -> int:
+        return 0
 
     def segment_step(self, segment: Segment, template: list, program: Any) -> SegmentStep:
         raise QnnrtError(f"a plan segment for host {segment.host} in a program of one host")

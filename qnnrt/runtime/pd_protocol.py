@@ -194,9 +194,11 @@ Reply = Started | Recreated | Voted | Closed | Done | Failure
 
 
 # -- the status a worker writes in shared memory --------------------------------------------------
-STATUS_FIELDS = ("creates", "evictions", "frees", "pd_estimate_total_bytes", "segment_step")
+STATUS_FIELDS = ("creates", "evictions", "frees", "pd_estimate_total_bytes", "segment_step",
+                 "segment_graph_calls")
 STATUS_DTYPE = np.dtype([(name, np.int64) for name in STATUS_FIELDS])
 _STEP_WORD = STATUS_FIELDS.index("segment_step")
+_CALLS_WORD = STATUS_FIELDS.index("segment_graph_calls")
 
 
 @dataclass
@@ -213,9 +215,16 @@ class StatusBlock:
         for name, v in values.items():
             row[name] = v
 
-    def at_step(self, k: int) -> None:
-        """The step a segment run is at (named if the worker dies there)."""
-        self._words[_STEP_WORD] = k
+    def at_step(self, k: int, graph_calls: int) -> None:
+        """The step a segment run is at (named if the worker dies there) and the graph calls it
+        made so far (progress lines count them)."""
+        words = self._words
+        words[_STEP_WORD] = k
+        words[_CALLS_WORD] = graph_calls
+
+    @property
+    def segment_graph_calls(self) -> int:
+        return int(self._words[_CALLS_WORD])
 
     def read(self) -> dict[str, int]:
         row = self.array[0]

@@ -136,10 +136,13 @@ class RemoteSegment(SegmentStep):
         graph step raised as _StepFailed."""
         w = self.worker
         t0 = time.perf_counter()
+        w.running = True
         try:
             frame = w.channel.segment(self.id, start)
         except (OSError, AttributeError):
             self.broken(self.where_stopped())
+        finally:
+            w.running = False
         rtt = time.perf_counter() - t0
         if frame[:1] != ch.DONE:
             raise self._failure(frame)
@@ -250,9 +253,10 @@ class WorkerSegment:
         accelerator = cpu = 0.0
         events: list[tuple[int, list[dict]]] = []
         status, owners = self.status, self.owners
+        calls = 0
         for k in range(start, len(self.steps)):
             step = self.steps[k]
-            status.at_step(k)
+            status.at_step(k, calls)
             try:
                 seconds = step.run(values)
             except QnnError as e:
@@ -263,6 +267,7 @@ class WorkerSegment:
                 cpu += seconds
                 continue
             accelerator += seconds
+            calls += 1
             if owner.profile is not None:
                 events.append((k, owner.profile.events()))
         tail = self._tail(values, events)

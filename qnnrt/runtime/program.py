@@ -166,6 +166,11 @@ class Program:
         if self.profiling is not None:
             self.profiling.restart(Profile(self.backend, self.profile_level))
 
+    def graph_calls_now(self) -> int:
+        """Graph calls made so far, counting those of a plan segment still running in a PD
+        worker (for progress lines: a worker's part of an iteration can take minutes)."""
+        return self.graph_calls + self.hosts.graph_calls_in_flight()
+
     # -- what plans ask (runtime/hosts.py) ----------------------------------------------------
     def bound_call(self, key: str, spec: GraphSpec) -> PreparedCall:
         """The call object a plan binds a graph of context `key` through, from its host."""

@@ -1,5 +1,6 @@
 /* A fault injector for the recovery tests: a libQnnHtp.so that forwards every call to the real
- * one and makes chosen graphExecute calls of this process fail without running them.
+ * one and makes chosen graphExecute calls of this process fail without running them
+ * (QNNRT_FAULT_EXEC), or every one take longer (QNNRT_FAULT_SLEEP_MS).
  *
  *   QNNRT_FAULT_REAL   path of the real libQnnHtp.so (required)
  *   QNNRT_FAULT_EXEC   which calls fail, counted from 1 per process, and the code (default 1100):
@@ -12,6 +13,7 @@
  * in its function table) are given by the test that builds this file. */
 #include <dlfcn.h>
 #include <stdint.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +62,12 @@ static ErrorHandle faulty_execute(void* g, void* in, uint32_t ni, void* out, uin
       fclose(f);
     }
     return code;
+  }
+  const char* sleep_ms = getenv("QNNRT_FAULT_SLEEP_MS");   /* a slow accelerator, for progress */
+  if (sleep_ms && *sleep_ms) {
+    unsigned long ms = strtoul(sleep_ms, NULL, 10);
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
   }
   return real_execute(g, in, ni, out, no, prof, sig);
 }

@@ -533,3 +533,26 @@ def test_a_worker_killed_inside_a_segment_names_the_graph(tmp_path):
     msg = str(ei.value)
     assert "PD 1" in msg and "killed by SIGKILL" in msg and "a plan segment of 2 graph call(s)" in msg
     assert _gone_soon([pid])
+
+
+def test_progress_counts_the_graph_calls_of_a_segment_still_running(tmp_path, fault_shim, monkeypatch):
+    """A worker's part of an iteration can take minutes (seed-000 at sequence 1024): while its
+    segment runs, `graph_calls_now()` counts the calls it made so far, read from the worker's
+    status block by another thread."""
+    import threading
+    pte, x = _many4(tmp_path)
+    monkeypatch.setenv("QNNRT_FAULT_REAL", str(fault_shim.real))
+    monkeypatch.setenv("QNNRT_FAULT_SLEEP_MS", "400")   # each graph call in the worker: 0.4 s
+    with qnnrt.load(pte, residency="multi-pd:2", backend_lib=fault_shim.folder,
+                    options=_opts(vet=False)) as p:
+        monkeypatch.delenv("QNNRT_FAULT_SLEEP_MS")
+        seen: list[int] = []
+        t = threading.Thread(target=lambda: p.run(None, [x]))
+        t.start()
+        while t.is_alive():
+            seen.append(p.graph_calls_now())
+            time.sleep(0.02)
+        t.join()
+        assert p.graph_calls_now() == p.graph_calls == 4
+    # PD 0's two calls, then the worker's first one counted while its second still runs
+    assert 3 in seen and seen == sorted(seen), seen
