@@ -25,6 +25,14 @@ def _session_options() -> "ort.SessionOptions":
     return so
 
 
+PORTABLE_MODEL_BYTES = 64 << 20
+
+
+def open_session(model_bytes: bytes) -> "ort.InferenceSession":
+    import onnxruntime as ort
+    return ort.InferenceSession(model_bytes, _session_options(), providers=["CPUExecutionProvider"])
+
+
 class CpuSegment:
     """`nodes` of `graph` run on the CPU; `inputs` come from earlier steps, `outputs` are needed later.
 
@@ -63,10 +71,12 @@ class CpuSegment:
             t = tensor_type(vi.type)
             if vi.name in outputs and t is not None:
                 self.output_types[vi.name] = t
-        import onnxruntime as ort
+        data = model.SerializeToString()
+        # kept to build the same session in a PD worker that runs this segment (runtime/plan.py
+        # OrtStep); a segment heavier than that stays in this process
+        self.model_bytes: bytes | None = data if len(data) <= PORTABLE_MODEL_BYTES else None
         try:
-            self.session = ort.InferenceSession(model.SerializeToString(), _session_options(),
-                                                providers=["CPUExecutionProvider"])
+            self.session = open_session(data)
         except Exception as e:
             raise FormatError(f"{where}: ONNX Runtime cannot build the CPU segment "
                               f"{self.node_names[:5]}...: {e}") from e

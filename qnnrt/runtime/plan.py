@@ -4,7 +4,9 @@ A plan is a list of steps over a list of values indexed by slot (no names, no di
 - `GraphStep`: one QNN graph call through its `core.graph.GraphBinding` (the one binder; the graph
   call is one prebuilt C call). Tensors that never leave the method live in planned buffers bound
   once; method outputs are fresh arrays per run (an earlier result never changes);
-- `OrtStep`: an ONNX Runtime CPU segment on an IOBinding made once over planned buffers;
+- `OrtStep` (runtime/ort_step.py): an ONNX Runtime CPU segment on an IOBinding made once over
+  planned buffers (portable to a PD worker when bound);
+- `SegmentStep`: a run of steps another host (a PD worker) runs on one request (runtime/segments.py);
 - the .pte layer brings its own steps (executorch/plan.py) and runs them the same way.
 `LiveGraphs` points the graph steps at their live graphs: when every context the plan uses is live
 and nothing is pending (one generation comparison) the steps run back to back, else each graph call
@@ -16,7 +18,6 @@ not another path. Every run records `timing` (seconds in graphExecute and in CPU
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,25 +25,16 @@ import numpy as np
 
 from qnnrt.core import Profile
 from qnnrt.core.graph import Graph, GraphBinding, ProfileSink
-from qnnrt.core.tensor import address_of, order_inputs, prepare_input
+from qnnrt.core.tensor import order_inputs, prepare_input
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder
-from qnnrt.runtime.cpu_segment import CpuSegment
 from qnnrt.runtime.method import CpuStep, Inputs, Method, QnnStep
+from qnnrt.runtime.ort_step import Kind, Shape, ort_step, static_shape
 
 if TYPE_CHECKING:
     from qnnrt.runtime.program import Program
     from qnnrt.runtime.recovery import Recovery
     from qnnrt.runtime.residency import ContextSource, LiveContext
-
-Shape = tuple[int, ...]
-Kind = tuple[np.dtype, Shape]   # what a slot is known to hold
-
-_ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
-              "tensor(double)": np.float64, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
-              "tensor(int16)": np.int16, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8,
-              "tensor(uint16)": np.uint16, "tensor(bool)": np.bool_}
-
 
 class RunTiming:
     """What the last run spent inside QNN graph execution and in CPU ops (seconds)."""
@@ -70,10 +62,6 @@ class Step(Protocol):
     `GraphStep` is a graph call on the accelerator, every other step runs on the CPU."""
 
     def run(self, values: list) -> float: ...
-
-
-def _static(shape: Sequence[object]) -> bool:
-    return all(isinstance(d, int) and d >= 0 for d in shape)
 
 
 class SegmentStep:
@@ -253,89 +241,6 @@ class StepPlan:
         t.accelerator_s, t.cpu_ops_s, t.graph_calls = accelerator, cpu, len(self.graph_steps)
 
 
-class OrtStep:
-    """A CPU segment on an IOBinding made once over planned buffers (or session.run when its types
-    or shapes are not static)."""
-
-    def __init__(self, plan: MethodPlan, seg: CpuSegment) -> None:
-        self.seg = seg
-        self.in_slots = [plan.slot(n) for n in seg.feed_names]
-        self.out_slots = [plan.slot(n) for n in seg.outputs]
-        self.copy_in: list[tuple[np.ndarray, int]] = []
-        self.copy_out: list[tuple[np.ndarray, int]] = []
-        self.bound = self._bind(plan)
-        if not self.bound:  # session.run: what comes out is checked where it is used
-            for slot in self.out_slots:
-                plan.kinds.pop(slot, None)
-
-    def _output_kinds(self) -> list[Kind] | None:
-        from onnx import helper
-        outs = []
-        for name in self.seg.outputs:
-            t = self.seg.output_types.get(name)
-            if t is None or t[1] is None or not _static(t[1]):
-                return None
-            try:
-                odt = np.dtype(helper.tensor_dtype_to_np_dtype(t[0]))
-            except (KeyError, TypeError, ValueError):
-                return None
-            outs.append((odt, tuple(int(d) for d in t[1] if isinstance(d, int))))
-        return outs
-
-    def _bind(self, plan: MethodPlan) -> bool:
-        seg, sess = self.seg, self.seg.session
-        ins = {i.name: i for i in sess.get_inputs()}
-        in_kinds = []
-        for name, slot in zip(seg.feed_names, self.in_slots):
-            ort_t = _ORT_TYPES.get(ins[name].type)
-            kind = plan.kinds.get(slot)
-            if ort_t is None or kind is None or kind[0] != np.dtype(ort_t) or not _static(kind[1]):
-                return False
-            in_kinds.append(kind)
-        out_kinds = self._output_kinds()
-        if out_kinds is None:
-            return False
-        io = sess.io_binding()
-        for name, slot, (idt, ishape) in zip(seg.feed_names, self.in_slots, in_kinds):
-            b = plan.planned.get(slot)
-            if b is None:  # a method input / fresh array: copied into a staging buffer
-                b = np.zeros(ishape, idt)
-                self.copy_in.append((b, slot))
-            io.bind_input(name, "cpu", 0, idt, list(ishape), address_of(b))
-        for name, slot, (dt, shape) in zip(seg.outputs, self.out_slots, out_kinds):
-            if slot in plan.out_slots:
-                b = np.zeros(shape, dt)
-                self.copy_out.append((b, slot))
-            else:
-                b = plan.plan_buffer(slot, shape, dt)
-            io.bind_output(name, "cpu", 0, dt, list(shape), address_of(b))
-            plan.kinds[slot] = (dt, shape)
-        self._io = io
-        # ONNX Runtime's public entry, without RunOptions: given any, it looks up a run config key
-        # that is not set, and the RuntimeError it catches costs ~100x the run (bench/RESULTS.md)
-        self._run = sess.run_with_iobinding
-        return True
-
-    def run(self, values: list) -> float:
-        pc = time.perf_counter
-        if not self.bound:
-            t0 = pc()
-            res = self.seg.session.run(self.seg.outputs, {
-                n: values[s] for n, s in zip(self.seg.feed_names, self.in_slots)})
-            seconds = pc() - t0
-            for s, r in zip(self.out_slots, res):
-                values[s] = r
-            return seconds
-        for b, slot in self.copy_in:
-            np.copyto(b, values[slot])
-        t0 = pc()
-        self._run(self._io)
-        seconds = pc() - t0
-        for b, slot in self.copy_out:
-            values[slot] = b.copy()
-        return seconds
-
-
 class MethodPlan(StepPlan):
     """A Method of QNN steps and ONNX Runtime CPU segments, compiled for one Program."""
 
@@ -350,7 +255,7 @@ class MethodPlan(StepPlan):
         self.in_names = [s.name for s in method.inputs]
         self.in_slots = [self.slot(n) for n in self.in_names]
         for s, slot in zip(method.inputs, self.in_slots):
-            if _static(s.shape):
+            if static_shape(s.shape):
                 self.kinds[slot] = (np.dtype(s.dtype), tuple(s.shape))
         self.out_names = [o.name for o in method.outputs]
         self.out_slots = {self.slot(n) for n in self.out_names}
@@ -366,7 +271,7 @@ class MethodPlan(StepPlan):
                 self.steps.append(g)
                 graph_steps.append(g)
             elif isinstance(step, CpuStep):
-                self.steps.append(OrtStep(self, step.segment))
+                self.steps.append(ort_step(self, step.segment))
             else:
                 raise QnnrtError(f"{self.where}: unknown step {type(step).__name__}")
         super().__init__(program, graph_steps)

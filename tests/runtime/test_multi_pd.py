@@ -556,3 +556,18 @@ def test_progress_counts_the_graph_calls_of_a_segment_still_running(tmp_path, fa
         assert p.graph_calls_now() == p.graph_calls == 4
     # PD 0's two calls, then the worker's first one counted while its second still runs
     assert 3 in seen and seen == sorted(seen), seen
+
+
+def test_onnx_runtime_cpu_segments_travel_with_their_pd(chain12):
+    """An EPContext program with an ONNX Runtime CPU segment between each pair of graphs: the
+    worker runs its six graphs and the CPU segments between them on one request per iteration
+    (the CPU segments went with it), outputs bit-identical to one PD."""
+    xs = [_x(i) for i in range(3)]
+    with qnnrt.load(chain12.model, residency="lazy") as p:
+        ref = [p.run(None, x) for x in xs]
+    with qnnrt.load(chain12.model, residency="multi-pd:2", options=_opts()) as p:
+        outs = [p.run(None, x) for x in xs]
+        remote = p.pool.summary()["pd_workers"][1]
+    assert (remote["graph_calls"], remote["round_trips"]) == (3 * 6, 3)
+    for a, b in zip(outs, ref):
+        assert all(np.array_equal(a[k], b[k]) for k in b)
