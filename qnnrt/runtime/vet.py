@@ -49,6 +49,7 @@ EXECUTE_BYTES_ENV = "QNNRT_VET_EXECUTE_BYTES"  # "auto" runs a graph when binary
 STEP_FILE_ENV = "QNNRT_VET_STEP_FILE"        # "worker": the file the parent reads the steps from
 DEFAULT_STALL_S = 120.0
 STALL_SCALE_BYTES = 256 << 20    # the stall timeout grows by its base per this many bytes
+RUN_STALL_IO_BYTES = 4 << 20     # a graph's run: and by its base per this many bytes of its I/O
 DEFAULT_EXECUTE_BYTES = 256 << 10
 STARTUP_S = 60.0
 VERDICT_VERSION = 2
@@ -88,6 +89,14 @@ def stall_base() -> float:
 def stall_seconds(nbytes: int) -> float:
     """How long a step over `nbytes` may go without progress before it is a hang."""
     return stall_base() * (1.0 + nbytes / STALL_SCALE_BYTES)
+
+
+def run_stall_seconds(binary_bytes: int, io_bytes: int) -> float:
+    """How long a graph's run may go without progress: as any step over the binary, plus the base
+    per RUN_STALL_IO_BYTES of the tensors it reads and writes. graphExecute reports no progress,
+    and its time grows with the activations, not the binary: on the x86 simulator (~1-3 us per
+    element of each op) a decoder layer at sequence 1024 runs for minutes, legitimately."""
+    return stall_seconds(binary_bytes) + stall_base() * io_bytes / RUN_STALL_IO_BYTES
 
 
 def execute_bytes() -> int:
@@ -330,7 +339,10 @@ def _run_child(job: str, n_items: int, progress: Progress | None) -> _ChildRun:
             parts = line.split(" ", 4)
             if len(parts) >= 4 and parts[0] == "step" and parts[1].isdigit() and parts[3].isdigit():
                 run.step = (int(parts[1]), parts[2], parts[4] if len(parts) > 4 else "")
-                since, allowed = time.monotonic(), stall_seconds(int(parts[3]))
+                nbytes = int(parts[3])
+                since = time.monotonic()
+                allowed = (run_stall_seconds(0, nbytes) if parts[2] == "execute"
+                           else stall_seconds(nbytes))
             elif len(parts) >= 3 and parts[0] == "done" and parts[1].isdigit():
                 rest = line.split(" ", 3)[3] if len(parts) > 3 else ""
                 ran = int(rest) if parts[2] == "ok" and rest.isdigit() else 0

@@ -147,12 +147,13 @@ class FirstRuns:
     def begin(self, key: str) -> None:
         if self._watch is None or key in self._tokens:
             return
-        from qnnrt.runtime.vet import describe_step, stall_seconds
+        from qnnrt.runtime.vet import describe_step, run_stall_seconds
         b = self.binaries[key]
         graphs = b.info.graphs
         what = describe_step("first-run", b.where, graphs[0].name if len(graphs) == 1 else "")
-        # the same stall limit as the vetting child's run of a graph: scaled by the binary's bytes
-        self._tokens[key] = self._watch.begin("first-run", what, stall_seconds(b.size))
+        # the vetting child's limit for a graph's run: the binary's bytes and the graph's I/O
+        io = max(sum(t.nbytes for t in (*g.inputs, *g.outputs)) for g in graphs) if graphs else 0
+        self._tokens[key] = self._watch.begin("first-run", what, run_stall_seconds(b.size, io))
 
     def end(self, key: str) -> None:
         if key in self._tokens:
