@@ -1,14 +1,11 @@
-"""The request/reply channel between the main process and a PD worker, and the shared tensor arena.
-
-Transport (bench/bench_channel.py, bench/RESULTS.md): a pair of anonymous pipes on POSIX, each
-message written with one write() and read with one read() (a round trip was the cheapest measured
-here; spinning on a shared flag loses badly on a loaded 2-core machine); elsewhere (Windows) a
-multiprocessing.connection (a named pipe). A worker that dies closes its end: the main side reads
-end-of-file and raises `WorkerGone`, never hangs.
+"""The PD worker channel: its fixed binary frames (the hot path), the `Channel` that matches replies
+to requests, and the shared tensor arena. Transports, the frame header and the pickled control
+frames are runtime/child.py's, shared with the vetting child.
 
 Frames (kind, request id, body): X a graph call (the bound call's id) and K its reply (seconds
-inside graphExecute, then the QNN profile events when profiled); C a control request, R its reply
-and E a failure, each a pickled `pd_protocol` dataclass. `Channel` matches replies to requests.
+inside graphExecute, then the QNN profile events when profiled); S a plan segment's run and D its
+reply (runtime/pd_segment.py); C a control request, R its reply and E a failure, each a pickled
+`pd_protocol` dataclass.
 
 Tensors never travel in messages: they live in arena segments, files mapped by both sides (a memfd
 on Linux, reached by the worker through /proc/<pid>/fd; a temporary file elsewhere).
@@ -29,109 +26,21 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from qnnrt.core.tensor import address_of
-from qnnrt.errors import QnnrtError
+from qnnrt.runtime.child import (  # noqa: F401 - the channel's own vocabulary, used as ch.*
+    CONTROL, ERROR, REPLY, ConnEnd, PipeEnd, ProtocolError, frame_head, object_frame, parse_object)
 
-CALL, OK, CONTROL, REPLY, ERROR = b"X", b"K", b"C", b"R", b"E"
+CALL, OK = b"X", b"K"
 SEGMENT, DONE = b"S", b"D"
-_U32 = struct.Struct("<I")
-_MAX_READ = 1 << 16
 SEGMENT_BYTES = 4 << 20   # the smallest arena segment
 ALIGN = 64
-
-
-class WorkerGone(QnnrtError):
-    """The worker process ended (a crash inside QNN, a kill) while a request was pending."""
-
-
-def use_pipes() -> bool:
-    """Anonymous pipes passed at spawn (POSIX); else a multiprocessing connection."""
-    return os.name == "posix"
-
-
-# -- transports ----------------------------------------------------------------------------------
-class PipeEnd:
-    """One side of the channel over two pipe descriptors (read, write)."""
-
-    def __init__(self, rfd: int, wfd: int):
-        self.rfd, self.wfd = rfd, wfd
-
-    def send(self, data: bytes) -> None:
-        n = os.write(self.wfd, _U32.pack(len(data)) + data)
-        if n != len(data) + 4:  # a large control message: write the rest
-            view = memoryview(_U32.pack(len(data)) + data)[n:]
-            while view:
-                view = view[os.write(self.wfd, view):]
-
-    def ready(self, timeout: float) -> bool:
-        """True when a message (or end-of-file) can be read within `timeout` seconds."""
-        import select
-        return bool(select.select([self.rfd], [], [], timeout)[0])
-
-    def recv(self) -> bytes:
-        """The next message; b'' when the other side is gone."""
-        chunk = os.read(self.rfd, _MAX_READ)
-        if len(chunk) < 4:
-            return b""
-        want = _U32.unpack_from(chunk)[0] + 4
-        if len(chunk) == want:
-            return chunk[4:]
-        parts = [chunk]
-        have = len(chunk)
-        while have < want:
-            more = os.read(self.rfd, min(_MAX_READ, want - have))
-            if not more:
-                return b""
-            parts.append(more)
-            have += len(more)
-        return b"".join(parts)[4:]
-
-    def close(self) -> None:
-        for fd in (self.rfd, self.wfd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
-class ConnEnd:
-    """One side of the channel over a multiprocessing connection (the portable fallback)."""
-
-    def __init__(self, conn: Any):
-        self.conn = conn
-
-    def send(self, data: bytes) -> None:
-        self.conn.send_bytes(data)
-
-    def ready(self, timeout: float) -> bool:
-        try:
-            return bool(self.conn.poll(timeout))
-        except (EOFError, OSError):
-            return True
-
-    def recv(self) -> bytes:
-        try:
-            return self.conn.recv_bytes()
-        except (EOFError, OSError):
-            return b""
-
-    def close(self) -> None:
-        try:
-            self.conn.close()
-        except OSError:
-            pass
 
 
 # -- frames ---------------------------------------------------------------------------------------
 # Every frame: kind (1 byte), the request id (u32), then the body. A graph call and its reply are
 # fixed binary frames (the hot path); control requests and replies are pickled pd_protocol
 # dataclasses.
-_HEAD = struct.Struct("<cI")
 _CALL = struct.Struct("<cII")      # kind, request id, call id
 _OK = struct.Struct("<cId")        # kind, request id, seconds inside graphExecute
-
-
-class ProtocolError(QnnrtError):
-    """A frame that breaks the protocol (malformed, or a reply to no request): a bug in qnnrt."""
 
 
 def call_frame(request_id: int, call_id: int) -> bytes:
@@ -184,25 +93,6 @@ def parse_ok(frame: bytes) -> tuple[float, list[dict] | None]:
     """(seconds, profile events or None) of an OK frame."""
     seconds = _OK.unpack_from(frame)[2]
     return seconds, (pickle.loads(frame[_OK.size:]) if len(frame) > _OK.size else None)
-
-
-def object_frame(kind: bytes, request_id: int, obj: object) -> bytes:
-    return _HEAD.pack(kind, request_id) + pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def frame_head(frame: bytes) -> tuple[bytes, int]:
-    """(kind, request id) of a frame; ProtocolError when it is too short to have them."""
-    if len(frame) < _HEAD.size:
-        raise ProtocolError(f"a {len(frame)}-byte frame is shorter than a frame header")
-    kind, rid = _HEAD.unpack_from(frame)
-    return kind, rid
-
-
-def parse_object(frame: bytes) -> Any:
-    try:
-        return pickle.loads(frame[_HEAD.size:])
-    except Exception as e:  # noqa: BLE001 - any unpickling failure is a malformed frame
-        raise ProtocolError(f"a malformed {frame[:1]!r} frame: {type(e).__name__}: {e}") from None
 
 
 class Channel:

@@ -8,9 +8,10 @@ import subprocess
 from typing import Any
 
 from qnnrt.errors import QnnError, QnnrtError
+from qnnrt.runtime import child
 from qnnrt.runtime import pd_channel as ch
 from qnnrt.runtime import pd_protocol as proto
-from qnnrt.runtime.pd_worker import KEY_ENV, PARENT_ENV
+from qnnrt.runtime.pd_worker import PARENT_ENV
 from qnnrt.spawn import python_command, signal_name
 
 STOP_GRACE_S = 2.0   # a worker asked to close and still alive after this is killed
@@ -54,25 +55,7 @@ class PdWorker:
         return f"PD {self.index}" + (f" (worker pid {self.pid})" if self.pid else "")
 
     def spawn(self) -> None:
-        env = dict(os.environ, **{PARENT_ENV: str(os.getpid())})
-        end: ch.PipeEnd | ch.ConnEnd
-        if ch.use_pipes():
-            req_r, req_w = os.pipe()
-            rep_r, rep_w = os.pipe()
-            try:
-                self.proc = subprocess.Popen(_worker_command(["fds", str(req_r), str(rep_w)]),
-                                             env=env, pass_fds=(req_r, rep_w))
-            finally:
-                os.close(req_r)
-                os.close(rep_w)
-            end = ch.PipeEnd(rep_r, req_w)
-        else:
-            from multiprocessing.connection import Listener
-            key = os.urandom(16)
-            with Listener(authkey=key) as listener:
-                env[KEY_ENV] = key.hex()
-                self.proc = subprocess.Popen(_worker_command(["conn", str(listener.address)]), env=env)
-                end = ch.ConnEnd(listener.accept())
+        self.proc, end = child.spawn(_worker_command([]), dict(os.environ, **{PARENT_ENV: str(os.getpid())}))
         self.channel = ch.Channel(end)
         self.pid = self.proc.pid
 
@@ -170,11 +153,7 @@ class PdWorker:
                         self.heap_report = ch.parse_object(frame).heap_report
             except (OSError, ch.ProtocolError):
                 pass
-        try:
-            proc.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        child.stop(proc, STOP_GRACE_S)
         self.gone = True
         if channel is not None:
             channel.end.close()

@@ -9,8 +9,8 @@ channel closes (the main process closed it, or died), when asked, or with its pa
 (PR_SET_PDEATHSIG on Linux). SIGINT is ignored: a Ctrl-C reaches the whole process group, and the
 main process decides when its workers stop.
 
-Started by `runtime.pd_fleet` as `python -c "...pd_worker.main()" fds R W` (POSIX pipes) or
-`... conn ADDRESS` (a multiprocessing connection; the key in QNNRT_PD_WORKER_KEY).
+Started by `runtime.pd_host` through `runtime.child.spawn` (its channel: POSIX pipes, or a
+multiprocessing connection).
 """
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ import numpy as np
 
 from qnnrt.core.process import die_with_parent
 from qnnrt.runtime import pd_channel as ch
+from qnnrt.runtime.child import child_end
 from qnnrt.runtime import pd_protocol as proto
 
 if TYPE_CHECKING:
     from qnnrt.runtime.residency import ContextPool
 
-KEY_ENV = "QNNRT_PD_WORKER_KEY"
 PARENT_ENV = "QNNRT_PD_WORKER_PARENT"
 
 
@@ -350,13 +350,6 @@ class Worker:
         return heap.to_json()
 
 
-def _open_end(argv: list[str]) -> ch.PipeEnd | ch.ConnEnd:
-    if argv[0] == "fds":
-        return ch.PipeEnd(int(argv[1]), int(argv[2]))
-    from multiprocessing.connection import Client
-    return ch.ConnEnd(Client(argv[1], authkey=bytes.fromhex(os.environ.pop(KEY_ENV, ""))))
-
-
 def main(argv: list[str] | None = None) -> None:
     """The worker process's entry; never returns."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -369,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError:
         parent = 0
     die_with_parent(parent)
-    end = _open_end(args)
+    end = child_end(args)
     worker = Worker(end)
     code = 0
     try:

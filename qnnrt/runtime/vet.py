@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 from qnnrt.errors import FormatError, QnnrtError
+from qnnrt.runtime import child
+from qnnrt.runtime.vet_protocol import JOB_ID, ItemDone, StepStarted, VetItem, VetJob
 from qnnrt.spawn import signal_name
 from qnnrt.fileio import buffer_sha256, default_cache_dir, loads_json, write_atomic
 
@@ -235,19 +235,16 @@ def vet_binaries(binaries: dict[str, ContextBinary], *, mode: VetMode = "auto",
             if b.path is None:  # a slice of a .pte or bytes embedded in an .onnx: the child's own copy
                 with open(path, "wb") as f:
                     f.write(b.buffer.data)
-            items.append({"name": b.where, "path": path, "size": b.size})
-        job = os.path.join(tmp, "job.json")
-        with open(job, "w", encoding="utf-8") as f:
-            json.dump({"backend_lib": backend_lib, "soc": soc, "items": items, "mode": mode,
-                       "execute_bytes": execute_bytes()}, f)
+            items.append(VetItem(b.where, path, b.size))
+        job = VetJob(tuple(items), mode, execute_bytes(), backend_lib, soc)
         if progress is not None:
             progress(0, len(items))
-        run = _run_child(job, len(items), progress)
+        run = _run_child(job, progress)
     report.child_seconds, report.children = run.seconds, 1
     for k, sha in enumerate(shas):
         name = first[sha].where
         verdict, detail, ran, cache = run.verdict_of(k, name)
-        detail = detail.replace(str(items[k]["path"]), name)  # a temp copy's path says nothing
+        detail = detail.replace(items[k].path, name)  # a temp copy's path says nothing
         for r in todo[sha]:
             r.verdict, r.detail, r.graphs_executed = verdict, detail, ran
         if cache:
@@ -278,7 +275,7 @@ def raise_bad(results: list[VetResult]) -> None:
 # ONNX, the runtime): a bare package module stands in for `qnnrt`, which halves its start-up
 _CHILD_BOOT = ("import sys, types, os; m = types.ModuleType('qnnrt'); "
                "m.__path__ = [os.path.join(sys.argv[1], 'qnnrt')]; sys.modules['qnnrt'] = m; "
-               "from qnnrt.runtime.vet_child import main; sys.exit(main(sys.argv[2]))")
+               "from qnnrt.runtime.vet_child import main; sys.exit(main(sys.argv[2:]))")
 
 
 @dataclass
@@ -305,52 +302,24 @@ class _ChildRun:
         return "unvetted", f"the vetting child ended ({self.ended}) before it{self.stderr}", 0, False
 
 
-def _pump(stream: IO[bytes], lines: queue.Queue[str | None]) -> None:
-    for raw in stream:
-        lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
-    lines.put(None)
-
-
-def _run_child(job: str, n_items: int, progress: Progress | None) -> _ChildRun:
-    """Run the child on `job`, watching its progress lines: a step silent for its stall timeout
-    (or a child silent that long between steps) is a hang, and the child is killed."""
+def _run_child(job: VetJob, progress: Progress | None) -> _ChildRun:
+    """Run the child on `job`, reading its reports: a step silent for its stall timeout (or a
+    child silent that long between steps) is a hang, and the child is killed."""
     env = dict(os.environ)
     env["PYTHONPATH"] = _ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     run = _ChildRun()
     t0 = time.monotonic()
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD_BOOT, _ROOT, job],
-                                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True,
-                         name="qnnrt-vet-pump").start()
-        # start-up (an interpreter, numpy, the QNN libraries) is no binary's doing: at least a minute
-        since, allowed = time.monotonic(), max(stall_base(), STARTUP_S)
-        while True:
-            try:
-                line = lines.get(timeout=max(0.0, since + allowed - time.monotonic()))
-            except queue.Empty:
-                run.ended, run.stalled_s = "hang", time.monotonic() - since
-                proc.kill()
-                break
-            if line is None:
-                break
-            parts = line.split(" ", 4)
-            if len(parts) >= 4 and parts[0] == "step" and parts[1].isdigit() and parts[3].isdigit():
-                run.step = (int(parts[1]), parts[2], parts[4] if len(parts) > 4 else "")
-                nbytes = int(parts[3])
-                since = time.monotonic()
-                allowed = (run_stall_seconds(0, nbytes) if parts[2] == "execute"
-                           else stall_seconds(nbytes))
-            elif len(parts) >= 3 and parts[0] == "done" and parts[1].isdigit():
-                rest = line.split(" ", 3)[3] if len(parts) > 3 else ""
-                ran = int(rest) if parts[2] == "ok" and rest.isdigit() else 0
-                run.finished[int(parts[1])] = (parts[2], "" if parts[2] == "ok" else rest, ran)
-                run.step, since, allowed = None, time.monotonic(), stall_base()
-                if progress is not None:
-                    progress(len(run.finished), n_items)
-        rc = proc.wait()
+        proc, end = child.spawn([sys.executable, "-c", _CHILD_BOOT, _ROOT], env, stdout=err,
+                                stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            end.send(child.object_frame(child.CONTROL, JOB_ID, job))
+            _follow(end, proc, run, len(job.items), progress)
+        except OSError:
+            pass   # the child is gone: its exit status says how
+        finally:
+            end.close()
+        rc = child.stop(proc, 0 if run.ended == "hang" else child.STOP_GRACE_S)
         run.seconds = time.monotonic() - t0
         if run.ended != "hang":
             run.ended = "ok" if rc == 0 else signal_name(-rc) if rc < 0 else f"exit status {rc}"
@@ -358,6 +327,35 @@ def _run_child(job: str, n_items: int, progress: Progress | None) -> _ChildRun:
             err.seek(0)
             tail = err.read()[-4000:].decode("utf-8", "replace").strip().splitlines()[-3:]
             run.stderr = ("; child stderr: " + " | ".join(tail)) if tail else ""
-    if proc.stdout is not None:
-        proc.stdout.close()
     return run
+
+
+def _follow(end: child.PipeEnd | child.ConnEnd, proc: subprocess.Popen, run: _ChildRun, n_items: int,
+            progress: Progress | None) -> None:
+    """Read the child's reports until its reply or its end, minding each step's stall timeout."""
+    # start-up (an interpreter, numpy, the QNN libraries) is no binary's doing: at least a minute
+    since, allowed = time.monotonic(), max(stall_base(), STARTUP_S)
+    while True:
+        if not end.ready(max(0.0, since + allowed - time.monotonic())):
+            run.ended, run.stalled_s = "hang", time.monotonic() - since
+            proc.kill()
+            return
+        frame = end.recv()
+        if not frame:
+            return
+        kind, _ = child.frame_head(frame)
+        msg = child.parse_object(frame)
+        if kind == child.REPLY:
+            return
+        if isinstance(msg, StepStarted):
+            run.step = (msg.item, msg.stage, msg.graph)
+            since = time.monotonic()
+            allowed = (run_stall_seconds(0, msg.nbytes) if msg.stage == "execute"
+                       else stall_seconds(msg.nbytes))
+        elif isinstance(msg, ItemDone):
+            run.finished[msg.item] = (msg.verdict, msg.detail, msg.graphs_run)
+            run.step, since, allowed = None, time.monotonic(), stall_base()
+            if progress is not None:
+                progress(len(run.finished), n_items)
+
+

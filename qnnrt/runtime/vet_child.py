@@ -1,29 +1,21 @@
 """The vetting child: the QNN calls a corrupt context binary can crash or hang, run on each binary
-of a job in a fresh interpreter, with a progress line before every step.
+of a job in a fresh interpreter, each step reported before it starts (runtime/vet_protocol.py).
 
 It imports `qnnrt.core` and the shared modules only (the parent boots it with a bare `qnnrt`
-package module, so the loader, ONNX and the runtime are never imported: start-up stays short).
-
-Protocol (stdout, one line per event, flushed):
-    step <i> info <bytes>                  before systemContextGetBinaryInfo of item i
-    step <i> create <bytes>                before contextCreateFromBinary
-    step <i> execute <bytes> <graph name>  before graphExecute of one graph on zeros
-    done <i> ok <graphs executed>
-    done <i> rejected <message>            QNN refused it cleanly (a QnnrtError)
-    done <i> partial <message>             QNN ran out of memory / PD here: no verdict
-<bytes> is what the step works on (the parent scales the step's stall timeout by it). A crash leaves
-the last `step` line as the step that crashed; a step that never ends is the one that hangs.
+package module, so the loader, ONNX and the runtime's policy are never imported: start-up stays
+short). Its channel is a pipe pair of its own (runtime/child.py), not stdout.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 from qnnrt.errors import QnnError, QnnrtError
+from qnnrt.runtime.child import PROGRESS, REPLY, ConnEnd, PipeEnd, child_end, object_frame, parse_object
 from qnnrt.runtime.recovery import is_transient
+from qnnrt.runtime.vet_protocol import JOB_ID, ItemDone, JobDone, StepStarted, VetItem, VetJob
 
 if TYPE_CHECKING:
     from qnnrt.core.binary import GraphSpec
@@ -54,40 +46,39 @@ def executes(mode: str, binary_bytes: int, io_bytes: int, limit: int) -> bool:
 
 
 class _Reporter:
-    def __init__(self, out: TextIO):
-        self.out = out
+    def __init__(self, end: PipeEnd | ConnEnd):
+        self.end = end
 
-    def line(self, text: str) -> None:
-        self.out.write(text + "\n")
-        self.out.flush()
+    def send(self, message: object) -> None:
+        self.end.send(object_frame(PROGRESS, JOB_ID, message))
 
     def step(self, i: int, stage: str, nbytes: int, graph: str = "") -> None:
-        self.line(f"step {i} {stage} {nbytes}" + (f" {graph}" if graph else ""))
+        self.send(StepStarted(i, stage, nbytes, graph))
         delay = hook_delay(stage)
         if delay:
             time.sleep(delay)
 
 
-def _vet_one(rep: _Reporter, i: int, item: dict, job: dict, state: dict) -> int:
+def _vet_one(rep: _Reporter, i: int, item: VetItem, job: VetJob, state: dict) -> int:
     """Info, create, the graphs the mode runs, free; the number of graphs executed."""
     import numpy as np
     from qnnrt.core.backend import Backend
     from qnnrt.core.binary import ContextBinary
     from qnnrt.core.context import Context
-    size = int(item["size"])
-    b = ContextBinary(item["path"], name=item["name"], backend_lib=job["backend_lib"])
+    size = item.size
+    b = ContextBinary(item.path, name=item.name, backend_lib=job.backend_lib)
     try:
         rep.step(i, "info", size)
         info = b.info
         if state.get("backend") is None:
-            state["backend"] = Backend(backend_lib=job["backend_lib"],
-                                       soc=job["soc"] or info.soc_model or None, log_level="error")
+            state["backend"] = Backend(backend_lib=job.backend_lib,
+                                       soc=job.soc or info.soc_model or None, log_level="error")
         rep.step(i, "create", size)
         ran = 0
         with Context(state["backend"], b) as ctx:
             for g in info.graphs:
                 io = graph_io_bytes(g)
-                if not executes(job["mode"], size, io, int(job["execute_bytes"])):
+                if not executes(job.mode, size, io, job.execute_bytes):
                     continue
                 rep.step(i, "execute", size + io, g.name)
                 ctx.graph(g.name).execute([np.zeros(t.shape, t.dtype) for t in g.inputs],
@@ -102,28 +93,34 @@ def _one_line(e: Exception) -> str:
     return " ".join(str(e).split())[:500]
 
 
-def main(job_path: str) -> int:
-    with open(job_path, encoding="utf-8") as f:
-        job = json.load(f)
-    rep = _Reporter(sys.stdout)
+def main(argv: list[str]) -> int:
+    """Read the job from the channel `argv` names, vet each item, reply once."""
+    end = child_end(argv)
+    frame = end.recv()
+    job = parse_object(frame) if frame else None
+    if not isinstance(job, VetJob):
+        return 2
+    rep = _Reporter(end)
     state: dict = {}
     try:
-        for i, item in enumerate(job["items"]):
+        for i, item in enumerate(job.items):
             try:
                 ran = _vet_one(rep, i, item, job, state)
-                rep.line(f"done {i} ok {ran}")
+                rep.send(ItemDone(i, "ok", "", ran))
             except QnnError as e:
                 # out of memory / PD in this child, or a transient device failure (what recovery
                 # re-creates for: 1100 / 1007 / 1011), says nothing about the binary: not a verdict
                 inconclusive = e.is_out_of_memory or (e.function == "graphExecute" and is_transient(e))
-                rep.line(f"done {i} {'partial' if inconclusive else 'rejected'} {_one_line(e)}")
+                rep.send(ItemDone(i, "partial" if inconclusive else "rejected", _one_line(e)))
             except QnnrtError as e:
-                rep.line(f"done {i} rejected {_one_line(e)}")
+                rep.send(ItemDone(i, "rejected", _one_line(e)))
+        end.send(object_frame(REPLY, JOB_ID, JobDone(len(job.items))))
     finally:
         if state.get("backend") is not None:
             state["backend"].close()
+        end.close()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))

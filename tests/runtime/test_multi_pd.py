@@ -231,13 +231,13 @@ def test_beyond_max_pds_each_pd_evicts(chain12):
 
 def test_portable_channel_gives_the_same_outputs(chain12, monkeypatch):
     """The fallback transport (a multiprocessing connection, what Windows uses) on this machine."""
-    from qnnrt.runtime import pd_channel
+    from qnnrt.runtime import child
     x = _x(7)
     with qnnrt.load(chain12.model, residency="lazy") as p:
         ref = p.run(None, x)
-    monkeypatch.setattr(pd_channel, "use_pipes", lambda: False)
+    monkeypatch.setattr(child, "use_pipes", lambda: False)
     with qnnrt.load(chain12.model, residency="multi-pd:2", options=_opts()) as p:
-        assert isinstance(p.pool.workers[0].channel.end, pd_channel.ConnEnd)
+        assert isinstance(p.pool.workers[0].channel.end, child.ConnEnd)
         out = p.run(None, x)
     assert all(np.array_equal(out[k], ref[k]) for k in ref)
 
