@@ -40,7 +40,8 @@ class _Mirror:
         self.slots = slots
         self.k_all, self.k = _layers(cache.alloc, cache.fused, L, (1, H, D, slots), lay.cache_dtype)
         self.v_all, self.v = _layers(cache.alloc, cache.fused, L, (1, H, slots, D), lay.cache_dtype)
-        self.dirty = (0, slots)       # slots [lo, hi) differ from the logical caches
+        # slots [lo, hi) that may differ from the logical caches (both are zero where never written)
+        self.dirty = (0, min(cache.written, slots))
 
     def wrote(self, lo: int, hi: int) -> None:
         a, b = self.dirty
@@ -75,19 +76,19 @@ class KVCache:
             for a in self.k + self.v:
                 a[...] = fill
         self.n_past = 0
-        self._written = Cm if fill else 0   # slots [0, _written) may hold non-zero entries
+        self.written = Cm if fill else 0   # slots [0, written) may hold non-zero entries
         self._mirrors: dict[str, _Mirror] = {}
 
     def reset(self) -> None:
         """Every slot zero (only those ever written are touched), n_past 0."""
-        w = self._written
+        w = self.written
         for a in self.k:
             a[..., :w] = 0
         for a in self.v:
             a[:, :, :w, :] = 0
         for m in self._mirrors.values():
             m.wrote(0, w)
-        self._written = 0
+        self.written = 0
         self.n_past = 0
 
     def truncate(self, n: int) -> None:
@@ -152,8 +153,8 @@ class KVCache:
             for v, vo in zip(self.v, v_out):
                 v[:, :, p:e, :] = vo[:, :, :n_update, :]
         self.n_past = e
-        if e > self._written:
-            self._written = e
+        if e > self.written:
+            self.written = e
         for m in self._mirrors.values():
             m.wrote(p, e)
 
