@@ -169,3 +169,20 @@ def test_kv_reuse_across_turns_prepared_equals_generic(tiny, tmp_path):
         a, b = out
         assert a[:6] == b[:6] and a[2] == len(PROMPT) + 2
         assert all(np.array_equal(x, y) for x, y in zip(a[6], b[6]))
+
+
+@pytest.mark.slow
+def test_multi_pd_caches_in_the_arena_are_read_in_place(tiny, tmp_path):
+    """The prefill context in a PD worker: its graph call reads the caches and writes its outputs
+    in the shared arena (no staged copy), and the tokens and logits are the generic path's."""
+    from tests.helpers.llm_pte import write_pte
+    model, binaries = tiny
+    with load(str(write_pte(model, binaries, tmp_path / "m.pte", float_io=True)),
+              residency="multi-pd:2") as prog:
+        assert sorted(prog.host_of(k) for k in prog.binaries) == [0, 1]
+        runner = LlmRunner(prog)
+        a = _compare(prog, PROMPT, 8)
+        remote = [g.binding.call for m in runner.steps.prepare(runner.new_cache()).values()
+                  for g in m.prepared.plan.graph_steps if prog.host_of(g.key)]
+        assert len(remote) == 1 and remote[0].staged == 0
+        assert len(a.tokens) == 8
