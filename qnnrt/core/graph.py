@@ -223,7 +223,7 @@ class GraphBinding:
 
     __slots__ = ("call", "spec", "where", "in_slots", "out_slots", "dequantized", "shared",
                  "_trusted", "_checked", "_fresh", "_deq", "_after_call", "_sink", "_mem", "_staged",
-                 "_copy_in", "_copy_out", "_own")
+                 "_copy_in", "_copy_out", "_own", "_bound_in")
 
     def __init__(self, call: PreparedCall, spec: GraphSpec, in_slots: Sequence[int],
                  out_slots: Sequence[int], dequantize: bool | Sequence[bool], where: str,
@@ -247,6 +247,7 @@ class GraphBinding:
         self._copy_in: list[tuple[int, np.ndarray, InputAdapter | None]] = []  # slot, staging, check
         self._copy_out: list[tuple[int, np.ndarray]] = []                      # slot, staging
         self._own: list[np.ndarray] = []   # rpcmem arrays this binder made (staging, raw outputs)
+        self._bound_in: dict[int, np.ndarray] = {}   # input -> the buffer bound once (bind_input)
         # per-call work lists (a planner moves entries between them before the first run)
         self._trusted: dict[int, int] = {}                   # input -> slot: pointed
         self._checked: dict[int, tuple[int, np.dtype, tuple[int, ...], InputAdapter]] = {}
@@ -268,12 +269,14 @@ class GraphBinding:
     # -- sent to a PD worker (runtime/pd_segment.py) -------------------------------------------
     def __getstate__(self) -> dict:
         """Everything but the attached profiler's hook (the worker profiles its own calls)."""
-        return {k: getattr(self, k) for k in self.__slots__ if k not in ("_after_call", "_sink")}
+        return {k: getattr(self, k) for k in self.__slots__
+                if k not in ("_after_call", "_sink", "_bound_in")}
 
     def __setstate__(self, state: dict) -> None:
         for k, v in state.items():
             setattr(self, k, v)
         self._after_call = self._sink = None
+        self._bound_in = {}   # the worker's call already points at them
         for j, (_, raw, _, _) in self._deq.items():   # the raw buffers are this side's copies
             self.call.set_output(j, raw)
 
@@ -335,6 +338,11 @@ class GraphBinding:
         self._trusted.pop(i, None)
         self.call.set_input(i, buffer)
         self._track(True, i, buffer, s)
+        self._bound_in[i] = buffer
+
+    def bound_input(self, i: int) -> np.ndarray | None:
+        """The buffer input i was bound to once (`bind_input`), None when it is read per call."""
+        return self._bound_in.get(i)
 
     def bind_output(self, j: int, buffer: np.ndarray) -> None:
         """Output j is written to `buffer` (of `output_kind(j)`) at every call; the planner puts

@@ -31,8 +31,8 @@ from qnnrt.executorch.kernels.dtypes import astype
 from qnnrt.executorch.program import DelegateSite, PteMethodAdapter, size1_reshape
 from qnnrt.executorch.reader import DelegateCall, FreeCall, KernelCall, MoveCall, TensorInfo
 from qnnrt.runtime.method import QnnStep, validate_inputs
-from qnnrt.runtime.plan import (GraphStep, Inputs, LiveGraphs, Plan, RunTiming, Step, StepPlan,
-                                graph_step)
+from qnnrt.runtime.plan import (CallerArrays, GraphStep, Inputs, LiveGraphs, NotPreparable, Plan,
+                                RunTiming, Step, StepPlan, graph_step)
 
 from qnnrt.core.tensor import TensorSpec
 
@@ -412,14 +412,63 @@ class _Lowering:
         # a planned buffer lives as long as the plan: freeing its slot would free nothing
         self.steps = [s for s in self.steps if not (isinstance(s, FreeStep) and s.slot in planned)]
 
+    # -- caller arrays ----------------------------------------------------------------------
+    def bind_caller(self, arrays: CallerArrays) -> list[tuple[int, np.ndarray]]:
+        """Put the caller's arrays in their slots, bound into the graph calls where a graph reads
+        or writes them as they are; returns (slot, array) for the outputs a CPU step makes (or a
+        conversion), copied into their arrays after each run."""
+        a, where = self.analysis, self.where
+        ins = {s.name: (s, i) for s, i in zip(self.method.inputs, a.input_values)}
+        outs = {s.name: (s, i) for s, i in zip(self.method.outputs, a.output_values)}
+        for name, x in arrays.inputs.items():
+            spec, i = _caller_slot(ins, name, x, f"{where} input")
+            self.template[i] = x
+            for port in self.readers.get(i, []):
+                if (port is not None and isinstance(port.step, DelegateStep)
+                        and port.kind == (x.dtype, x.shape)):
+                    port.step.binding.bind_input(port.index, x)
+        boundary = set(a.input_values) | a.constant_values
+        copies = []
+        for name, x in arrays.outputs.items():
+            spec, o = _caller_slot(outs, name, x, f"{where} output")
+            makers = self.makers.get(o, [])
+            made = makers[0] if len(makers) == 1 else None
+            if (made is not None and isinstance(made.step, DelegateStep) and o not in boundary
+                    and made.kind == (x.dtype, x.shape)):
+                made.step.binding.bind_output(made.index, x)
+                self.template[o] = x
+            else:
+                copies.append((o, x))
+        return copies
+
+
+def _caller_slot(by_name: dict[str, tuple[Any, int]], name: str, x: np.ndarray,
+                 what: str) -> tuple[Any, int]:
+    """The (spec, slot) of a caller's array, which must be exactly what the method declares."""
+    if name not in by_name:
+        raise QnnrtError(f"{what} {name!r}: no such tensor; the method has {sorted(by_name)}")
+    spec, slot = by_name[name]
+    if (not isinstance(x, np.ndarray) or x.dtype != np.dtype(spec.dtype)
+            or x.shape != tuple(spec.shape) or not x.flags.c_contiguous or not x.flags.writeable):
+        got = (f"{x.dtype}{list(x.shape)}" if isinstance(x, np.ndarray) else type(x).__name__)
+        raise QnnrtError(f"{what} {name!r}: the caller's array must be a writeable C-contiguous "
+                         f"{np.dtype(spec.dtype)}{list(spec.shape)}, got {got}")
+    return spec, slot
+
 
 class PtePlan(StepPlan):
-    """A straight-line .pte method of static tensors as named steps over a slot list."""
+    """A straight-line .pte method of static tensors as named steps over a slot list; with
+    `caller` arrays, bound to them (what `PreparedPte` runs)."""
 
-    def __init__(self, program: Program, method: PteMethodAdapter) -> None:
+    def __init__(self, program: Program, method: PteMethodAdapter,
+                 caller: CallerArrays | None = None) -> None:
         lowering = _Lowering(program, method)
         lowering.lower()
         lowering.plan_buffers()
+        self.copies = lowering.bind_caller(caller) if caller is not None else []
+        # the ports reading each slot (graph_reads says what a caller's input is bound to)
+        self.readers = {i: [p for p in ports if p is not None]
+                        for i, ports in lowering.readers.items()}
         super().__init__(program, lowering.graph_steps)
         a = lowering.analysis
         self.method = method
@@ -448,6 +497,42 @@ class PtePlan(StepPlan):
                                               or any(np.shares_memory(x, g) for g in arrays)):
                 x = np.array(x, copy=True)
             out[name] = x
+        return out
+
+
+class PreparedPte:
+    """A .pte method bound once to caller arrays (runtime/plan.py `PreparedRun`): a run is the
+    plan's steps over its template (the caller's arrays already in their slots, bound into the
+    graph calls), then the outputs CPU steps made copied into the caller's arrays."""
+
+    def __init__(self, program: Program, method: PteMethodAdapter, arrays: CallerArrays) -> None:
+        try:
+            self.plan = PtePlan(program, method, arrays)
+        except NotCompilable:
+            raise NotPreparable(f"method {method.name!r} is not straight-line with static tensors: "
+                                f"it cannot be bound to caller arrays (run it with Program.run)"
+                                ) from None
+        self.inputs = {s.name: i for s, i in zip(method.inputs, self.plan.in_values)}
+
+    @property
+    def timing(self) -> RunTiming:
+        return self.plan.timing
+
+    def run(self) -> None:
+        plan = self.plan
+        values = plan.template.copy()
+        plan.run_steps(values)
+        for slot, target in plan.copies:
+            np.copyto(target, values[slot])
+
+    def graph_reads(self, name: str) -> list[np.ndarray]:
+        slot = self.inputs[name]
+        out = []
+        for port in self.plan.readers.get(slot, []):
+            if isinstance(port.step, DelegateStep):
+                b = port.step.binding.bound_input(port.index)
+                if b is not None:
+                    out.append(b)
         return out
 
 

@@ -24,7 +24,7 @@ from qnnrt.executorch.interpreter import PteMethodRunner
 from qnnrt.executorch.compile_spec import runtime_options
 
 if TYPE_CHECKING:
-    from qnnrt.runtime.plan import Plan
+    from qnnrt.runtime.plan import CallerArrays, Plan, PreparedRun
     from qnnrt.runtime.program import Program
 
 
@@ -114,6 +114,11 @@ class PteMethodAdapter(Method):
         the interpreter with prepared delegate calls."""
         from qnnrt.executorch.plan import pte_plan
         return pte_plan(program, self)
+
+    def prepare(self, program: Program, arrays: CallerArrays) -> PreparedRun:
+        """The compiled plan bound once to the caller's arrays (executorch/plan.py `PreparedPte`)."""
+        from qnnrt.executorch.plan import PreparedPte
+        return PreparedPte(program, self, arrays)
 
     def _delegate(self, index: int, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         site = self.delegates[index]

@@ -1,7 +1,7 @@
 """The KV cache manager (ExecuTorch's smart mask) and the per-call input builders."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -12,19 +12,83 @@ from qnnrt.llm.layout import LlmLayout, MethodLayout
 from qnnrt.llm.quant import QUANT_DTYPES as _QUANT_DTYPES
 
 # KV cache (smart mask)
-class KVCache:
-    """The logical caches: k[l] [1,H,D,Cmax], v[l] [1,H,Cmax,D], Cmax = C - min(T); slots < n_past valid."""
+Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]   # a zeroed array of that shape and dtype
 
-    def __init__(self, layout: LlmLayout, fill=0):
+
+def _zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    return np.zeros(shape, dtype)
+
+
+def _layers(alloc: Alloc, fused: bool, n: int, shape: tuple[int, ...], dtype: np.dtype
+            ) -> tuple[np.ndarray | None, list[np.ndarray]]:
+    """n arrays of `shape`: views of one [n, *shape] array when fused (so one copy writes a slot
+    of every layer), else one allocation each (each its own shared buffer)."""
+    if fused:
+        whole = alloc((n, *shape), dtype)
+        return whole, list(whole)
+    return None, [alloc(shape, dtype) for _ in range(n)]
+
+
+class _Mirror:
+    """A method's own cache arrays when its window leaves fewer slots than the logical caches
+    (the prefill method of a hybrid file): slots [0, slots) of the logical caches, brought up to
+    date before each of its calls (only the slots written since: `dirty`)."""
+
+    def __init__(self, cache: KVCache, slots: int) -> None:
+        lay = cache.layout
+        L, H, D = lay.n_layers, lay.n_kv_heads, lay.head_dim
+        self.slots = slots
+        self.k_all, self.k = _layers(cache.alloc, cache.fused, L, (1, H, D, slots), lay.cache_dtype)
+        self.v_all, self.v = _layers(cache.alloc, cache.fused, L, (1, H, slots, D), lay.cache_dtype)
+        # slots [lo, hi) that may differ from the logical caches (both are zero where never written)
+        self.dirty = (0, min(cache.written, slots))
+
+    def wrote(self, lo: int, hi: int) -> None:
+        a, b = self.dirty
+        self.dirty = (lo, hi) if a >= b else (min(a, lo), max(b, hi))
+
+    def sync(self, cache: KVCache) -> None:
+        lo, hi = self.dirty[0], min(self.dirty[1], self.slots)
+        if lo < hi:
+            for km, k in zip(self.k, cache.k):
+                km[..., lo:hi] = k[..., lo:hi]
+            for vm, v in zip(self.v, cache.v):
+                vm[:, :, lo:hi, :] = v[:, :, lo:hi, :]
+        self.dirty = (0, 0)
+
+
+class KVCache:
+    """The logical caches: k[l] [1,H,D,Cmax], v[l] [1,H,Cmax,D], Cmax = C - min(T); slots < n_past valid.
+
+    They are the decode method's cache inputs as they are (a prepared step binds them into its
+    graph call); a method with a wider window reads a mirror of its first C - T slots (`arrays`).
+    `alloc` makes the arrays (the runner gives `Program.buffer`: the shared arena under multi-PD,
+    rpcmem with shared buffers); `fused` keeps each kind in one array (`k_all`, `v_all`, layers
+    its views), so a token's new entries are one copy per kind."""
+
+    def __init__(self, layout: LlmLayout, fill=0, alloc: Alloc | None = None, fused: bool = True):
         self.layout = layout
+        self.alloc, self.fused = alloc or _zeros, fused
         L, H, D, Cm = layout.n_layers, layout.n_kv_heads, layout.head_dim, layout.max_cache_len
-        self.k = [np.full((1, H, D, Cm), fill, dtype=layout.cache_dtype) for _ in range(L)]
-        self.v = [np.full((1, H, Cm, D), fill, dtype=layout.cache_dtype) for _ in range(L)]
+        self.k_all, self.k = _layers(self.alloc, fused, L, (1, H, D, Cm), layout.cache_dtype)
+        self.v_all, self.v = _layers(self.alloc, fused, L, (1, H, Cm, D), layout.cache_dtype)
+        if fill:
+            for a in self.k + self.v:
+                a[...] = fill
         self.n_past = 0
+        self.written = Cm if fill else 0   # slots [0, written) may hold non-zero entries
+        self._mirrors: dict[str, _Mirror] = {}
 
     def reset(self) -> None:
-        for a in self.k + self.v:
-            a[...] = 0
+        """Every slot zero (only those ever written are touched), n_past 0."""
+        w = self.written
+        for a in self.k:
+            a[..., :w] = 0
+        for a in self.v:
+            a[:, :, :w, :] = 0
+        for m in self._mirrors.values():
+            m.wrote(0, w)
+        self.written = 0
         self.n_past = 0
 
     def truncate(self, n: int) -> None:
@@ -39,24 +103,60 @@ class KVCache:
         return ([np.ascontiguousarray(k[..., :n]) for k in self.k],
                 [np.ascontiguousarray(v[:, :, :n, :]) for v in self.v])
 
+    def arrays(self, method: MethodLayout) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The arrays `method` reads its caches from in place: the logical caches when its window
+        leaves all their slots, else its mirror (made on first use; `sync` before each call)."""
+        n = self.layout.context_len - method.ar_len
+        if n == self.layout.max_cache_len:
+            return self.k, self.v
+        m = self._mirrors.get(method.name)
+        if m is None:
+            m = self._mirrors[method.name] = _Mirror(self, n)
+        return m.k, m.v
+
+    def sync(self, method: MethodLayout) -> None:
+        """Bring `method`'s mirror (if it has one) up to date with the logical caches."""
+        m = self._mirrors.get(method.name)
+        if m is not None:
+            m.sync(self)
+
     def update(self, method: MethodLayout, k_out: Sequence[np.ndarray], v_out: Sequence[np.ndarray],
                n_update: int) -> None:
         """Write the first n_update new entries at slots [n_past, n_past + n_update); advance n_past."""
-        cap = self.layout.context_len - method.ar_len
-        if not 0 <= n_update <= method.ar_len:
-            raise InputError(f"n_update {n_update} outside [0, {method.ar_len}]")
-        if self.n_past + n_update > cap:
-            raise ContextLengthError(f"{method.name}: writing {n_update} cache entries at position {self.n_past} "
-                                     f"exceeds its {cap} cache slots (context {self.layout.context_len})")
-        p = self.n_past
         for l in range(self.layout.n_layers):
             ko, vo = np.asarray(k_out[l]), np.asarray(v_out[l])
             if ko.dtype != self.layout.cache_dtype or vo.dtype != self.layout.cache_dtype:
                 raise TypeError(f"layer {l}: cache outputs are {ko.dtype}/{vo.dtype}, "
                                 f"expected {self.layout.cache_dtype}")
-            self.k[l][..., p:p + n_update] = ko[..., :n_update]
-            self.v[l][:, :, p:p + n_update, :] = vo[:, :, :n_update, :]
-        self.n_past = p + n_update
+        self.put(method, k_out, v_out, n_update)
+
+    def put(self, method: MethodLayout, k_out: Sequence[np.ndarray], v_out: Sequence[np.ndarray],
+            n_update: int, k_out_all: np.ndarray | None = None, v_out_all: np.ndarray | None = None
+            ) -> None:
+        """`update` for outputs known to be of the cache dtype (a prepared step's buffers); with
+        the outputs fused too (`k_out_all` [L, ...]), one copy per kind."""
+        cap = self.layout.context_len - method.ar_len
+        if not 0 <= n_update <= method.ar_len:
+            raise InputError(f"n_update {n_update} outside [0, {method.ar_len}]")
+        p = self.n_past
+        if p + n_update > cap:
+            raise ContextLengthError(f"{method.name}: writing {n_update} cache entries at position {p} "
+                                     f"exceeds its {cap} cache slots (context {self.layout.context_len})")
+        e = p + n_update
+        if k_out_all is not None and v_out_all is not None and self.k_all is not None \
+                and self.v_all is not None:
+            self.k_all[..., p:e] = k_out_all[..., :n_update]
+            self.v_all[:, :, :, p:e, :] = v_out_all[:, :, :, :n_update, :]
+        else:
+            for k, ko in zip(self.k, k_out):
+                k[..., p:e] = ko[..., :n_update]
+            for v, vo in zip(self.v, v_out):
+                v[:, :, p:e, :] = vo[:, :, :n_update, :]
+        self.n_past = e
+        if e > self.written:
+            self.written = e
+        for m in self._mirrors.values():
+            m.wrote(p, e)
 
     def dequantized(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Valid slots as float32 (through the kv quant attrs when the caches are quantized)."""

@@ -1,35 +1,65 @@
-"""The generate and score loops over a ``run(method, inputs) -> outputs`` callable."""
+"""The generate and score loops over `Steps`: the prepared calls (llm/prepared.py) or any
+``run(method, inputs) -> outputs`` callable (`GenericSteps`, through ``Program.run``)."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from qnnrt.errors import InputError
 
 from qnnrt.llm.errors import ContextLengthError
-from qnnrt.llm.kv_cache import KVCache, build_step_inputs, logits_to_float, split_outputs
+from qnnrt.llm.kv_cache import KVCache, build_step_inputs, split_outputs
 from qnnrt.llm.layout import LlmLayout, MethodLayout
 from qnnrt.llm.sampling import Sampler, log_softmax
 
 RunFn = Callable[[str, Mapping[str, np.ndarray]], Any]
 
 
-def _call(run: RunFn, layout: LlmLayout, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
-          pad_token: int, trace: list | None):
-    inputs = build_step_inputs(layout, method, cache, tokens, pad_token)
-    if trace is not None:
-        trace.append((method.name, inputs))
-    logits, ko, vo = split_outputs(layout, method, run(method.name, inputs))
-    cache.update(method, ko, vo, len(tokens))
-    return logits
+@runtime_checkable
+class Steps(Protocol):
+    """How the loops call a method."""
+
+    def call(self, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
+             pad_token: int) -> np.ndarray:
+        """Run `method` on up to T tokens at cache.n_past, write their entries into the cache;
+        return the raw logits [1, T, V] (valid until the next call)."""
+        ...
 
 
-def prefill(run: RunFn, layout: LlmLayout, cache: KVCache, prompt: Sequence[int], *, pad_token: int = 0,
-            trace: list | None = None, all_logits: list | None = None) -> np.ndarray:
+class GenericSteps:
+    """Calls through a ``run(method, inputs) -> outputs`` callable: the inputs built per call, the
+    outputs split and written into the cache."""
+
+    def __init__(self, run: RunFn, layout: LlmLayout) -> None:
+        self.run, self.layout = run, layout
+
+    def call(self, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
+             pad_token: int) -> np.ndarray:
+        inputs = build_step_inputs(self.layout, method, cache, tokens, pad_token)
+        logits, ko, vo = split_outputs(self.layout, method, self.run(method.name, inputs))
+        cache.update(method, ko, vo, len(tokens))
+        return logits
+
+
+def as_steps(run: RunFn | Steps, layout: LlmLayout) -> Steps:
+    return run if isinstance(run, Steps) else GenericSteps(run, layout)
+
+
+def _row(layout: LlmLayout, row: np.ndarray) -> np.ndarray:
+    """One logits row as float32, a fresh array (the raw row may be a buffer the next call
+    overwrites)."""
+    if layout.logits_quant is not None:
+        return layout.logits_quant.dequantize(row)
+    return np.array(row, dtype=np.float32, copy=True)
+
+
+def prefill(run: RunFn | Steps, layout: LlmLayout, cache: KVCache, prompt: Sequence[int], *,
+            pad_token: int = 0, all_logits: list | None = None) -> np.ndarray:
     """Process ``prompt`` from cache.n_past in windows of T; return the float logits for the next token."""
+    steps = as_steps(run, layout)
     m = layout.prefill
     prompt = [int(t) for t in prompt]
     if not prompt:
@@ -42,17 +72,18 @@ def prefill(run: RunFn, layout: LlmLayout, cache: KVCache, prompt: Sequence[int]
     last = None
     for j in range(0, len(prompt), m.ar_len):
         chunk = prompt[j:j + m.ar_len]
-        logits = logits_to_float(layout, _call(run, layout, m, cache, chunk, pad_token, trace))
+        raw = steps.call(m, cache, chunk, pad_token)
         if all_logits is not None:
-            all_logits.extend(logits[0, :len(chunk)])
-        last = logits[0, len(chunk) - 1]
+            all_logits.extend(_row(layout, r) for r in raw[0, :len(chunk)])
+            last = all_logits[-1]
+        else:
+            last = _row(layout, raw[0, len(chunk) - 1])
     assert last is not None
     return last
 
 
-def decode_step(run: RunFn, layout: LlmLayout, cache: KVCache, token: int, *,
-                trace: list | None = None) -> np.ndarray:
-    return logits_to_float(layout, _call(run, layout, layout.decode, cache, [int(token)], 0, trace))[0, 0]
+def decode_step(run: RunFn | Steps, layout: LlmLayout, cache: KVCache, token: int) -> np.ndarray:
+    return _row(layout, as_steps(run, layout).call(layout.decode, cache, [int(token)], 0)[0, 0])
 
 
 def _pct(xs: Sequence[float], q: float) -> float:
@@ -84,11 +115,11 @@ class GenerationResult:
                               "p90": _pct(d, 90) if d else None, "n": len(d)}}
 
 
-def generate(run: RunFn, layout: LlmLayout, prompt: Sequence[int], max_new_tokens: int, *,
+def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_new_tokens: int, *,
              sampler: Callable[[np.ndarray], int] | None = None, eos_ids: Sequence[int] | None = None,
              seq_len: int | None = None, pad_token: int = 0, cache: KVCache | None = None,
              on_token: Callable[[int], bool | None] | None = None, keep_logits: bool = False,
-             trace: list | None = None, clock: Callable[[], float] = time.perf_counter) -> GenerationResult:
+             clock: Callable[[], float] = time.perf_counter) -> GenerationResult:
     """Prefill ``prompt`` then decode until EOS, ``max_new_tokens`` or the sequence limit.
 
     seq_len (default: context length, clamped to it) bounds positions: at most seq_len - len(prompt)
@@ -96,6 +127,7 @@ def generate(run: RunFn, layout: LlmLayout, prompt: Sequence[int], max_new_token
     eos_ids default to the layout's (get_eos_id); pass [] to never stop on EOS.
     on_token(token) returning True stops generation after that token (a stop string, a client gone).
     """
+    steps = as_steps(run, layout)
     sampler = sampler or Sampler()
     eos = set(layout.eos_ids if eos_ids is None else eos_ids)
     C = layout.context_len
@@ -110,7 +142,7 @@ def generate(run: RunFn, layout: LlmLayout, prompt: Sequence[int], max_new_token
     t0 = clock()
     n0 = cache.n_past
     kept: list[np.ndarray] = []
-    logits = prefill(run, layout, cache, prompt, pad_token=pad_token, trace=trace)
+    logits = prefill(steps, layout, cache, prompt, pad_token=pad_token)
     prefill_calls = -(-len(prompt) // layout.prefill.ar_len)
     tok = sampler(logits)
     t1 = clock()
@@ -134,7 +166,7 @@ def generate(run: RunFn, layout: LlmLayout, prompt: Sequence[int], max_new_token
             reason = "context"
             break
         ta = clock()
-        logits = decode_step(run, layout, cache, tok, trace=trace)
+        logits = decode_step(steps, layout, cache, tok)
         tok = sampler(logits)
         decode_s.append(clock() - ta)
         if keep_logits:
@@ -161,8 +193,8 @@ class ScoreResult:
         return float(np.exp(self.nll))
 
 
-def score(run: RunFn, layout: LlmLayout, tokens: Sequence[int], *, n_prefill: int | None = None,
-          pad_token: int = 0, cache: KVCache | None = None, trace: list | None = None) -> ScoreResult:
+def score(run: RunFn | Steps, layout: LlmLayout, tokens: Sequence[int], *, n_prefill: int | None = None,
+          pad_token: int = 0, cache: KVCache | None = None) -> ScoreResult:
     """Teacher-forced pass: the first n_prefill tokens (default: as many of tokens[:-1] as the prompt
     processor holds) through prefill, the rest one at a time through decode."""
     toks = [int(t) for t in tokens]
@@ -176,11 +208,12 @@ def score(run: RunFn, layout: LlmLayout, tokens: Sequence[int], *, n_prefill: in
         n_prefill = min(len(toks) - 1, layout.prompt_capacity - cache.n_past)
     if not 1 <= n_prefill <= len(toks) - 1:
         raise InputError(f"n_prefill {n_prefill} outside [1, {len(toks) - 1}]")
+    steps = as_steps(run, layout)
     rows: list[np.ndarray] = []
-    prefill(run, layout, cache, toks[:n_prefill], pad_token=pad_token, trace=trace, all_logits=rows)
+    prefill(steps, layout, cache, toks[:n_prefill], pad_token=pad_token, all_logits=rows)
     for t in toks[n_prefill:-1]:
         if cache.n_past + 1 > layout.context_len - 1:
             raise ContextLengthError(f"{len(toks)} tokens exceed the context length {layout.context_len}")
-        rows.append(decode_step(run, layout, cache, t, trace=trace))
+        rows.append(decode_step(steps, layout, cache, t))
     lp = [float(log_softmax(r)[t]) for r, t in zip(rows, toks[1:])]
     return ScoreResult(toks, lp, rows, n_prefill)

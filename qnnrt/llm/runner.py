@@ -1,5 +1,5 @@
 """LlmRunner: an LLM program loaded by qnnrt (ExecuTorch Qualcomm layout) driven by the generate
-and score loops, numpy in and out, through ``Program.run``."""
+and score loops, numpy in and out, through prepared methods (llm/prepared.py)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
@@ -9,9 +9,11 @@ import numpy as np
 from qnnrt.llm.errors import LayoutError
 from qnnrt.llm.kv_cache import KVCache
 from qnnrt.llm.layout import DECODE_METHOD, PREFILL_METHOD, LlmLayout
-from qnnrt.llm.loops import GenerationResult, ScoreResult, generate, score
+from qnnrt.llm.loops import GenerationResult, GenericSteps, ScoreResult, Steps, generate, score
+from qnnrt.llm.prepared import PreparedSteps
 from qnnrt.llm.sampling import Sampler
 from qnnrt.runtime.method import UnavailableMethod
+from qnnrt.runtime.plan import NotPreparable
 from qnnrt.runtime.program import Program
 
 
@@ -31,27 +33,65 @@ def layout_of(program: Program) -> LlmLayout:
 
 
 class LlmRunner:
-    """Prefill + decode (or a teacher-forced score pass) over a loaded program; the KV cache is
-    fresh per call unless one is given."""
+    """Prefill + decode (or a teacher-forced score pass) over a loaded program.
 
-    def __init__(self, program: Program, layout: LlmLayout | None = None):
+    By default every call goes through prepared methods (llm/prepared.py: the graph calls bound
+    once to the KV caches and small persistent buffers); `prepared=False`, or a method the planner
+    cannot bind (`note` says why), goes through ``Program.run``. A call without a cache uses the
+    runner's own, zeroed first (fresh, as a new one would be). The contexts the methods use are
+    created here, as the residency policy allows (`create_contexts`), so the first token measures
+    prefill, not loading."""
+
+    def __init__(self, program: Program, layout: LlmLayout | None = None, *, prepared: bool = True,
+                 create_contexts: bool = True):
         self.program = program
         self.layout = layout or layout_of(program)
         self.calls: dict[str, int] = {}
+        self.note: str | None = None if prepared else "prepared=False"
+        self.steps: Steps = GenericSteps(self.run, self.layout)
+        self._own: KVCache | None = None
+        if prepared:
+            try:
+                steps = PreparedSteps(program, self.layout, self.calls)
+                self._own = steps.new_cache()
+                self.steps = steps
+            except NotPreparable as e:
+                self.note = str(e)
+        if create_contexts:
+            program.create_contexts([self.layout.prefill.name, self.layout.decode.name])
+
+    @property
+    def prepared(self) -> bool:
+        return isinstance(self.steps, PreparedSteps)
 
     def run(self, method: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """One call of a method (the loops' ``run``)."""
+        """One call of a method through ``Program.run`` (the generic path)."""
         self.calls[method] = self.calls.get(method, 0) + 1
         return self.program.run(method, dict(inputs))
+
+    def new_cache(self) -> KVCache:
+        """A KV cache for this runner: in the program's buffers and bound now when prepared."""
+        if isinstance(self.steps, PreparedSteps):
+            return self.steps.new_cache()
+        return KVCache(self.layout)
+
+    def _cache(self, cache: KVCache | None) -> KVCache:
+        if cache is not None:
+            return cache
+        if self._own is None:
+            return KVCache(self.layout)
+        self._own.reset()
+        return self._own
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int, *,
                  sampler: Sampler | Callable[[np.ndarray], int] | None = None,
                  eos_ids: Sequence[int] | None = None, seq_len: int | None = None,
                  on_token: Callable[[int], bool | None] | None = None, keep_logits: bool = False,
                  cache: KVCache | None = None) -> GenerationResult:
-        return generate(self.run, self.layout, prompt, max_new_tokens, sampler=sampler, eos_ids=eos_ids,
-                        seq_len=seq_len, on_token=on_token, keep_logits=keep_logits, cache=cache)
+        return generate(self.steps, self.layout, prompt, max_new_tokens, sampler=sampler, eos_ids=eos_ids,
+                        seq_len=seq_len, on_token=on_token, keep_logits=keep_logits,
+                        cache=self._cache(cache))
 
     def score(self, tokens: Sequence[int], *, n_prefill: int | None = None,
               cache: KVCache | None = None) -> ScoreResult:
-        return score(self.run, self.layout, tokens, n_prefill=n_prefill, cache=cache)
+        return score(self.steps, self.layout, tokens, n_prefill=n_prefill, cache=self._cache(cache))

@@ -29,7 +29,7 @@ class CachedGenerator:
 
     def __init__(self, runner: LlmRunner):
         self.runner = runner
-        self.cache = KVCache(runner.layout)
+        self.cache: KVCache = runner.new_cache()
         self.tokens: list[int] = []
 
     def forget(self) -> None:

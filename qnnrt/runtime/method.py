@@ -20,7 +20,7 @@ from qnnrt.formats.onnx_graph import Dims, node_reads, tensor_type
 from qnnrt.runtime.cpu_segment import CpuSegment
 
 if TYPE_CHECKING:
-    from qnnrt.runtime.plan import Plan
+    from qnnrt.runtime.plan import CallerArrays, Plan, PreparedRun
     from qnnrt.runtime.program import Program
 
 
@@ -84,6 +84,13 @@ class Method:
         """The plan `program` runs this method with (runtime/plan.py), built at its first run."""
         from qnnrt.runtime.plan import MethodPlan
         return MethodPlan(program, self)
+
+    def prepare(self, program: Program, arrays: CallerArrays) -> PreparedRun:
+        """This method's plan bound once to `arrays` (runtime/plan.py `PreparedRun`); only the
+        .pte methods the planner compiles can be (NotPreparable otherwise)."""
+        from qnnrt.runtime.plan import NotPreparable
+        raise NotPreparable(f"method {self.name!r} ({type(self).__name__}) cannot be bound to "
+                            f"caller arrays: run it with Program.run")
 
     @property
     def graph_order(self) -> list[str]:
@@ -168,6 +175,9 @@ class UnavailableMethod(Method):
         raise FormatError(self.reason)
 
     def plan(self, program: Program) -> Plan:
+        raise FormatError(self.reason)
+
+    def prepare(self, program: Program, arrays: CallerArrays) -> PreparedRun:
         raise FormatError(self.reason)
 
     def describe(self) -> dict:

@@ -15,10 +15,16 @@ not another path. Every run records `timing` (seconds in graphExecute and in CPU
 
 `ReferencePlan` (Program.compiled = False) runs a method step by step by tensor name through
 `Graph.execute`: the oracle the tests compare plans with, bit for bit.
+
+A `PreparedRun` (`Program.prepare`) is a method's plan bound once to arrays its caller owns
+(`CallerArrays`): the graph calls read those inputs and write those outputs in place, so a run is
+the steps alone (no inputs to check, no outputs to allocate): what a loop calling one method with
+persistent state (an LLM's decode step over its KV caches) runs.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -55,6 +61,37 @@ class Plan(Protocol):
     def timing(self) -> RunTiming: ...
 
     def run(self, inputs: Inputs) -> dict[str, np.ndarray]: ...
+
+
+class NotPreparable(QnnrtError):
+    """The method cannot be bound to caller arrays (not a straight-line method of static
+    tensors): run it with `Program.run`."""
+
+
+@dataclass(frozen=True)
+class CallerArrays:
+    """Arrays a caller owns for the life of a prepared run, by method input / output name: each
+    graph input fed by a method input reads its array in place (bound once), each graph output that
+    is a method output writes its array in place; an output a CPU step makes is copied into its
+    array after the run. Under multi-PD they must come from `Program.buffer` (the shared arena), so
+    the workers read and write them in place too."""
+    inputs: Mapping[str, np.ndarray]
+    outputs: Mapping[str, np.ndarray]
+
+
+class PreparedRun(Protocol):
+    """A method's plan bound to `CallerArrays` (built by `Method.prepare`)."""
+    @property
+    def timing(self) -> RunTiming: ...
+
+    def run(self) -> None:
+        """One run: reads the caller's input arrays, leaves the outputs in the caller's arrays."""
+        ...
+
+    def graph_reads(self, name: str) -> list[np.ndarray]:
+        """The arrays the graph inputs fed by method input `name` are bound to (the caller's own
+        array where it is read in place)."""
+        ...
 
 
 class Step(Protocol):

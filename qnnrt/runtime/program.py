@@ -7,7 +7,7 @@ import contextlib
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -20,7 +20,7 @@ from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import Inputs, Method, MethodBuilder, UnavailableMethod
-from qnnrt.runtime.plan import Plan, Profiling, ReferencePlan, RunTiming
+from qnnrt.runtime.plan import CallerArrays, Plan, PreparedRun, Profiling, ReferencePlan, RunTiming
 from qnnrt.runtime.performance import Performance
 from qnnrt.runtime.pd_budget import Budget, backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, Placement, first_use_order, place
@@ -238,6 +238,45 @@ class Program:
         with self._lock:
             return self._plan_of(m)
 
+    def create_contexts(self, methods: Sequence[str | int | None]) -> list[str]:
+        """Create now the contexts `methods` call, through the pool in their call order as a run
+        would (the policy's bound holds), so a first call does not pay for them. Nothing under
+        a policy that frees a context after each use (the first call would create it again).
+        Returns the keys live afterwards."""
+        with self._lock:
+            if self._closed:
+                raise QnnrtError("program is closed")
+            order = [k for name in methods for k in self.method(name).graph_order]
+            if self.pool.residency.free_after_use or not order:
+                return []
+            self.pool.set_order(order)
+            for position, key in enumerate(order):
+                if key not in order[:position]:
+                    self.pool.acquire(key, position)
+                    self.pool.release(key, position)
+            return [k for k in dict.fromkeys(order) if k in self.pool.live_keys]
+
+    def prepare(self, method: str | int | None, arrays: CallerArrays) -> PreparedMethod:
+        """`method` bound once to arrays the caller owns (runtime/plan.py `CallerArrays`): each
+        `run()` of the result reads and writes them in place. A plan of its own (the one `run`
+        uses is untouched); NotPreparable when the method cannot be bound."""
+        m = self.method(method)
+        with self._lock:
+            if self._closed:
+                raise QnnrtError("program is closed")
+            return PreparedMethod(self, m.prepare(self, arrays))
+
+    def run_prepared(self, prepared: PreparedRun) -> None:
+        """One run of a prepared method, under the program's lock (as `run`)."""
+        with self._lock:
+            if self._closed:
+                raise QnnrtError("program is closed")
+            try:
+                prepared.run()
+                self.timing = prepared.timing
+            finally:
+                self.iterations += 1
+
     def _plan_of(self, m: Method) -> Plan:
         """The method's plan, built at its first run: the method's own (`Method.plan`), or the
         step-by-step reference path when `compiled` is False."""
@@ -282,3 +321,18 @@ class Program:
     def __repr__(self) -> str:
         return (f"Program({str(self.path)!r}, methods={list(self.methods)}, "
                 f"contexts={len(self.binaries)}, residency={self.pool.residency})")
+
+
+class PreparedMethod:
+    """A method of a program bound to caller arrays (`Program.prepare`): `run()` runs it in place,
+    under the program's lock, counted as an iteration, its timing in `program.timing`."""
+    __slots__ = ("program", "prepared")
+
+    def __init__(self, program: Program, prepared: PreparedRun) -> None:
+        self.program, self.prepared = program, prepared
+
+    def run(self) -> None:
+        self.program.run_prepared(self.prepared)
+
+    def graph_reads(self, name: str) -> list[np.ndarray]:
+        return self.prepared.graph_reads(name)

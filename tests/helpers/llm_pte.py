@@ -241,10 +241,23 @@ def _q_args(m, enc: Encoding):
             m.int(scalar_type(enc.dtype))]
 
 
+def _float_method(m, seg, T: int) -> None:
+    """A method whose I/O is the float graph's own (an fp16 ExecuTorch export): one delegate call."""
+    S = C - T
+    f = np.float32
+    ins = [m.tensor(np.int32, (1, T)), m.tensor(f, (1, 1, T, C)), m.tensor(np.int32, (1, T))]
+    ins += [m.tensor(f, (1, H, D, S)) for _ in range(L)] + [m.tensor(f, (1, H, S, D)) for _ in range(L)]
+    outs = [m.tensor(f, (1, T, V))]
+    outs += [m.tensor(f, (1, H, D, T)) for _ in range(L)] + [m.tensor(f, (1, H, T, D)) for _ in range(L)]
+    m.delegate_call(m.delegate("QnnBackend", segment=seg), ins + outs)
+    m.inputs, m.outputs = ins, outs
+
+
 def write_pte(model: TinyLlm, binaries: dict[str, bytes], path, *, constants: dict | None = None,
-              method_order=("kv_forward", "prefill_forward")) -> Path:
-    """The quantized-boundary .pte; ``constants`` overrides / adds constant-method values
-    (a value of None drops that method)."""
+              method_order=("kv_forward", "prefill_forward"), float_io: bool = False) -> Path:
+    """The quantized-boundary .pte (``float_io``: float I/O, the delegate call alone, no logits
+    encoding); ``constants`` overrides / adds constant-method values (a value of None drops that
+    method); ``method_order=("kv_forward",)`` writes a kv-only file."""
     b = PteBuilder()
     mask_enc = Encoding(MASK_SCALE, MASK_ZP, np.uint16)
     for name in method_order:
@@ -252,6 +265,9 @@ def write_pte(model: TinyLlm, binaries: dict[str, bytes], path, *, constants: di
         S = C - T
         seg = b.add_segment(qnn_wrap(binaries[name]))
         m = b.method(name)
+        if float_io:
+            _float_method(m, seg, T)
+            continue
         tok = m.tensor(np.int32, (1, T))
         mask_q = m.tensor(np.uint16, (1, 1, T, C))
         pos = m.tensor(np.int32, (1, T))
@@ -291,6 +307,9 @@ def write_pte(model: TinyLlm, binaries: dict[str, bytes], path, *, constants: di
                     "get_logits_zero_point": model.logits_enc.zero_point}
     for i, enc in enumerate(model.k_enc + model.v_enc):
         consts[f"get_kv_output_{i}_quant_attr"] = enc.attr()
+    if float_io:
+        consts = {k: v for k, v in consts.items()
+                  if not k.startswith(("get_logits_", "get_kv_output_"))}
     consts.update(constants or {})
     for name, val in consts.items():
         if val is None:

@@ -1,0 +1,113 @@
+"""qnnrt's own host work per LLM token, with the anchor shim's no-op graphExecute (so the graphs cost
+nothing and what remains is qnnrt's): decode per token (median, sampling included and excluded),
+the floor it is compared with (copying that token's new K/V entries into the caches and reading its
+logits, in numpy, same run), and time to first token.
+
+    . /work/anchor/env.sh
+    python bench/bench_llm_host.py MODEL.pte [--mode prepared|generic|before] [--steps 127]
+
+`--mode before`: the runner as it was before the prepared step (run with PYTHONPATH at that tree);
+`generic`: this tree's ``Program.run`` path (prepared=False, contexts created at the first call).
+Each round loads the program afresh (TTFT includes what the first call pays).
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+SHIM = "/work/anchor/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so"
+
+
+def _noop_env() -> None:
+    os.environ.update(QNN_SHIM_COUNT="1", QNN_SHIM_NO_FIX="1", QNN_SHIM_KEEP_PLATFORM="1",
+                      QNN_SHIM_NOOP_EXEC="1")
+    if "QNN_SHIM_REAL" not in os.environ:
+        sys.exit("source /work/anchor/env.sh first (QNN_SHIM_REAL, LD_LIBRARY_PATH)")
+
+
+def _floor_ms(runner, steps: int) -> float:
+    """Median ms to copy one decode step's new K/V entries into the caches and read its logits
+    (the prepared step's own buffers, a cache of the runner's), over `steps` positions."""
+    import numpy as np
+    lay = runner.layout
+    cache = runner.new_cache()
+    b = runner.steps.buffers[lay.decode.name]
+    out = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        cache.put(lay.decode, b.k_out, b.v_out, 1, b.k_out_all, b.v_out_all)
+        np.array(b.logits[0, 0], dtype=np.float32, copy=True)
+        out.append(time.perf_counter() - t0)
+        if cache.n_past >= lay.context_len - 2:
+            cache.truncate(0)
+    return statistics.median(out) * 1e3
+
+
+def _sample_ms(vocab: int, steps: int) -> float:
+    import numpy as np
+
+    from qnnrt.llm import Sampler
+    s, row = Sampler(), np.zeros(vocab, np.float32)
+    out = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        s(row)
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out) * 1e3
+
+
+def one_round(path: str, mode: str, prompt: list[int], steps: int) -> dict:
+    import qnnrt
+    from qnnrt.llm import LlmRunner
+    t0 = time.perf_counter()
+    prog = qnnrt.load(path, backend_lib=SHIM)
+    try:
+        if mode == "before":
+            runner = LlmRunner(prog)
+        else:
+            runner = LlmRunner(prog, prepared=mode == "prepared", create_contexts=mode == "prepared")
+        load_s = time.perf_counter() - t0
+        lay = runner.layout
+        n = min(steps + 1, lay.context_len - len(prompt) - 1)
+        res = runner.generate(prompt, n, eos_ids=[])
+        row = {"mode": mode, "load_ms": load_s * 1e3, "ttft_ms": res.ttft_s * 1e3,
+               "prefill_calls": res.prefill_calls,
+               "decode_ms_median": statistics.median(res.decode_s) * 1e3, "decode_steps": len(res.decode_s),
+               "sample_ms": _sample_ms(lay.vocab_size, 200)}
+        row["decode_host_ms"] = row["decode_ms_median"] - row["sample_ms"]
+        if mode == "prepared":
+            row["floor_ms"] = _floor_ms(runner, 200)
+        return row
+    finally:
+        prog.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("pte")
+    ap.add_argument("--mode", choices=["prepared", "generic", "before"], default="prepared")
+    ap.add_argument("--steps", type=int, default=127)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prompt-len", type=int, default=37)
+    args = ap.parse_args()
+    _noop_env()
+    from qnnrt.llm import LlmRunner
+    if args.mode == "before" and "prepared" in inspect.signature(LlmRunner).parameters:
+        sys.exit("--mode before: run with PYTHONPATH at a tree before the prepared step")
+    prompt = [(7 * i + 3) % 500 + 1 for i in range(args.prompt_len)]
+    rows = [one_round(args.pte, args.mode, prompt, args.steps) for _ in range(args.rounds)]
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0] if isinstance(rows[0][k], float)}
+    print(json.dumps({"pte": args.pte, "mode": args.mode, "rounds": rows, "median": med,
+                      "prompt_tokens": len(prompt), "python": sys.version.split()[0],
+                      "qnnrt": str(Path(__import__("qnnrt").__file__).parent)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The prepared LLM step: each method's graph call bound once (`Program.prepare`) to persistent
+arrays, as ExecuTorch's runner does with its smart-mask KV manager. The KV caches are the graph's
+cache inputs in place; tokens, positions and the mask are small buffers written in place; logits
+and the new K/V entries land in buffers read in place. A call then costs: write the few small
+inputs, run the method, copy the new entries into the cache slots. Nothing is validated, copied
+or allocated per call beyond that (`Program.run` checks a dict of inputs and allocates outputs)."""
+from __future__ import annotations
+
+import weakref
+from typing import Sequence
+
+import numpy as np
+
+from qnnrt.errors import InputError
+from qnnrt.llm.errors import ContextLengthError
+from qnnrt.llm.kv_cache import Alloc, KVCache, build_mask
+from qnnrt.llm.layout import LlmLayout, MethodLayout
+from qnnrt.runtime.plan import CallerArrays
+from qnnrt.runtime.program import PreparedMethod, Program
+
+
+class StepBuffers:
+    """One method's small I/O, persistent: tokens, mask and positions in; logits and the new K/V
+    entries out (fused into one array per kind when `fused`, as the caches are)."""
+
+    def __init__(self, alloc: Alloc, layout: LlmLayout, method: MethodLayout, fused: bool) -> None:
+        self.method, self.layout = method, layout
+        tok, mask, pos = method.inputs[:3]
+        self.tokens = alloc(tok.shape, tok.dtype)
+        self.mask = alloc(mask.shape, mask.dtype)
+        self.pos = alloc(pos.shape, pos.dtype)
+        self.mask[...] = build_mask(method, layout.context_len, 0)
+        self.mask_n = 0          # the n_past the mask opens columns for
+        L = layout.n_layers
+        lg, k_out, v_out = method.outputs[0], method.outputs[1], method.outputs[1 + L]
+        self.logits = alloc(lg.shape, lg.dtype)
+        self.k_out_all = self.v_out_all = None
+        if fused:
+            self.k_out_all = alloc((L, *k_out.shape), k_out.dtype)
+            self.v_out_all = alloc((L, *v_out.shape), v_out.dtype)
+            self.k_out, self.v_out = list(self.k_out_all), list(self.v_out_all)
+        else:
+            self.k_out = [alloc(s.shape, s.dtype) for s in method.outputs[1:1 + L]]
+            self.v_out = [alloc(s.shape, s.dtype) for s in method.outputs[1 + L:]]
+
+    def caller_arrays(self, cache: KVCache) -> CallerArrays:
+        ks, vs = cache.arrays(self.method)
+        m = self.method
+        ins = dict(zip(m.input_names, [self.tokens, self.mask, self.pos, *ks, *vs]))
+        outs = dict(zip(m.output_names, [self.logits, *self.k_out, *self.v_out]))
+        return CallerArrays(ins, outs)
+
+    def write(self, tokens: Sequence[int], n_past: int, pad_token: int) -> None:
+        """The inputs of a call at n_past, as `build_step_inputs` makes them: tokens right-padded,
+        positions n_past.., the mask's cache columns [0, n_past) open (only the columns that
+        changed since the last call are written)."""
+        n, T = len(tokens), self.method.ar_len
+        if T == 1:
+            self.tokens[0, 0] = tokens[0]
+            self.pos[0, 0] = n_past
+        else:
+            self.tokens[0, :n] = tokens
+            self.tokens[0, n:] = pad_token
+            self.pos[0] = np.arange(n_past, n_past + T)
+        was = self.mask_n
+        if n_past > was:
+            self.mask[..., was:n_past] = self.method.mask_open
+        elif n_past < was:
+            self.mask[..., n_past:was] = self.method.mask_closed
+        self.mask_n = n_past
+
+
+class PreparedSteps:
+    """The runner's calls through prepared methods: one `StepBuffers` per method, one prepared
+    method per (cache, method) bound to that cache's arrays (made on a cache's first call, or by
+    `prepare`). `calls` counts the calls per method."""
+
+    def __init__(self, program: Program, layout: LlmLayout, calls: dict[str, int]) -> None:
+        self.program, self.layout, self.calls = program, layout, calls
+        self.fused = program.shared_memory is None   # rpcmem: one block (mem handle) per cache
+        methods = {layout.prefill.name: layout.prefill, layout.decode.name: layout.decode}
+        self.buffers = {n: StepBuffers(program.buffer, layout, m, self.fused)
+                        for n, m in methods.items()}
+        self._bound: weakref.WeakKeyDictionary[KVCache, dict[str, PreparedMethod]] = \
+            weakref.WeakKeyDictionary()
+
+    def new_cache(self) -> KVCache:
+        """A cache in the program's buffers (the arena under multi-PD, rpcmem with shared
+        buffers), its methods bound now."""
+        cache = KVCache(self.layout, alloc=self.program.buffer, fused=self.fused)
+        self.prepare(cache)
+        return cache
+
+    def prepare(self, cache: KVCache) -> dict[str, PreparedMethod]:
+        """Bind every method to `cache`'s arrays (once per cache)."""
+        bound = self._bound.get(cache)
+        if bound is None:
+            bound = {n: self.program.prepare(n, b.caller_arrays(cache))
+                     for n, b in self.buffers.items()}
+            self._bound[cache] = bound
+        return bound
+
+    def call(self, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
+             pad_token: int) -> np.ndarray:
+        """Run `method` on up to T tokens at cache.n_past and write their entries into the cache;
+        returns the raw logits [1, T, V], a buffer the next call overwrites."""
+        n, T = len(tokens), method.ar_len
+        if not 1 <= n <= T:
+            raise InputError(f"{method.name}: {n} tokens for a window of {T}")
+        p = cache.n_past
+        if p + n > self.layout.context_len - T:
+            raise ContextLengthError(f"{method.name}: {n} tokens at position {p} exceed its "
+                                     f"{self.layout.context_len - T} cache slots (context "
+                                     f"{self.layout.context_len}, window {T})")
+        run = self.prepare(cache)[method.name]
+        b = self.buffers[method.name]
+        cache.sync(method)
+        b.write(tokens, p, pad_token)
+        self.calls[method.name] = self.calls.get(method.name, 0) + 1
+        run.run()
+        cache.put(method, b.k_out, b.v_out, n, b.k_out_all, b.v_out_all)
+        return b.logits
