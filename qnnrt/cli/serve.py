@@ -69,6 +69,7 @@ def run(args) -> int:
     require_stack()
     key, max_body = _check_args(args)
     from qnnrt.llm import LlmRunner
+    from qnnrt.llm.grammar import GrammarCompiler
     from qnnrt.llm.session import CachedGenerator
     from qnnrt.llm.text import TextModel, TextTokenizer
     from qnnrt.serve.app import Service, ServeSettings, create_app
@@ -95,7 +96,9 @@ def run(args) -> int:
                         pd_in_use=lambda: _pd_in_use(prog))
         engine.start()
         model_id = args.model_name or Path(args.path).stem
-        service = Service(engine, text, runner.layout, ServeSettings(model_id, key, max_body), int(time.time()))
+        grammars = GrammarCompiler(tokenizer, runner.layout.vocab_size, text.stop_ids) if text.stop_ids else None
+        service = Service(engine, text, runner.layout, ServeSettings(model_id, key, max_body), int(time.time()),
+                          grammars)
         level = {"verbose": "debug"}.get(args.log_level, args.log_level if args.log_level != "warn" else "warning")
         signum = run_server(create_app(service), engine, sock, log_level=level, stop_signals=stop_signals(),
                             max_connections=args.max_queue + 64)

@@ -8,6 +8,7 @@ import hmac
 import json
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
@@ -18,12 +19,15 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from qnnrt.llm.chat_template import render_chat
-from qnnrt.llm.errors import ChatTemplateError, TokenizerError
+from qnnrt.llm.errors import ChatTemplateError, GrammarError, TokenizerError
+from qnnrt.llm.grammar import Grammar, GrammarCompiler
 from qnnrt.llm.layout import LlmLayout
-from qnnrt.llm.sampling import Sampler
 from qnnrt.llm.text import TextModel
 from qnnrt.serve import openai_api as api
-from qnnrt.serve.engine import DoneEvent, Engine, ErrorEvent, Event, Job, QueueFull, ShuttingDown, TextEvent
+from qnnrt.serve.engine import DoneEvent, Engine, ErrorEvent, Event, Job, QueueFull, ShuttingDown
+from qnnrt.serve.shapers import ChatShaper, CompletionShaper, Shaper
+from qnnrt.serve.tools import ToolRequest, forced_call_lark, messages_for_plain_template, parse_tools, \
+    template_renders_tools
 
 log = logging.getLogger("qnnrt.serve")
 
@@ -47,8 +51,9 @@ class Service:
     """Requests in, engine jobs out, responses shaped like OpenAI's."""
 
     def __init__(self, engine: Engine, text: TextModel, layout: LlmLayout, settings: ServeSettings,
-                 created: int):
+                 created: int, grammars: GrammarCompiler | None = None):
         self.engine, self.text, self.layout, self.settings, self.created = engine, text, layout, settings, created
+        self.grammars = grammars
 
     # -- request plumbing ----------------------------------------------------------------------
     def authorize(self, request: Request) -> None:
@@ -141,25 +146,66 @@ class Service:
 
     async def chat(self, request: Request) -> Response:
         body = await self.read_json(request)
-        params = api.parse_params(body, chat=True)
+        params = api.parse_params(body, chat=True, vocab_size=self.layout.vocab_size)
         messages = api.chat_messages(body)
-        try:
-            prompt = render_chat(self.text.tokenizer.chat_template, messages,
-                                 special_tokens=self.text.tokenizer.special_tokens)
-        except ChatTemplateError as e:
-            raise api.ApiError(400, str(e), param="messages", code="chat_template_error") from None
-        return await self.generate(request, "chat", self.encode(prompt, "messages"), params)
+        tools = parse_tools(body)
+        prompt = self.render(messages, tools)
+        grammar = self.tool_grammar(tools) if tools is not None and tools.constrained \
+            else self.format_grammar(params.response_format)
+        return await self.generate(request, "chat", self.encode(prompt, "messages"), params, grammar, tools)
 
     async def completions(self, request: Request) -> Response:
         body = await self.read_json(request)
-        params = api.parse_params(body, chat=False)
+        params = api.parse_params(body, chat=False, vocab_size=self.layout.vocab_size)
         api.check_completion_only(body)
         p = api.completion_prompt(body, self.layout.vocab_size)
         ids = p if isinstance(p, list) else self.encode(p, "prompt")
-        return await self.generate(request, "completion", ids, params)
+        return await self.generate(request, "completion", ids, params, self.format_grammar(params.response_format))
+
+    def render(self, messages: list[dict[str, Any]], tools: ToolRequest | None) -> str:
+        """The prompt: the template renders the offered tools itself when it can, else they go into
+        the system message (and earlier calls into the assistant's text)."""
+        tok = self.text.tokenizer
+        offered = tools.offered if tools is not None else ()
+        native = template_renders_tools(tok.chat_template)
+        if not native:
+            messages = messages_for_plain_template(messages, offered)
+        try:
+            return render_chat(tok.chat_template, messages, special_tokens=tok.special_tokens,
+                               tools=[t.as_template_tool() for t in offered] if native and offered else None)
+        except ChatTemplateError as e:
+            raise api.ApiError(400, str(e), param="messages", code="chat_template_error") from None
+
+    def compile(self, what: str, make: Callable[[GrammarCompiler], Grammar]) -> Grammar:
+        if self.grammars is None:
+            raise api.ApiError(400, f"{what}: constrained decoding needs an end-of-sequence id, and this model "
+                                    f"and tokenizer have none", param=what, code="unsupported_parameter")
+        try:
+            return make(self.grammars)
+        except GrammarError as e:
+            raise api.ApiError(400, f"{what}: the grammar library cannot compile it: {e}", param=what,
+                               code="invalid_schema") from None
+
+    def format_grammar(self, rf: api.ResponseFormat) -> Grammar | None:
+        if rf.type == "json_object":
+            return self.compile("response_format", lambda g: g.json_schema({"type": "object"}))
+        if rf.type == "json_schema":
+            schema = rf.schema or {}
+            return self.compile("response_format.json_schema.schema", lambda g: g.json_schema(schema))
+        return None
+
+    def tool_grammar(self, tools: ToolRequest) -> Grammar:
+        """The grammar of a forced or required call; each tool's parameters are checked on their
+        own first, so a bad one is named."""
+        for i, t in enumerate(tools.tools):
+            if t in tools.offered:
+                check = partial(GrammarCompiler.json_schema, schema=t.parameters)
+                self.compile(f"tools[{i}].function.parameters", check)
+        return self.compile("tools", lambda g: g.lark(forced_call_lark(tools)))
 
     # -- one generation ------------------------------------------------------------------------
-    async def generate(self, request: Request, kind: str, ids: list[int], params: api.Params) -> Response:
+    async def generate(self, request: Request, kind: str, ids: list[int], params: api.Params,
+                       grammar: Grammar | None = None, tools: ToolRequest | None = None) -> Response:
         self.check_fits(ids)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
@@ -172,15 +218,17 @@ class Service:
 
         room = self.layout.context_len - len(ids)
         job = Job(api.new_id("chatcmpl" if kind == "chat" else "cmpl"), kind, ids,
-                  min(params.max_tokens or room, room), Sampler(params.temperature, 0, params.top_p, params.seed),
-                  emit, params.stops, params.top_logprobs)
+                  min(params.max_tokens or room, room), params.sampling, emit, params.stops, params.top_logprobs,
+                  n=params.n, grammar=grammar)
         try:
             self.engine.submit(job)
         except QueueFull as e:
             raise api.ApiError(429, f"the server is busy: {e}", code="rate_limit_exceeded") from None
         except ShuttingDown as e:
             raise api.ApiError(503, str(e), code="server_shutting_down") from None
-        shaper = ChatShaper(self, job, params) if kind == "chat" else CompletionShaper(self, job, params)
+        model_id, tok = self.settings.model_id, self.text.tokenizer
+        shaper = ChatShaper(model_id, tok, job, params, tools) if kind == "chat" \
+            else CompletionShaper(model_id, tok, job, params)
         if params.stream:
             return StreamingResponse(self._stream(job, events, shaper), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -232,122 +280,6 @@ async def _disconnected(request: Request) -> None:
 
 def _sse(obj: dict[str, Any]) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-class Shaper:
-    """Turns a job's events into one endpoint's JSON, streamed or whole."""
-    object_name = ""
-
-    def __init__(self, service: Service, job: Job, params: api.Params):
-        self.service, self.job, self.params = service, job, params
-        self.created = api.now()
-        self.texts: list[str] = []
-        self.logprobs: list[Any] = []
-
-    def envelope(self, choices: list[dict[str, Any]], obj: str | None = None) -> dict[str, Any]:
-        return {"id": self.job.request_id, "object": obj or self.object_name, "created": self.created,
-                "model": self.service.settings.model_id, "system_fingerprint": "qnnrt", "choices": choices}
-
-    def token_texts(self, ev: TextEvent) -> tuple[str, list[tuple[str, float]]]:
-        assert ev.logprob is not None
-        tok = self.service.text.tokenizer
-        top = ev.logprob.top
-        texts = tok.token_texts([ev.logprob.token] + [i for i, _ in top])
-        return texts[0], [(t, lp) for t, (_, lp) in zip(texts[1:], top)]
-
-    def collect(self, ev: Event) -> None:
-        if isinstance(ev, TextEvent):
-            self.texts.append(ev.text)
-            if ev.logprob is not None:
-                self.logprobs.append(self.logprob_item(ev))
-
-    def usage(self, ev: DoneEvent) -> dict[str, Any]:
-        return api.usage(ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens)
-
-    def stream_start(self) -> list[dict[str, Any]]:
-        return []
-
-    def logprob_item(self, ev: TextEvent) -> Any:
-        raise NotImplementedError
-
-    def stream_event(self, ev: Event) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def body(self, ev: DoneEvent) -> dict[str, Any]:
-        raise NotImplementedError
-
-
-class ChatShaper(Shaper):
-    object_name = "chat.completion.chunk"
-
-    def logprob_item(self, ev: TextEvent) -> Any:
-        assert ev.logprob is not None
-        text, top = self.token_texts(ev)
-        return api.chat_logprob_entry(text, ev.logprob.logprob, top)
-
-    def _lp(self, items: list[Any]) -> dict[str, Any] | None:
-        return {"content": items, "refusal": None} if self.params.top_logprobs is not None else None
-
-    def stream_start(self) -> list[dict[str, Any]]:
-        return [self.envelope([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                "finish_reason": None}])]
-
-    def stream_event(self, ev: Event) -> list[dict[str, Any]]:
-        if isinstance(ev, TextEvent):
-            lp = [self.logprob_item(ev)] if ev.logprob is not None and self.params.top_logprobs is not None else []
-            if not ev.text and not lp:
-                return []
-            return [self.envelope([{"index": 0, "delta": {"content": ev.text}, "logprobs": self._lp(lp) if lp else None,
-                                    "finish_reason": None}])]
-        assert isinstance(ev, DoneEvent)
-        out = [self.envelope([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": ev.finish_reason}])]
-        if self.params.include_usage:
-            out.append(self.envelope([]) | {"usage": self.usage(ev)})
-        return out
-
-    def body(self, ev: DoneEvent) -> dict[str, Any]:
-        choice = {"index": 0, "message": {"role": "assistant", "content": "".join(self.texts), "refusal": None},
-                  "logprobs": self._lp(self.logprobs), "finish_reason": ev.finish_reason}
-        return self.envelope([choice], "chat.completion") | {"usage": self.usage(ev)}
-
-
-class CompletionShaper(Shaper):
-    object_name = "text_completion"
-
-    def __init__(self, service: Service, job: Job, params: api.Params):
-        super().__init__(service, job, params)
-        self.offset = 0
-
-    def logprob_item(self, ev: TextEvent) -> Any:
-        assert ev.logprob is not None
-        text, top = self.token_texts(ev)
-        item = (text, ev.logprob.logprob, dict(top), self.offset)
-        self.offset += len(ev.text)
-        return item
-
-    def _lp(self, items: list[Any]) -> dict[str, Any] | None:
-        if self.params.top_logprobs is None:
-            return None
-        return {"tokens": [i[0] for i in items], "token_logprobs": [i[1] for i in items],
-                "top_logprobs": [i[2] for i in items], "text_offset": [i[3] for i in items]}
-
-    def stream_event(self, ev: Event) -> list[dict[str, Any]]:
-        if isinstance(ev, TextEvent):
-            lp = [self.logprob_item(ev)] if ev.logprob is not None and self.params.top_logprobs is not None else []
-            if not ev.text and not lp:
-                return []
-            return [self.envelope([{"index": 0, "text": ev.text, "logprobs": self._lp(lp) if lp else None,
-                                    "finish_reason": None}])]
-        assert isinstance(ev, DoneEvent)
-        out = [self.envelope([{"index": 0, "text": "", "logprobs": None, "finish_reason": ev.finish_reason}])]
-        if self.params.include_usage:
-            out.append(self.envelope([]) | {"usage": self.usage(ev)})
-        return out
-
-    def body(self, ev: DoneEvent) -> dict[str, Any]:
-        choice = {"index": 0, "text": "".join(self.texts), "logprobs": self._lp(self.logprobs),
-                  "finish_reason": ev.finish_reason}
-        return self.envelope([choice]) | {"usage": self.usage(ev)}
 
 
 Handler = Callable[[Request], Awaitable[Response]]

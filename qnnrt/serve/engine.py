@@ -14,10 +14,11 @@ import numpy as np
 
 from qnnrt.errors import QnnrtError
 from qnnrt.llm.errors import ContextLengthError
-from qnnrt.llm.sampling import Sampler, log_softmax
+from qnnrt.llm.grammar import Grammar
+from qnnrt.llm.sampling import Sampler, SamplingOptions, log_softmax
 from qnnrt.llm.session import CachedGenerator
 from qnnrt.llm.text import TextModel
-from qnnrt.llm.textgen import generate_text
+from qnnrt.llm.textgen import TextGeneration, generate_text
 
 log = logging.getLogger("qnnrt.serve")
 
@@ -34,11 +35,20 @@ class TextEvent:
     text: str                          # may be "" (a token whose text is held back or cut)
     token: int | None = None           # None: text released at the end, not a new token
     logprob: TokenLogprob | None = None
+    index: int = 0                     # the choice
+
+
+@dataclass(frozen=True)
+class ChoiceEvent:
+    """A choice ended."""
+    index: int
+    finish_reason: str                 # "stop" | "length"
+    completion_tokens: int
 
 
 @dataclass(frozen=True)
 class DoneEvent:
-    finish_reason: str                 # "stop" | "length"
+    """Every choice ended: the request's usage (the prompt counted once, as OpenAI does)."""
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
@@ -51,7 +61,7 @@ class ErrorEvent:
     code: str
 
 
-Event = TextEvent | DoneEvent | ErrorEvent
+Event = TextEvent | ChoiceEvent | DoneEvent | ErrorEvent
 
 
 class QueueFull(QnnrtError):
@@ -64,15 +74,18 @@ class ShuttingDown(QnnrtError):
 
 @dataclass
 class Job:
-    """One request: prompt ids in, events out through ``emit`` (called on the engine thread)."""
+    """One request: prompt ids in, events out through ``emit`` (called on the engine thread). Its
+    ``n`` choices run one after another, each with a sampler (and grammar matcher) of its own."""
     request_id: str
     endpoint: str
     prompt: list[int]
     max_tokens: int
-    sampler: Sampler
+    sampling: SamplingOptions
     emit: Callable[[Event], None]
     stops: list[str] = field(default_factory=list)
     top_logprobs: int | None = None    # None: no logprobs; k >= 0: the chosen token's and k best
+    n: int = 1
+    grammar: Grammar | None = None     # every token masked to it
     cancelled: threading.Event = field(default_factory=threading.Event)
     submitted: float = field(default_factory=time.perf_counter)
 
@@ -83,7 +96,7 @@ class Job:
 class LogprobSampler:
     """Wraps a sampler: remembers the log-probabilities of the logits it was last called with."""
 
-    def __init__(self, sampler: Sampler, top: int):
+    def __init__(self, sampler: Callable[[np.ndarray], int], top: int):
         self.sampler, self.top = sampler, top
         self._last: np.ndarray | None = None
 
@@ -181,17 +194,13 @@ class Engine:
                     self._running = None
 
     def _run(self, job: Job) -> None:
-        lp = LogprobSampler(job.sampler, job.top_logprobs) if job.top_logprobs is not None else None
-
-        def on_text(chunk: str, token: int | None) -> None:
-            self.totals["generated_tokens"] += token is not None
-            job.emit(TextEvent(chunk, token, lp.of(token) if lp is not None and token is not None else None))
-
         started = time.perf_counter()
+        gens: list[TextGeneration] = []
         try:
-            g = generate_text(self.generator, self.text, job.prompt, job.max_tokens, sampler=lp or job.sampler,
-                              stops=job.stops, on_text=on_text, cancelled=job.cancelled.is_set,
-                              reuse=self.reuse_kv)
+            for index in range(job.n):
+                gens.append(self._choice(job, index))
+                if gens[-1].finish_reason == "cancelled":
+                    break
         except ContextLengthError as e:
             self._fail(job, 400, str(e), "context_length_exceeded")
             return
@@ -204,10 +213,13 @@ class Engine:
             return
         finally:
             self.pd_bytes = self._pd_in_use()
-        res = g.result
-        figures = res.report() | {"prompt_tokens": len(job.prompt), "cached_tokens": g.reused,
-                                  "prefilled_tokens": len(res.prompt_tokens), "queue_wait_s": started - job.submitted}
-        if g.finish_reason == "cancelled":
+        first = gens[0]
+        completion = sum(len(g.result.tokens) for g in gens)
+        figures = first.result.report() | {"prompt_tokens": len(job.prompt), "cached_tokens": first.reused,
+                                           "prefilled_tokens": len(first.result.prompt_tokens),
+                                           "queue_wait_s": started - job.submitted, "choices": len(gens),
+                                           "completion_tokens": completion}
+        if gens[-1].finish_reason == "cancelled":
             self.totals["cancelled"] += 1
             self._record(job, "cancelled", figures)
             why = "the server is shutting down" if self._stopping else "the request was cancelled"
@@ -216,13 +228,30 @@ class Engine:
         t = self.totals
         t["completed"] += 1
         t["prompt_tokens"] += len(job.prompt)
-        t["cached_tokens"] += g.reused
-        t["completion_tokens"] += len(res.tokens)
-        t["ttft_s_sum"] += res.ttft_s
-        t["decode_s_sum"] += sum(res.decode_s)
-        t["decode_tokens"] += len(res.decode_s)
-        self._record(job, g.finish_reason, figures)
-        job.emit(DoneEvent(g.finish_reason, len(job.prompt), len(res.tokens), g.reused))
+        t["cached_tokens"] += first.reused
+        t["completion_tokens"] += completion
+        t["ttft_s_sum"] += first.result.ttft_s
+        t["decode_s_sum"] += sum(sum(g.result.decode_s) for g in gens)
+        t["decode_tokens"] += sum(len(g.result.decode_s) for g in gens)
+        self._record(job, ",".join(g.finish_reason for g in gens), figures)
+        job.emit(DoneEvent(len(job.prompt), completion, first.reused))
+
+    def _choice(self, job: Job, index: int) -> TextGeneration:
+        """One choice, its events emitted as it goes; the later ones reuse the prompt's KV entries."""
+        constraint = job.grammar.matcher() if job.grammar is not None else None
+        sampler = Sampler(job.sampling.for_choice(index), constraint)
+        lp = LogprobSampler(sampler, job.top_logprobs) if job.top_logprobs is not None else None
+
+        def on_text(chunk: str, token: int | None) -> None:
+            self.totals["generated_tokens"] += token is not None
+            job.emit(TextEvent(chunk, token, lp.of(token) if lp is not None and token is not None else None, index))
+
+        g = generate_text(self.generator, self.text, job.prompt, job.max_tokens, sampler=lp or sampler,
+                          stops=job.stops, on_text=on_text, cancelled=job.cancelled.is_set,
+                          reuse=self.reuse_kv or index > 0)
+        if g.finish_reason != "cancelled":
+            job.emit(ChoiceEvent(index, g.finish_reason, len(g.result.tokens)))
+        return g
 
     def _fail(self, job: Job, status: int, message: str, code: str) -> None:
         self.totals["failed"] += 1
