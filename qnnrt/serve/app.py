@@ -24,7 +24,8 @@ from qnnrt.llm.grammar import Grammar, GrammarCompiler
 from qnnrt.llm.layout import LlmLayout
 from qnnrt.llm.text import TextModel
 from qnnrt.serve import openai_api as api
-from qnnrt.serve.engine import DoneEvent, Engine, ErrorEvent, Event, Job, QueueFull, ShuttingDown
+from qnnrt.serve.engine import DoneEvent, EmbeddingsEvent, EmbedJob, Engine, ErrorEvent, Event, Job, QueueFull, \
+    ShuttingDown
 from qnnrt.serve.shapers import ChatShaper, CompletionShaper, Shaper
 from qnnrt.serve.tools import ToolRequest, forced_call_lark, messages_for_plain_template, parse_tools, \
     template_renders_tools
@@ -45,6 +46,7 @@ class ServeSettings:
     model_id: str
     api_key: str | None
     max_body_bytes: int
+    embeddings_id: str | None = None
 
 
 class Service:
@@ -66,7 +68,9 @@ class Service:
             raise api.ApiError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>' with the "
                                     "key given to qnnrt serve --api-key", code="invalid_api_key")
 
-    async def read_json(self, request: Request) -> dict[str, Any]:
+    async def read_json(self, request: Request, model_id: str | None = None) -> dict[str, Any]:
+        """The body; its model must be ``model_id`` (default: the LLM's)."""
+        model_id = model_id or self.settings.model_id
         limit = self.settings.max_body_bytes
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
@@ -92,9 +96,9 @@ class Service:
         if not isinstance(model, str):
             raise api.ApiError(400, "model: required, a string (see GET /v1/models)", param="model",
                                code="missing_model")
-        if model != self.settings.model_id:
-            raise api.ApiError(404, f"The model '{model[:100]}' does not exist; this server serves "
-                                    f"'{self.settings.model_id}'", param="model", code="model_not_found")
+        if model != model_id:
+            raise api.ApiError(404, f"The model '{model[:100]}' does not exist here; this endpoint serves "
+                                    f"'{model_id}'", param="model", code="model_not_found")
         return body
 
     def encode(self, text: str, param: str) -> list[int]:
@@ -111,12 +115,15 @@ class Service:
                                param="messages", code="context_length_exceeded")
 
     # -- endpoints -----------------------------------------------------------------------------
+    def model_ids(self) -> list[str]:
+        return [self.settings.model_id] + ([self.settings.embeddings_id] if self.settings.embeddings_id else [])
+
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [api.model_card(self.settings.model_id, self.created)]})
+        return JSONResponse({"object": "list", "data": [api.model_card(m, self.created) for m in self.model_ids()]})
 
     async def model(self, request: Request) -> Response:
         name = request.path_params["name"]
-        if name != self.settings.model_id:
+        if name not in self.model_ids():
             raise api.ApiError(404, f"The model '{name[:100]}' does not exist", param="model",
                                code="model_not_found")
         return JSONResponse(api.model_card(name, self.created))
@@ -161,6 +168,57 @@ class Service:
         p = api.completion_prompt(body, self.layout.vocab_size)
         ids = p if isinstance(p, list) else self.encode(p, "prompt")
         return await self.generate(request, "completion", ids, params, self.format_grammar(params.response_format))
+
+    async def embeddings(self, request: Request) -> Response:
+        emb = self.engine.embedder
+        if emb is None or self.settings.embeddings_id is None:
+            raise api.ApiError(404, "this server has no embedding model: start qnnrt serve with --embeddings MODEL "
+                                    "--embeddings-tokenizer DIR", code="not_found")
+        body = await self.read_json(request, self.settings.embeddings_id)
+        req = api.embeddings_request(body, emb.layout.dim)
+        ev = await self.run_job(request, lambda emit: EmbedJob(api.new_id("emb"), req.texts, emit))
+        if ev is None:
+            return Response(status_code=499)   # the client left: nobody reads it
+        assert isinstance(ev, EmbeddingsEvent)
+        return JSONResponse(api.embeddings_body(self.settings.embeddings_id, ev.vectors, ev.prompt_tokens,
+                                                req.base64))
+
+    async def run_job(self, request: Request, make: Callable[[Callable[[Event], None]], EmbedJob]) -> Event | None:
+        """Submit a one-answer job and wait for its answer (an ErrorEvent is raised; None: the client
+        left, and the job is cancelled)."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Event] = asyncio.Queue()
+
+        def emit(ev: Event) -> None:       # on the engine thread
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, ev)
+            except RuntimeError:           # the loop is gone (shutdown): nobody is listening
+                pass
+
+        job = make(emit)
+        self.submit(job)
+        gone = asyncio.ensure_future(_disconnected(request))
+        get = asyncio.ensure_future(events.get())
+        try:
+            done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if get not in done:
+                return None
+            ev = get.result()
+        finally:
+            gone.cancel()
+            get.cancel()
+            job.cancel()
+        if isinstance(ev, ErrorEvent):
+            raise api.ApiError(ev.status, ev.message, code=ev.code)
+        return ev
+
+    def submit(self, job: Job | EmbedJob) -> None:
+        try:
+            self.engine.submit(job)
+        except QueueFull as e:
+            raise api.ApiError(429, f"the server is busy: {e}", code="rate_limit_exceeded") from None
+        except ShuttingDown as e:
+            raise api.ApiError(503, str(e), code="server_shutting_down") from None
 
     def render(self, messages: list[dict[str, Any]], tools: ToolRequest | None) -> str:
         """The prompt: the template renders the offered tools itself when it can, else they go into
@@ -220,12 +278,7 @@ class Service:
         job = Job(api.new_id("chatcmpl" if kind == "chat" else "cmpl"), kind, ids,
                   min(params.max_tokens or room, room), params.sampling, emit, params.stops, params.top_logprobs,
                   n=params.n, grammar=grammar)
-        try:
-            self.engine.submit(job)
-        except QueueFull as e:
-            raise api.ApiError(429, f"the server is busy: {e}", code="rate_limit_exceeded") from None
-        except ShuttingDown as e:
-            raise api.ApiError(503, str(e), code="server_shutting_down") from None
+        self.submit(job)
         model_id, tok = self.settings.model_id, self.text.tokenizer
         shaper = ChatShaper(model_id, tok, job, params, tools) if kind == "chat" \
             else CompletionShaper(model_id, tok, job, params)
@@ -317,6 +370,7 @@ def create_app(service: Service) -> Starlette:
               Route("/v1/models/{name:path}", g(service.model), methods=["GET"]),
               Route("/v1/chat/completions", g(service.chat), methods=["POST"]),
               Route("/v1/completions", g(service.completions), methods=["POST"]),
+              Route("/v1/embeddings", g(service.embeddings), methods=["POST"]),
               Route("/health", g(service.health, public=True), methods=["GET"]),
               Route("/metrics", g(service.metrics), methods=["GET"])]
     return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from qnnrt.errors import QnnrtError
+from qnnrt.llm.embedding import EmbeddingModel
 from qnnrt.llm.errors import ContextLengthError
 from qnnrt.llm.grammar import Grammar
 from qnnrt.llm.sampling import Sampler, SamplingOptions, log_softmax
@@ -61,7 +62,13 @@ class ErrorEvent:
     code: str
 
 
-Event = TextEvent | ChoiceEvent | DoneEvent | ErrorEvent
+@dataclass(frozen=True)
+class EmbeddingsEvent:
+    vectors: list[np.ndarray]          # float32, one per input, in order
+    prompt_tokens: int
+
+
+Event = TextEvent | ChoiceEvent | DoneEvent | ErrorEvent | EmbeddingsEvent
 
 
 class QueueFull(QnnrtError):
@@ -93,6 +100,20 @@ class Job:
         self.cancelled.set()
 
 
+@dataclass
+class EmbedJob:
+    """Texts to embed, one run each, on the engine thread (the programs share it)."""
+    request_id: str
+    texts: list[str]
+    emit: Callable[[Event], None]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    submitted: float = field(default_factory=time.perf_counter)
+    endpoint: str = "embeddings"
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
 class LogprobSampler:
     """Wraps a sampler: remembers the log-probabilities of the logits it was last called with."""
 
@@ -116,19 +137,22 @@ class Engine:
     jobs in order, the figures per request and in total."""
 
     def __init__(self, generator: CachedGenerator, text: TextModel, *, max_queue: int = 16,
-                 reuse_kv: bool = True, pd_in_use: Callable[[], int | None] = lambda: None):
+                 reuse_kv: bool = True, pd_in_use: Callable[[], int | None] = lambda: None,
+                 embedder: EmbeddingModel | None = None):
         self.generator, self.text, self.max_queue, self.reuse_kv = generator, text, max_queue, reuse_kv
+        self.embedder = embedder
         self._pd_in_use = pd_in_use
-        self._waiting: deque[Job] = deque()
+        self._waiting: deque[Job | EmbedJob] = deque()
         self._cond = threading.Condition()
-        self._running: Job | None = None
+        self._running: Job | EmbedJob | None = None
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="qnnrt-serve-engine", daemon=True)
         self.records: list[dict[str, Any]] = []
         self.totals: dict[str, float] = {"requests": 0, "completed": 0, "cancelled": 0, "failed": 0,
                                          "rejected_queue_full": 0, "prompt_tokens": 0, "cached_tokens": 0,
                                          "completion_tokens": 0, "generated_tokens": 0, "ttft_s_sum": 0.0,
-                                         "decode_s_sum": 0.0, "decode_tokens": 0}
+                                         "decode_s_sum": 0.0, "decode_tokens": 0,
+                                         "embedded_inputs": 0}
         self.pd_bytes: int | None = None
 
     # -- the HTTP side ---------------------------------------------------------------------------
@@ -136,7 +160,7 @@ class Engine:
         self._thread.start()
         self.pd_bytes = self._pd_in_use()
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job | EmbedJob) -> None:
         with self._cond:
             if self._stopping:
                 raise ShuttingDown("the server is shutting down")
@@ -187,6 +211,8 @@ class Engine:
                 if job.cancelled.is_set():
                     self.totals["cancelled"] += 1
                     self._record(job, "cancelled before it started", {})
+                elif isinstance(job, EmbedJob):
+                    self._embed(job)
                 else:
                     self._run(job)
             finally:
@@ -253,10 +279,32 @@ class Engine:
             job.emit(ChoiceEvent(index, g.finish_reason, len(g.result.tokens)))
         return g
 
-    def _fail(self, job: Job, status: int, message: str, code: str) -> None:
+    def _embed(self, job: EmbedJob) -> None:
+        assert self.embedder is not None
+        started = time.perf_counter()
+        try:
+            done = self.embedder.embed_all(job.texts)
+        except QnnrtError as e:
+            self._fail(job, 500, f"embedding failed: {e}", "embedding_failed")
+            return
+        except Exception as e:
+            log.exception("request %s failed", job.request_id)
+            self._fail(job, 500, f"internal error ({type(e).__name__})", "internal_error")
+            return
+        finally:
+            self.pd_bytes = self._pd_in_use()
+        tokens = sum(e.tokens for e in done)
+        self.totals["completed"] += 1
+        self.totals["embedded_inputs"] += len(done)
+        self.totals["prompt_tokens"] += tokens
+        self._record(job, "stop", {"inputs": len(done), "prompt_tokens": tokens,
+                                   "embed_s": time.perf_counter() - started, "queue_wait_s": started - job.submitted})
+        job.emit(EmbeddingsEvent([e.vector for e in done], tokens))
+
+    def _fail(self, job: Job | EmbedJob, status: int, message: str, code: str) -> None:
         self.totals["failed"] += 1
         self._record(job, "error", {"error": message})
         job.emit(ErrorEvent(status, message, code))
 
-    def _record(self, job: Job, finish: str, figures: dict[str, Any]) -> None:
+    def _record(self, job: Job | EmbedJob, finish: str, figures: dict[str, Any]) -> None:
         self.records.append({"id": job.request_id, "endpoint": job.endpoint, "finish_reason": finish} | figures)

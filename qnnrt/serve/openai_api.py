@@ -315,3 +315,47 @@ def model_card(model_id: str, created: int) -> dict[str, Any]:
 def chat_logprob_entry(token_text: str, logprob: float, top: list[tuple[str, float]]) -> dict[str, Any]:
     return {"token": token_text, "logprob": logprob, "bytes": list(token_text.encode("utf-8")),
             "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode("utf-8"))} for t, lp in top]}
+
+
+# -- embeddings -------------------------------------------------------------------------------------
+MAX_EMBEDDING_INPUTS = 2048    # as OpenAI allows
+
+
+@dataclass(frozen=True)
+class EmbeddingsRequest:
+    texts: list[str]
+    base64: bool
+
+
+def embeddings_request(body: dict, dim: int) -> EmbeddingsRequest:
+    """`input`: a string or a list of strings; `encoding_format`: float or base64; `dimensions`
+    only the model's own."""
+    inp = body.get("input")
+    texts = [inp] if isinstance(inp, str) else inp
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        if isinstance(texts, list) and texts and all(isinstance(t, (int, list)) for t in texts):
+            raise _unsupported("input", "token ids (send text)")
+        raise _bad("input", "expected a string or a non-empty list of strings", "invalid_type")
+    if len(texts) > MAX_EMBEDDING_INPUTS:
+        raise _bad("input", f"{len(texts)} inputs, at most {MAX_EMBEDDING_INPUTS}")
+    fmt = body.get("encoding_format", "float")
+    if fmt not in ("float", "base64"):
+        raise _bad("encoding_format", f"{fmt!r} is not float or base64")
+    dims = _int(body, "dimensions", 1)
+    if dims is not None and dims != dim:
+        raise _unsupported("dimensions", f"dimensions={dims} (this model gives {dim})")
+    return EmbeddingsRequest([_text(t, f"input[{i}]") for i, t in enumerate(texts)], fmt == "base64")
+
+
+def embeddings_body(model_id: str, vectors: list[Any], prompt_tokens: int, base64: bool) -> dict[str, Any]:
+    """float: the float32 values as JSON numbers (exact); base64: their little-endian bytes."""
+    import base64 as b64
+
+    import numpy as np
+    data = []
+    for i, v in enumerate(vectors):
+        a = np.asarray(v, dtype="<f4")
+        data.append({"object": "embedding", "index": i,
+                     "embedding": b64.b64encode(a.tobytes()).decode("ascii") if base64 else a.tolist()})
+    return {"object": "list", "data": data, "model": model_id,
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
