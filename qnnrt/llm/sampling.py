@@ -66,7 +66,7 @@ def apply_logit_bias(x: np.ndarray, bias: Mapping[int, float]) -> None:
 def apply_penalties(x: np.ndarray, counts: Mapping[int, int], *, repetition: float = 1.0,
                     frequency: float = 0.0, presence: float = 0.0) -> None:
     """In place, over the tokens in ``counts`` (token -> times chosen so far)."""
-    if not counts:
+    if not counts or (repetition == 1.0 and frequency == 0.0 and presence == 0.0):
         return
     ids = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
     n = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
