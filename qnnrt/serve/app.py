@@ -157,8 +157,9 @@ class Service:
         messages = api.chat_messages(body)
         tools = parse_tools(body)
         prompt = self.render(messages, tools)
-        grammar = self.tool_grammar(tools) if tools is not None and tools.constrained \
-            else self.format_grammar(params.response_format)
+        # compiled off the event loop: the first grammar walks the whole vocabulary
+        grammar = await asyncio.to_thread(self.tool_grammar, tools) if tools is not None and tools.constrained \
+            else await asyncio.to_thread(self.format_grammar, params.response_format)
         return await self.generate(request, "chat", self.encode(prompt, "messages"), params, grammar, tools)
 
     async def completions(self, request: Request) -> Response:
@@ -167,7 +168,8 @@ class Service:
         api.check_completion_only(body)
         p = api.completion_prompt(body, self.layout.vocab_size)
         ids = p if isinstance(p, list) else self.encode(p, "prompt")
-        return await self.generate(request, "completion", ids, params, self.format_grammar(params.response_format))
+        grammar = await asyncio.to_thread(self.format_grammar, params.response_format)
+        return await self.generate(request, "completion", ids, params, grammar)
 
     async def embeddings(self, request: Request) -> Response:
         emb = self.engine.embedder

@@ -286,6 +286,9 @@ def completion_prompt(body: dict, vocab_size: int) -> str | list[int]:
 
 
 def check_completion_only(body: dict) -> None:
+    for name in ("tools", "tool_choice"):
+        if body.get(name) is not None:
+            raise _unsupported(name, "tool calling on /v1/completions (use /v1/chat/completions)")
     if _bool(body, "echo"):
         raise _unsupported("echo", "echo")
     if body.get("suffix") is not None:

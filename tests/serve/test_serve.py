@@ -322,6 +322,7 @@ MALFORMED = [  # (name, path, body, status)
     ("completion token out of vocab", "/v1/completions", {"model": MODEL_ID, "prompt": [1, 100000]}, 400),
     ("completion batch", "/v1/completions", {"model": MODEL_ID, "prompt": ["a", "b"]}, 400),
     ("completion echo", "/v1/completions", {"model": MODEL_ID, "prompt": "a", "echo": True}, 400),
+    ("completion with tools", "/v1/completions", {"model": MODEL_ID, "prompt": "a", "tools": []}, 400),
     ("completion logprobs 6", "/v1/completions", {"model": MODEL_ID, "prompt": "a", "logprobs": 6}, 400),
     ("lone surrogate", "/v1/completions", b'{"model": "%s", "prompt": "a\\ud800"}' % MODEL_ID.encode(), 400),
     ("lone surrogate in chat", "/v1/chat/completions",
