@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from qnnrt.llm.detokenize import partial_suffix
 from qnnrt.llm.grammar import JSON_OPTIONS
 from qnnrt.serve.openai_api import ApiError
 
@@ -202,7 +203,7 @@ class ToolCallParser:
     def __init__(self, names: set[str]):
         self.names = names
         self.calls: list[ToolCall] = []
-        self._pending = ""             # content held back (a possible TOOL_OPEN prefix, or whitespace)
+        self._pending = ""             # content held back: a possible beginning of TOOL_OPEN
         self._block: str | None = None  # text inside an open <tool_call>
 
     def feed(self, text: str) -> list[Delta]:
@@ -224,7 +225,7 @@ class ToolCallParser:
                 out += self._content(buf[:start], before_call=True)
                 self._block, buf = "", buf[start + len(TOOL_OPEN):]
                 continue
-            hold = _partial_suffix(buf, TOOL_OPEN)
+            hold = partial_suffix(buf, [TOOL_OPEN])
             out += self._content(buf[:len(buf) - hold], before_call=False)
             self._pending += buf[len(buf) - hold:]
             break
@@ -260,11 +261,3 @@ class ToolCallParser:
             return None
         args = obj.get("arguments", obj.get("parameters", {}))
         return ToolCall(new_call_id(), obj["name"], json.dumps(args, ensure_ascii=False))
-
-
-def _partial_suffix(text: str, marker: str) -> int:
-    """Length of the longest end of ``text`` that is a proper beginning of ``marker``."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:n]):
-            return n
-    return 0
