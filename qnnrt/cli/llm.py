@@ -73,7 +73,7 @@ def _check_vocab(ids: list[int], vocab: int, what: str) -> None:
 
 
 def run(args) -> int:
-    from qnnrt.llm import LlmRunner, Sampler
+    from qnnrt.llm import LlmRunner, Sampler, SamplingOptions
     from qnnrt.llm.text import TextModel, TextTokenizer
     if args.max_new_tokens < 1:
         raise QnnrtError("--max-new-tokens must be >= 1")
@@ -93,7 +93,7 @@ def run(args) -> int:
             raise QnnrtError(f"--dump-logits {args.dump_logits}: cannot create the folder ({e})") from e
         check_output_path(Path(args.dump_logits) / "logits.npy", "--dump-logits")
     tokenizer = TextTokenizer.from_path(args.tokenizer) if args.tokenizer else None
-    sampler = Sampler(args.temperature, args.top_k, args.top_p, args.seed)  # checks its arguments
+    sampler = Sampler(SamplingOptions(args.temperature, args.top_k, args.top_p, args.seed))  # checks them
     t_start = time.perf_counter()
     prog, profiler = open_program(args, default_mode="burst")   # what qnn_llama_runner votes
     report: dict[str, Any] = {"path": str(args.path)}

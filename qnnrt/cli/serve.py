@@ -3,6 +3,7 @@
 in a bounded FIFO; binds 127.0.0.1 unless told otherwise."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -36,6 +37,13 @@ def add_parser(sub) -> None:
     p.add_argument("--no-kv-reuse", action="store_true",
                    help="prefill every prompt in full (by default a prompt that extends the previous "
                         "request's tokens, the next turn of a chat, prefills only the new ones)")
+    p.add_argument("--embeddings", default=None, metavar="MODEL",
+                   help="also serve /v1/embeddings with this program (input_ids [1, S] and attention_mask in, a "
+                        "sentence embedding [1, D] out: a qnnrt build folder, an EPContext .onnx or a .pte)")
+    p.add_argument("--embeddings-tokenizer", default=None, metavar="DIR",
+                   help="the embedding model's tokenizer folder (required with --embeddings)")
+    p.add_argument("--embeddings-name", default=None,
+                   help="the embedding model's id (default: the --embeddings file's stem)")
     add_runtime_options(p)
     p.set_defaults(func=run)
 
@@ -59,6 +67,10 @@ def _check_args(args) -> tuple[str | None, int]:
         raise QnnrtError(f"--max-body-bytes: {e}") from None
     if max_body < 1024:
         raise QnnrtError("--max-body-bytes: at least 1KiB")
+    if (args.embeddings is None) != (args.embeddings_tokenizer is None):
+        raise QnnrtError("--embeddings and --embeddings-tokenizer go together: the program and its tokenizer folder")
+    if args.embeddings_name is not None and args.embeddings is None:
+        raise QnnrtError("--embeddings-name needs --embeddings")
     key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if key is not None and not key.isprintable():
         raise QnnrtError("--api-key: printable characters only")
@@ -69,12 +81,15 @@ def run(args) -> int:
     require_stack()
     key, max_body = _check_args(args)
     from qnnrt.llm import LlmRunner
+    from qnnrt.llm.embedding import EmbeddingModel
+    from qnnrt.llm.grammar import GrammarCompiler
     from qnnrt.llm.session import CachedGenerator
     from qnnrt.llm.text import TextModel, TextTokenizer
     from qnnrt.serve.app import Service, ServeSettings, create_app
     from qnnrt.serve.engine import Engine
     from qnnrt.serve.server import listen, run_server
     tokenizer = TextTokenizer.from_path(args.tokenizer)
+    emb_tokenizer = TextTokenizer.from_path(args.embeddings_tokenizer) if args.embeddings_tokenizer else None
     check_targets(args)
     sock = listen(args.host, args.port)          # a taken port fails before the model loads
     if key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
@@ -86,16 +101,31 @@ def run(args) -> int:
     signum: int | None = None
     engine: Engine | None = None
     runner: LlmRunner | None = None
+    emb_prog = None
     try:
         runner = LlmRunner(prog)
         text = TextModel.of(tokenizer, runner.layout)
+        embedder = None
+        if emb_tokenizer is not None:
+            # loaded after the LLM, in the same process: the PD planner counts the LLM's live contexts
+            # (the heap and execution profiles stay the LLM's)
+            emb_args = vars(args) | {"path": args.embeddings, "heap_profiling_path": None, "profile_level": "off"}
+            emb_prog, _ = open_program(argparse.Namespace(**emb_args))
+            embedder = EmbeddingModel(emb_prog, emb_tokenizer)
+            report["embeddings"] = {"path": str(args.embeddings), "seq_len": embedder.layout.seq_len,
+                                    "dim": embedder.layout.dim}
         report["layout"] = runner.layout.describe()
         report["load_s"] = round(time.perf_counter() - t_start, 6)
         engine = Engine(CachedGenerator(runner), text, max_queue=args.max_queue, reuse_kv=not args.no_kv_reuse,
-                        pd_in_use=lambda: _pd_in_use(prog))
+                        pd_in_use=lambda: _pd_in_use(prog, emb_prog), embedder=embedder)
         engine.start()
         model_id = args.model_name or Path(args.path).stem
-        service = Service(engine, text, runner.layout, ServeSettings(model_id, key, max_body), int(time.time()))
+        grammars = GrammarCompiler(tokenizer, runner.layout.vocab_size, text.stop_ids) if text.stop_ids else None
+        emb_id = (args.embeddings_name or Path(args.embeddings).stem) if embedder is not None else None
+        if emb_id == model_id:
+            raise QnnrtError(f"the LLM and the embedding model are both named {model_id!r}: give --embeddings-name")
+        settings = ServeSettings(model_id, key, max_body, emb_id)
+        service = Service(engine, text, runner.layout, settings, int(time.time()), grammars)
         level = {"verbose": "debug"}.get(args.log_level, args.log_level if args.log_level != "warn" else "warning")
         signum = run_server(create_app(service), engine, sock, log_level=level, stop_signals=stop_signals(),
                             max_connections=args.max_queue + 64)
@@ -107,6 +137,9 @@ def run(args) -> int:
         sock.close()
         report["method_calls"] = dict(runner.calls) if runner is not None else {}
         report["residency"] = prog.pool.summary()
+        if emb_prog is not None:
+            report["embeddings_residency"] = emb_prog.pool.summary()
+            emb_prog.close()
         prog.close()
     add_profiles(report, prog, profiler, args)
     _print_summary(report)
@@ -116,11 +149,15 @@ def run(args) -> int:
     return 0
 
 
-def _pd_in_use(prog) -> int | None:
-    """PD bytes of the live contexts (QNN's reservations, else qnnrt's prediction)."""
-    s = prog.pool.summary()
-    est, pred = s.get("pd_estimate_bytes") or {}, s.get("pd_predicted_bytes") or {}
-    sizes = [est.get(k) or pred.get(k) for k in prog.pool.live_keys]
+def _pd_in_use(*progs) -> int | None:
+    """PD bytes of the programs' live contexts (QNN's reservations, else qnnrt's prediction)."""
+    sizes = []
+    for prog in progs:
+        if prog is None:
+            continue
+        s = prog.pool.summary()
+        est, pred = s.get("pd_estimate_bytes") or {}, s.get("pd_predicted_bytes") or {}
+        sizes += [est.get(k) or pred.get(k) for k in prog.pool.live_keys]
     known = [x for x in sizes if isinstance(x, int)]
     return sum(known) if len(known) == len(sizes) else None
 

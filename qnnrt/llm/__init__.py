@@ -11,8 +11,8 @@ from qnnrt.llm.layout import LlmLayout, MethodLayout
 from qnnrt.llm.loops import GenerationResult, ScoreResult, generate, score
 from qnnrt.llm.quant import QuantParams, parse_quant_attr
 from qnnrt.llm.runner import LlmRunner, layout_of
-from qnnrt.llm.sampling import Sampler, log_softmax
+from qnnrt.llm.sampling import Sampler, SamplingOptions, log_softmax
 
 __all__ = ["ContextLengthError", "GenerationResult", "KVCache", "LayoutError", "LlmLayout", "LlmRunner",
-           "MethodLayout", "QuantParams", "ScoreResult", "Sampler", "build_mask", "build_step_inputs",
-           "generate", "layout_of", "log_softmax", "parse_quant_attr", "score"]
+           "MethodLayout", "QuantParams", "ScoreResult", "Sampler", "SamplingOptions", "build_mask",
+           "build_step_inputs", "generate", "layout_of", "log_softmax", "parse_quant_attr", "score"]

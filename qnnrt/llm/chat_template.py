@@ -97,8 +97,10 @@ def _compile(source: str) -> Any:
 
 
 def render_chat(template: str | None, messages: Sequence[Mapping[str, Any]], *,
-                special_tokens: Mapping[str, str], add_generation_prompt: bool = True) -> str:
-    """The prompt text for ``messages`` (dicts with role and content)."""
+                special_tokens: Mapping[str, str], add_generation_prompt: bool = True,
+                tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """The prompt text for ``messages`` (dicts with role and content, perhaps tool_calls) and the
+    ``tools`` (function schemas, as transformers passes them)."""
     if not template:
         raise ChatTemplateError("the tokenizer has no chat template (no chat_template.jinja, none in "
                                 "tokenizer_config.json): use completions with your own prompt text")
@@ -106,7 +108,8 @@ def render_chat(template: str | None, messages: Sequence[Mapping[str, Any]], *,
     import jinja2
     try:
         return str(compiled.render(messages=[dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
-                                   tools=None, documents=None, **special_tokens))
+                                   tools=[dict(t) for t in tools] if tools else None, documents=None,
+                                   **special_tokens))
     except ChatTemplateError:
         raise
     except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError) as e:

@@ -61,7 +61,7 @@ class StopMatcher:
             self.stopped = True
             self._pending = ""
             return text[:cut]
-        hold = self._partial_suffix(text)
+        hold = partial_suffix(text, self.stops)
         self._pending = text[len(text) - hold:] if hold else ""
         return text[:len(text) - hold]
 
@@ -69,12 +69,14 @@ class StopMatcher:
         out, self._pending = self._pending, ""
         return "" if self.stopped else out
 
-    def _partial_suffix(self, text: str) -> int:
-        """Length of the longest end of ``text`` that is a proper beginning of some stop string."""
-        best = 0
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(text)), best, -1):
-                if text.endswith(s[:n]):
-                    best = n
-                    break
-        return best
+
+def partial_suffix(text: str, markers: Sequence[str]) -> int:
+    """Length of the longest end of ``text`` that is a proper beginning of one of ``markers``
+    (text to hold back until the next chunk decides)."""
+    best = 0
+    for s in markers:
+        for n in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:n]):
+                best = n
+                break
+    return best

@@ -18,3 +18,8 @@ class TokenizerError(QnnrtError, ValueError):
 
 class ChatTemplateError(QnnrtError, ValueError):
     """The chat template is missing, broken, or refused the messages (its raise_exception)."""
+
+
+class GrammarError(QnnrtError, ValueError):
+    """A grammar (a JSON schema, a tool's parameters) the grammar library cannot compile, or that
+    left no token to choose."""

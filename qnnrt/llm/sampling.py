@@ -1,40 +1,132 @@
-"""Token sampling: greedy, temperature with top-k / top-p, seeded."""
+"""Token sampling: logit bias, penalties, an optional grammar constraint, then greedy or temperature
+with top-k / top-p / min-p, seeded.
+
+The order is llama.cpp's where the knobs overlap: bias, then the repetition penalty (CTRL's: a seen
+token's positive logit divided by it, a negative one multiplied), then OpenAI's frequency and
+presence penalties (``logit - count * frequency - (count > 0) * presence``), then the grammar mask,
+then the choice. Penalties count the tokens this sampler chose (OpenAI's "the text so far")."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Protocol
 
 import numpy as np
 
 from qnnrt.errors import InputError
 
-@dataclass
-class Sampler:
-    """temperature 0 -> greedy (first maximum, like ExecuTorch's argmax); else softmax(logits / t) over
-    the top_k best (0 = all) and, if 0 < top_p < 1, the nucleus; drawn from a seeded numpy Generator."""
+SEED_MODULUS = 1 << 64
+
+
+class TokenConstraint(Protocol):
+    """What a grammar gives the sampler: the tokens allowed next, and the one chosen."""
+
+    def allowed(self, vocab_size: int) -> np.ndarray | None:
+        """A boolean mask over the vocabulary (None: every token)."""
+        ...
+
+    def accept(self, token: int) -> None:
+        ...
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """The knobs of one choice. temperature 0 is greedy (first maximum, like ExecuTorch's argmax)."""
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = None
-    rng: np.random.Generator = field(init=False, repr=False)
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
             raise InputError("temperature >= 0, top_k >= 0 and 0 < top_p <= 1 required")
-        self.rng = np.random.default_rng(self.seed)
+        if not 0 <= self.min_p <= 1:
+            raise InputError("0 <= min_p <= 1 required")
+        if self.repetition_penalty <= 0:
+            raise InputError("repetition_penalty > 0 required")
+
+    def for_choice(self, index: int) -> SamplingOptions:
+        """The options of choice ``index`` of a request: the same knobs, a seed of its own derived
+        from the request's (choice 0 keeps it), so n choices are distinct and reproducible."""
+        if index == 0 or self.seed is None:
+            return self
+        state = np.random.SeedSequence([self.seed % SEED_MODULUS, index]).generate_state(2, np.uint32)
+        return replace(self, seed=int(state[0]) << 32 | int(state[1]))
+
+
+def apply_logit_bias(x: np.ndarray, bias: Mapping[int, float]) -> None:
+    """In place: ``x[token] += bias`` (OpenAI's logit_bias)."""
+    if bias:
+        ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
+        x[ids] += np.fromiter(bias.values(), dtype=np.float64, count=len(bias))
+
+
+def apply_penalties(x: np.ndarray, counts: Mapping[int, int], *, repetition: float = 1.0,
+                    frequency: float = 0.0, presence: float = 0.0) -> None:
+    """In place, over the tokens in ``counts`` (token -> times chosen so far)."""
+    if not counts or (repetition == 1.0 and frequency == 0.0 and presence == 0.0):
+        return
+    ids = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+    n = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
+    seen = x[ids]
+    if repetition != 1.0:
+        seen = np.where(seen > 0, seen / repetition, seen * repetition)
+    x[ids] = seen - n * frequency - (n > 0) * presence
+
+
+class Sampler:
+    """Chooses one token from a logits row; remembers what it chose (for the penalties) and tells
+    the constraint. A new sampler per generation."""
+
+    def __init__(self, options: SamplingOptions | None = None, constraint: TokenConstraint | None = None):
+        self.options = options or SamplingOptions()
+        self.constraint = constraint
+        self.rng = np.random.default_rng(None if self.options.seed is None else self.options.seed % SEED_MODULUS)
+        self.counts: dict[int, int] = {}
+
+    def adjusted(self, logits: np.ndarray) -> np.ndarray:
+        """The logits after bias, penalties and the constraint's mask (float64, a copy)."""
+        o = self.options
+        x = np.array(logits, dtype=np.float64).reshape(-1)
+        apply_logit_bias(x, o.logit_bias)
+        apply_penalties(x, self.counts, repetition=o.repetition_penalty, frequency=o.frequency_penalty,
+                        presence=o.presence_penalty)
+        if self.constraint is not None:
+            allowed = self.constraint.allowed(x.size)
+            if allowed is not None:
+                x[~allowed] = -np.inf
+        return x
 
     def __call__(self, logits: np.ndarray) -> int:
-        x = np.asarray(logits, dtype=np.float64).reshape(-1)
-        if self.temperature == 0:
+        x = self.adjusted(logits)
+        if not np.isfinite(x.max()):
+            raise InputError("no token is allowed here (the grammar and the logit bias leave none)")
+        tok = self.choose(x)
+        self.counts[tok] = self.counts.get(tok, 0) + 1
+        if self.constraint is not None:
+            self.constraint.accept(tok)
+        return tok
+
+    def choose(self, x: np.ndarray) -> int:
+        o = self.options
+        if o.temperature == 0:
             return int(np.argmax(x))
-        x = x / self.temperature
+        x = x / o.temperature
         order = np.argsort(-x, kind="stable")
-        if 0 < self.top_k < x.size:
-            order = order[:self.top_k]
-        z = x[order] - x[order[0]]
-        p = np.exp(z)
+        order = order[np.isfinite(x[order])]
+        if 0 < o.top_k < order.size:
+            order = order[:o.top_k]
+        p = np.exp(x[order] - x[order[0]])
         p /= p.sum()
-        if self.top_p < 1:
-            keep = int(np.searchsorted(np.cumsum(p), self.top_p) + 1)
+        if o.top_p < 1:
+            keep = int(np.searchsorted(np.cumsum(p), o.top_p) + 1)
+            order, p = order[:keep], p[:keep] / p[:keep].sum()
+        if o.min_p > 0:
+            keep = int(np.count_nonzero(p >= o.min_p * p[0]))
             order, p = order[:keep], p[:keep] / p[:keep].sum()
         return int(order[self.rng.choice(p.size, p=p)])
 
@@ -43,4 +135,3 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     m = x.max(axis=-1, keepdims=True)
     return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
-

@@ -8,6 +8,7 @@ import hmac
 import json
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
@@ -18,12 +19,16 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from qnnrt.llm.chat_template import render_chat
-from qnnrt.llm.errors import ChatTemplateError, TokenizerError
+from qnnrt.llm.errors import ChatTemplateError, GrammarError, TokenizerError
+from qnnrt.llm.grammar import Grammar, GrammarCompiler
 from qnnrt.llm.layout import LlmLayout
-from qnnrt.llm.sampling import Sampler
 from qnnrt.llm.text import TextModel
 from qnnrt.serve import openai_api as api
-from qnnrt.serve.engine import DoneEvent, Engine, ErrorEvent, Event, Job, QueueFull, ShuttingDown, TextEvent
+from qnnrt.serve.engine import DoneEvent, EmbeddingsEvent, EmbedJob, Engine, ErrorEvent, Event, Job, QueueFull, \
+    ShuttingDown
+from qnnrt.serve.shapers import ChatShaper, CompletionShaper, Shaper
+from qnnrt.serve.tools import ToolRequest, forced_call_lark, messages_for_plain_template, parse_tools, \
+    template_renders_tools
 
 log = logging.getLogger("qnnrt.serve")
 
@@ -41,14 +46,16 @@ class ServeSettings:
     model_id: str
     api_key: str | None
     max_body_bytes: int
+    embeddings_id: str | None = None
 
 
 class Service:
     """Requests in, engine jobs out, responses shaped like OpenAI's."""
 
     def __init__(self, engine: Engine, text: TextModel, layout: LlmLayout, settings: ServeSettings,
-                 created: int):
+                 created: int, grammars: GrammarCompiler | None = None):
         self.engine, self.text, self.layout, self.settings, self.created = engine, text, layout, settings, created
+        self.grammars = grammars
 
     # -- request plumbing ----------------------------------------------------------------------
     def authorize(self, request: Request) -> None:
@@ -61,7 +68,9 @@ class Service:
             raise api.ApiError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>' with the "
                                     "key given to qnnrt serve --api-key", code="invalid_api_key")
 
-    async def read_json(self, request: Request) -> dict[str, Any]:
+    async def read_json(self, request: Request, model_id: str | None = None) -> dict[str, Any]:
+        """The body; its model must be ``model_id`` (default: the LLM's)."""
+        model_id = model_id or self.settings.model_id
         limit = self.settings.max_body_bytes
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
@@ -87,9 +96,9 @@ class Service:
         if not isinstance(model, str):
             raise api.ApiError(400, "model: required, a string (see GET /v1/models)", param="model",
                                code="missing_model")
-        if model != self.settings.model_id:
-            raise api.ApiError(404, f"The model '{model[:100]}' does not exist; this server serves "
-                                    f"'{self.settings.model_id}'", param="model", code="model_not_found")
+        if model != model_id:
+            raise api.ApiError(404, f"The model '{model[:100]}' does not exist here; this endpoint serves "
+                                    f"'{model_id}'", param="model", code="model_not_found")
         return body
 
     def encode(self, text: str, param: str) -> list[int]:
@@ -106,12 +115,15 @@ class Service:
                                param="messages", code="context_length_exceeded")
 
     # -- endpoints -----------------------------------------------------------------------------
+    def model_ids(self) -> list[str]:
+        return [self.settings.model_id] + ([self.settings.embeddings_id] if self.settings.embeddings_id else [])
+
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [api.model_card(self.settings.model_id, self.created)]})
+        return JSONResponse({"object": "list", "data": [api.model_card(m, self.created) for m in self.model_ids()]})
 
     async def model(self, request: Request) -> Response:
         name = request.path_params["name"]
-        if name != self.settings.model_id:
+        if name not in self.model_ids():
             raise api.ApiError(404, f"The model '{name[:100]}' does not exist", param="model",
                                code="model_not_found")
         return JSONResponse(api.model_card(name, self.created))
@@ -141,25 +153,119 @@ class Service:
 
     async def chat(self, request: Request) -> Response:
         body = await self.read_json(request)
-        params = api.parse_params(body, chat=True)
+        params = api.parse_params(body, chat=True, vocab_size=self.layout.vocab_size)
         messages = api.chat_messages(body)
-        try:
-            prompt = render_chat(self.text.tokenizer.chat_template, messages,
-                                 special_tokens=self.text.tokenizer.special_tokens)
-        except ChatTemplateError as e:
-            raise api.ApiError(400, str(e), param="messages", code="chat_template_error") from None
-        return await self.generate(request, "chat", self.encode(prompt, "messages"), params)
+        tools = parse_tools(body)
+        prompt = self.render(messages, tools)
+        # compiled off the event loop: the first grammar walks the whole vocabulary
+        grammar = await asyncio.to_thread(self.tool_grammar, tools) if tools is not None and tools.constrained \
+            else await asyncio.to_thread(self.format_grammar, params.response_format)
+        return await self.generate(request, "chat", self.encode(prompt, "messages"), params, grammar, tools)
 
     async def completions(self, request: Request) -> Response:
         body = await self.read_json(request)
-        params = api.parse_params(body, chat=False)
+        params = api.parse_params(body, chat=False, vocab_size=self.layout.vocab_size)
         api.check_completion_only(body)
         p = api.completion_prompt(body, self.layout.vocab_size)
         ids = p if isinstance(p, list) else self.encode(p, "prompt")
-        return await self.generate(request, "completion", ids, params)
+        grammar = await asyncio.to_thread(self.format_grammar, params.response_format)
+        return await self.generate(request, "completion", ids, params, grammar)
+
+    async def embeddings(self, request: Request) -> Response:
+        emb = self.engine.embedder
+        if emb is None or self.settings.embeddings_id is None:
+            raise api.ApiError(404, "this server has no embedding model: start qnnrt serve with --embeddings MODEL "
+                                    "--embeddings-tokenizer DIR", code="not_found")
+        body = await self.read_json(request, self.settings.embeddings_id)
+        req = api.embeddings_request(body, emb.layout.dim)
+        ev = await self.run_job(request, lambda emit: EmbedJob(api.new_id("emb"), req.texts, emit))
+        if ev is None:
+            return Response(status_code=499)   # the client left: nobody reads it
+        assert isinstance(ev, EmbeddingsEvent)
+        return JSONResponse(api.embeddings_body(self.settings.embeddings_id, ev.vectors, ev.prompt_tokens,
+                                                req.base64))
+
+    async def run_job(self, request: Request, make: Callable[[Callable[[Event], None]], EmbedJob]) -> Event | None:
+        """Submit a one-answer job and wait for its answer (an ErrorEvent is raised; None: the client
+        left, and the job is cancelled)."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Event] = asyncio.Queue()
+
+        def emit(ev: Event) -> None:       # on the engine thread
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, ev)
+            except RuntimeError:           # the loop is gone (shutdown): nobody is listening
+                pass
+
+        job = make(emit)
+        self.submit(job)
+        gone = asyncio.ensure_future(_disconnected(request))
+        get = asyncio.ensure_future(events.get())
+        try:
+            done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if get not in done:
+                return None
+            ev = get.result()
+        finally:
+            gone.cancel()
+            get.cancel()
+            job.cancel()
+        if isinstance(ev, ErrorEvent):
+            raise api.ApiError(ev.status, ev.message, code=ev.code)
+        return ev
+
+    def submit(self, job: Job | EmbedJob) -> None:
+        try:
+            self.engine.submit(job)
+        except QueueFull as e:
+            raise api.ApiError(429, f"the server is busy: {e}", code="rate_limit_exceeded") from None
+        except ShuttingDown as e:
+            raise api.ApiError(503, str(e), code="server_shutting_down") from None
+
+    def render(self, messages: list[dict[str, Any]], tools: ToolRequest | None) -> str:
+        """The prompt: the template renders the offered tools itself when it can, else they go into
+        the system message (and earlier calls into the assistant's text)."""
+        tok = self.text.tokenizer
+        offered = tools.offered if tools is not None else ()
+        native = template_renders_tools(tok.chat_template)
+        if not native:
+            messages = messages_for_plain_template(messages, offered)
+        try:
+            return render_chat(tok.chat_template, messages, special_tokens=tok.special_tokens,
+                               tools=[t.as_template_tool() for t in offered] if native and offered else None)
+        except ChatTemplateError as e:
+            raise api.ApiError(400, str(e), param="messages", code="chat_template_error") from None
+
+    def compile(self, what: str, make: Callable[[GrammarCompiler], Grammar]) -> Grammar:
+        if self.grammars is None:
+            raise api.ApiError(400, f"{what}: constrained decoding needs an end-of-sequence id, and this model "
+                                    f"and tokenizer have none", param=what, code="unsupported_parameter")
+        try:
+            return make(self.grammars)
+        except GrammarError as e:
+            raise api.ApiError(400, f"{what}: the grammar library cannot compile it: {e}", param=what,
+                               code="invalid_schema") from None
+
+    def format_grammar(self, rf: api.ResponseFormat) -> Grammar | None:
+        if rf.type == "json_object":
+            return self.compile("response_format", lambda g: g.json_schema({"type": "object"}))
+        if rf.type == "json_schema":
+            schema = rf.schema or {}
+            return self.compile("response_format.json_schema.schema", lambda g: g.json_schema(schema))
+        return None
+
+    def tool_grammar(self, tools: ToolRequest) -> Grammar:
+        """The grammar of a forced or required call; each tool's parameters are checked on their
+        own first, so a bad one is named."""
+        for i, t in enumerate(tools.tools):
+            if t in tools.offered:
+                check = partial(GrammarCompiler.json_schema, schema=t.parameters)
+                self.compile(f"tools[{i}].function.parameters", check)
+        return self.compile("tools", lambda g: g.lark(forced_call_lark(tools)))
 
     # -- one generation ------------------------------------------------------------------------
-    async def generate(self, request: Request, kind: str, ids: list[int], params: api.Params) -> Response:
+    async def generate(self, request: Request, kind: str, ids: list[int], params: api.Params,
+                       grammar: Grammar | None = None, tools: ToolRequest | None = None) -> Response:
         self.check_fits(ids)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
@@ -172,15 +278,12 @@ class Service:
 
         room = self.layout.context_len - len(ids)
         job = Job(api.new_id("chatcmpl" if kind == "chat" else "cmpl"), kind, ids,
-                  min(params.max_tokens or room, room), Sampler(params.temperature, 0, params.top_p, params.seed),
-                  emit, params.stops, params.top_logprobs)
-        try:
-            self.engine.submit(job)
-        except QueueFull as e:
-            raise api.ApiError(429, f"the server is busy: {e}", code="rate_limit_exceeded") from None
-        except ShuttingDown as e:
-            raise api.ApiError(503, str(e), code="server_shutting_down") from None
-        shaper = ChatShaper(self, job, params) if kind == "chat" else CompletionShaper(self, job, params)
+                  min(params.max_tokens or room, room), params.sampling, emit, params.stops, params.top_logprobs,
+                  n=params.n, grammar=grammar)
+        self.submit(job)
+        model_id, tok = self.settings.model_id, self.text.tokenizer
+        shaper = ChatShaper(model_id, tok, job, params, tools) if kind == "chat" \
+            else CompletionShaper(model_id, tok, job, params)
         if params.stream:
             return StreamingResponse(self._stream(job, events, shaper), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -234,122 +337,6 @@ def _sse(obj: dict[str, Any]) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-class Shaper:
-    """Turns a job's events into one endpoint's JSON, streamed or whole."""
-    object_name = ""
-
-    def __init__(self, service: Service, job: Job, params: api.Params):
-        self.service, self.job, self.params = service, job, params
-        self.created = api.now()
-        self.texts: list[str] = []
-        self.logprobs: list[Any] = []
-
-    def envelope(self, choices: list[dict[str, Any]], obj: str | None = None) -> dict[str, Any]:
-        return {"id": self.job.request_id, "object": obj or self.object_name, "created": self.created,
-                "model": self.service.settings.model_id, "system_fingerprint": "qnnrt", "choices": choices}
-
-    def token_texts(self, ev: TextEvent) -> tuple[str, list[tuple[str, float]]]:
-        assert ev.logprob is not None
-        tok = self.service.text.tokenizer
-        top = ev.logprob.top
-        texts = tok.token_texts([ev.logprob.token] + [i for i, _ in top])
-        return texts[0], [(t, lp) for t, (_, lp) in zip(texts[1:], top)]
-
-    def collect(self, ev: Event) -> None:
-        if isinstance(ev, TextEvent):
-            self.texts.append(ev.text)
-            if ev.logprob is not None:
-                self.logprobs.append(self.logprob_item(ev))
-
-    def usage(self, ev: DoneEvent) -> dict[str, Any]:
-        return api.usage(ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens)
-
-    def stream_start(self) -> list[dict[str, Any]]:
-        return []
-
-    def logprob_item(self, ev: TextEvent) -> Any:
-        raise NotImplementedError
-
-    def stream_event(self, ev: Event) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def body(self, ev: DoneEvent) -> dict[str, Any]:
-        raise NotImplementedError
-
-
-class ChatShaper(Shaper):
-    object_name = "chat.completion.chunk"
-
-    def logprob_item(self, ev: TextEvent) -> Any:
-        assert ev.logprob is not None
-        text, top = self.token_texts(ev)
-        return api.chat_logprob_entry(text, ev.logprob.logprob, top)
-
-    def _lp(self, items: list[Any]) -> dict[str, Any] | None:
-        return {"content": items, "refusal": None} if self.params.top_logprobs is not None else None
-
-    def stream_start(self) -> list[dict[str, Any]]:
-        return [self.envelope([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                "finish_reason": None}])]
-
-    def stream_event(self, ev: Event) -> list[dict[str, Any]]:
-        if isinstance(ev, TextEvent):
-            lp = [self.logprob_item(ev)] if ev.logprob is not None and self.params.top_logprobs is not None else []
-            if not ev.text and not lp:
-                return []
-            return [self.envelope([{"index": 0, "delta": {"content": ev.text}, "logprobs": self._lp(lp) if lp else None,
-                                    "finish_reason": None}])]
-        assert isinstance(ev, DoneEvent)
-        out = [self.envelope([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": ev.finish_reason}])]
-        if self.params.include_usage:
-            out.append(self.envelope([]) | {"usage": self.usage(ev)})
-        return out
-
-    def body(self, ev: DoneEvent) -> dict[str, Any]:
-        choice = {"index": 0, "message": {"role": "assistant", "content": "".join(self.texts), "refusal": None},
-                  "logprobs": self._lp(self.logprobs), "finish_reason": ev.finish_reason}
-        return self.envelope([choice], "chat.completion") | {"usage": self.usage(ev)}
-
-
-class CompletionShaper(Shaper):
-    object_name = "text_completion"
-
-    def __init__(self, service: Service, job: Job, params: api.Params):
-        super().__init__(service, job, params)
-        self.offset = 0
-
-    def logprob_item(self, ev: TextEvent) -> Any:
-        assert ev.logprob is not None
-        text, top = self.token_texts(ev)
-        item = (text, ev.logprob.logprob, dict(top), self.offset)
-        self.offset += len(ev.text)
-        return item
-
-    def _lp(self, items: list[Any]) -> dict[str, Any] | None:
-        if self.params.top_logprobs is None:
-            return None
-        return {"tokens": [i[0] for i in items], "token_logprobs": [i[1] for i in items],
-                "top_logprobs": [i[2] for i in items], "text_offset": [i[3] for i in items]}
-
-    def stream_event(self, ev: Event) -> list[dict[str, Any]]:
-        if isinstance(ev, TextEvent):
-            lp = [self.logprob_item(ev)] if ev.logprob is not None and self.params.top_logprobs is not None else []
-            if not ev.text and not lp:
-                return []
-            return [self.envelope([{"index": 0, "text": ev.text, "logprobs": self._lp(lp) if lp else None,
-                                    "finish_reason": None}])]
-        assert isinstance(ev, DoneEvent)
-        out = [self.envelope([{"index": 0, "text": "", "logprobs": None, "finish_reason": ev.finish_reason}])]
-        if self.params.include_usage:
-            out.append(self.envelope([]) | {"usage": self.usage(ev)})
-        return out
-
-    def body(self, ev: DoneEvent) -> dict[str, Any]:
-        choice = {"index": 0, "text": "".join(self.texts), "logprobs": self._lp(self.logprobs),
-                  "finish_reason": ev.finish_reason}
-        return self.envelope([choice]) | {"usage": self.usage(ev)}
-
-
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -385,6 +372,7 @@ def create_app(service: Service) -> Starlette:
               Route("/v1/models/{name:path}", g(service.model), methods=["GET"]),
               Route("/v1/chat/completions", g(service.chat), methods=["POST"]),
               Route("/v1/completions", g(service.completions), methods=["POST"]),
+              Route("/v1/embeddings", g(service.embeddings), methods=["POST"]),
               Route("/health", g(service.health, public=True), methods=["GET"]),
               Route("/metrics", g(service.metrics), methods=["GET"])]
     return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})

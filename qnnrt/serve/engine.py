@@ -13,11 +13,13 @@ from typing import Any, Callable
 import numpy as np
 
 from qnnrt.errors import QnnrtError
+from qnnrt.llm.embedding import EmbeddingModel
 from qnnrt.llm.errors import ContextLengthError
-from qnnrt.llm.sampling import Sampler, log_softmax
+from qnnrt.llm.grammar import Grammar
+from qnnrt.llm.sampling import Sampler, SamplingOptions, log_softmax
 from qnnrt.llm.session import CachedGenerator
 from qnnrt.llm.text import TextModel
-from qnnrt.llm.textgen import generate_text
+from qnnrt.llm.textgen import TextGeneration, generate_text
 
 log = logging.getLogger("qnnrt.serve")
 
@@ -34,11 +36,20 @@ class TextEvent:
     text: str                          # may be "" (a token whose text is held back or cut)
     token: int | None = None           # None: text released at the end, not a new token
     logprob: TokenLogprob | None = None
+    index: int = 0                     # the choice
+
+
+@dataclass(frozen=True)
+class ChoiceEvent:
+    """A choice ended."""
+    index: int
+    finish_reason: str                 # "stop" | "length"
+    completion_tokens: int
 
 
 @dataclass(frozen=True)
 class DoneEvent:
-    finish_reason: str                 # "stop" | "length"
+    """Every choice ended: the request's usage (the prompt counted once, as OpenAI does)."""
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
@@ -51,7 +62,13 @@ class ErrorEvent:
     code: str
 
 
-Event = TextEvent | DoneEvent | ErrorEvent
+@dataclass(frozen=True)
+class EmbeddingsEvent:
+    vectors: list[np.ndarray]          # float32, one per input, in order
+    prompt_tokens: int
+
+
+Event = TextEvent | ChoiceEvent | DoneEvent | ErrorEvent | EmbeddingsEvent
 
 
 class QueueFull(QnnrtError):
@@ -64,17 +81,34 @@ class ShuttingDown(QnnrtError):
 
 @dataclass
 class Job:
-    """One request: prompt ids in, events out through ``emit`` (called on the engine thread)."""
+    """One request: prompt ids in, events out through ``emit`` (called on the engine thread). Its
+    ``n`` choices run one after another, each with a sampler (and grammar matcher) of its own."""
     request_id: str
     endpoint: str
     prompt: list[int]
     max_tokens: int
-    sampler: Sampler
+    sampling: SamplingOptions
     emit: Callable[[Event], None]
     stops: list[str] = field(default_factory=list)
     top_logprobs: int | None = None    # None: no logprobs; k >= 0: the chosen token's and k best
+    n: int = 1
+    grammar: Grammar | None = None     # every token masked to it
     cancelled: threading.Event = field(default_factory=threading.Event)
     submitted: float = field(default_factory=time.perf_counter)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+@dataclass
+class EmbedJob:
+    """Texts to embed, one run each, on the engine thread (the programs share it)."""
+    request_id: str
+    texts: list[str]
+    emit: Callable[[Event], None]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    submitted: float = field(default_factory=time.perf_counter)
+    endpoint: str = "embeddings"
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -83,7 +117,7 @@ class Job:
 class LogprobSampler:
     """Wraps a sampler: remembers the log-probabilities of the logits it was last called with."""
 
-    def __init__(self, sampler: Sampler, top: int):
+    def __init__(self, sampler: Callable[[np.ndarray], int], top: int):
         self.sampler, self.top = sampler, top
         self._last: np.ndarray | None = None
 
@@ -103,19 +137,22 @@ class Engine:
     jobs in order, the figures per request and in total."""
 
     def __init__(self, generator: CachedGenerator, text: TextModel, *, max_queue: int = 16,
-                 reuse_kv: bool = True, pd_in_use: Callable[[], int | None] = lambda: None):
+                 reuse_kv: bool = True, pd_in_use: Callable[[], int | None] = lambda: None,
+                 embedder: EmbeddingModel | None = None):
         self.generator, self.text, self.max_queue, self.reuse_kv = generator, text, max_queue, reuse_kv
+        self.embedder = embedder
         self._pd_in_use = pd_in_use
-        self._waiting: deque[Job] = deque()
+        self._waiting: deque[Job | EmbedJob] = deque()
         self._cond = threading.Condition()
-        self._running: Job | None = None
+        self._running: Job | EmbedJob | None = None
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="qnnrt-serve-engine", daemon=True)
         self.records: list[dict[str, Any]] = []
         self.totals: dict[str, float] = {"requests": 0, "completed": 0, "cancelled": 0, "failed": 0,
                                          "rejected_queue_full": 0, "prompt_tokens": 0, "cached_tokens": 0,
                                          "completion_tokens": 0, "generated_tokens": 0, "ttft_s_sum": 0.0,
-                                         "decode_s_sum": 0.0, "decode_tokens": 0}
+                                         "decode_s_sum": 0.0, "decode_tokens": 0,
+                                         "embedded_inputs": 0}
         self.pd_bytes: int | None = None
 
     # -- the HTTP side ---------------------------------------------------------------------------
@@ -123,7 +160,7 @@ class Engine:
         self._thread.start()
         self.pd_bytes = self._pd_in_use()
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job | EmbedJob) -> None:
         with self._cond:
             if self._stopping:
                 raise ShuttingDown("the server is shutting down")
@@ -174,6 +211,8 @@ class Engine:
                 if job.cancelled.is_set():
                     self.totals["cancelled"] += 1
                     self._record(job, "cancelled before it started", {})
+                elif isinstance(job, EmbedJob):
+                    self._embed(job)
                 else:
                     self._run(job)
             finally:
@@ -181,17 +220,13 @@ class Engine:
                     self._running = None
 
     def _run(self, job: Job) -> None:
-        lp = LogprobSampler(job.sampler, job.top_logprobs) if job.top_logprobs is not None else None
-
-        def on_text(chunk: str, token: int | None) -> None:
-            self.totals["generated_tokens"] += token is not None
-            job.emit(TextEvent(chunk, token, lp.of(token) if lp is not None and token is not None else None))
-
         started = time.perf_counter()
+        gens: list[TextGeneration] = []
         try:
-            g = generate_text(self.generator, self.text, job.prompt, job.max_tokens, sampler=lp or job.sampler,
-                              stops=job.stops, on_text=on_text, cancelled=job.cancelled.is_set,
-                              reuse=self.reuse_kv)
+            for index in range(job.n):
+                gens.append(self._choice(job, index))
+                if gens[-1].finish_reason == "cancelled":
+                    break
         except ContextLengthError as e:
             self._fail(job, 400, str(e), "context_length_exceeded")
             return
@@ -204,10 +239,13 @@ class Engine:
             return
         finally:
             self.pd_bytes = self._pd_in_use()
-        res = g.result
-        figures = res.report() | {"prompt_tokens": len(job.prompt), "cached_tokens": g.reused,
-                                  "prefilled_tokens": len(res.prompt_tokens), "queue_wait_s": started - job.submitted}
-        if g.finish_reason == "cancelled":
+        first = gens[0]
+        completion = sum(len(g.result.tokens) for g in gens)
+        figures = first.result.report() | {"prompt_tokens": len(job.prompt), "cached_tokens": first.reused,
+                                           "prefilled_tokens": len(first.result.prompt_tokens),
+                                           "queue_wait_s": started - job.submitted, "choices": len(gens),
+                                           "completion_tokens": completion}
+        if gens[-1].finish_reason == "cancelled":
             self.totals["cancelled"] += 1
             self._record(job, "cancelled", figures)
             why = "the server is shutting down" if self._stopping else "the request was cancelled"
@@ -216,18 +254,57 @@ class Engine:
         t = self.totals
         t["completed"] += 1
         t["prompt_tokens"] += len(job.prompt)
-        t["cached_tokens"] += g.reused
-        t["completion_tokens"] += len(res.tokens)
-        t["ttft_s_sum"] += res.ttft_s
-        t["decode_s_sum"] += sum(res.decode_s)
-        t["decode_tokens"] += len(res.decode_s)
-        self._record(job, g.finish_reason, figures)
-        job.emit(DoneEvent(g.finish_reason, len(job.prompt), len(res.tokens), g.reused))
+        t["cached_tokens"] += first.reused
+        t["completion_tokens"] += completion
+        t["ttft_s_sum"] += first.result.ttft_s
+        t["decode_s_sum"] += sum(sum(g.result.decode_s) for g in gens)
+        t["decode_tokens"] += sum(len(g.result.decode_s) for g in gens)
+        self._record(job, ",".join(g.finish_reason for g in gens), figures)
+        job.emit(DoneEvent(len(job.prompt), completion, first.reused))
 
-    def _fail(self, job: Job, status: int, message: str, code: str) -> None:
+    def _choice(self, job: Job, index: int) -> TextGeneration:
+        """One choice, its events emitted as it goes; the later ones reuse the prompt's KV entries."""
+        constraint = job.grammar.matcher() if job.grammar is not None else None
+        sampler = Sampler(job.sampling.for_choice(index), constraint)
+        lp = LogprobSampler(sampler, job.top_logprobs) if job.top_logprobs is not None else None
+
+        def on_text(chunk: str, token: int | None) -> None:
+            self.totals["generated_tokens"] += token is not None
+            job.emit(TextEvent(chunk, token, lp.of(token) if lp is not None and token is not None else None, index))
+
+        g = generate_text(self.generator, self.text, job.prompt, job.max_tokens, sampler=lp or sampler,
+                          stops=job.stops, on_text=on_text, cancelled=job.cancelled.is_set,
+                          reuse=self.reuse_kv or index > 0)
+        if g.finish_reason != "cancelled":
+            job.emit(ChoiceEvent(index, g.finish_reason, len(g.result.tokens)))
+        return g
+
+    def _embed(self, job: EmbedJob) -> None:
+        assert self.embedder is not None
+        started = time.perf_counter()
+        try:
+            done = self.embedder.embed_all(job.texts)
+        except QnnrtError as e:
+            self._fail(job, 500, f"embedding failed: {e}", "embedding_failed")
+            return
+        except Exception as e:
+            log.exception("request %s failed", job.request_id)
+            self._fail(job, 500, f"internal error ({type(e).__name__})", "internal_error")
+            return
+        finally:
+            self.pd_bytes = self._pd_in_use()
+        tokens = sum(e.tokens for e in done)
+        self.totals["completed"] += 1
+        self.totals["embedded_inputs"] += len(done)
+        self.totals["prompt_tokens"] += tokens
+        self._record(job, "stop", {"inputs": len(done), "prompt_tokens": tokens,
+                                   "embed_s": time.perf_counter() - started, "queue_wait_s": started - job.submitted})
+        job.emit(EmbeddingsEvent([e.vector for e in done], tokens))
+
+    def _fail(self, job: Job | EmbedJob, status: int, message: str, code: str) -> None:
         self.totals["failed"] += 1
         self._record(job, "error", {"error": message})
         job.emit(ErrorEvent(status, message, code))
 
-    def _record(self, job: Job, finish: str, figures: dict[str, Any]) -> None:
+    def _record(self, job: Job | EmbedJob, finish: str, figures: dict[str, Any]) -> None:
         self.records.append({"id": job.request_id, "endpoint": job.endpoint, "finish_reason": finish} | figures)

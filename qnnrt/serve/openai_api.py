@@ -2,11 +2,14 @@
 official client expects them. Plain data: no HTTP, no model."""
 from __future__ import annotations
 
+import json
 import math
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
+
+from qnnrt.llm.sampling import SamplingOptions
 
 MAX_STOPS = 4
 MAX_TOP_LOGPROBS = 20          # chat; completions allow 5
@@ -77,56 +80,102 @@ def _unsupported(name: str, what: str) -> ApiError:
     return ApiError(400, f"{name}: {what} is not supported by this server", param=name, code="unsupported_parameter")
 
 
+MAX_CHOICES = 16
+MAX_LOGIT_BIAS = 300           # entries, as OpenAI allows
+
+
+@dataclass(frozen=True)
+class ResponseFormat:
+    """What the output must be: "text" (free), "json_object" (any JSON object) or "json_schema"."""
+    type: str = "text"
+    schema: dict[str, Any] | None = None
+    name: str | None = None
+
+
 @dataclass(frozen=True)
 class Params:
     """Sampling and output options shared by both endpoints."""
     max_tokens: int | None
-    temperature: float
-    top_p: float
-    seed: int | None
+    sampling: SamplingOptions
+    n: int
     stops: list[str]
     top_logprobs: int | None       # None: no logprobs
     stream: bool
     include_usage: bool
+    response_format: ResponseFormat
 
 
-def parse_params(body: dict, *, chat: bool) -> Params:
-    n = _int(body, "n", 1)
-    if n is not None and n != 1:
-        raise _unsupported("n", f"n={n} (one choice per request)")
+def parse_params(body: dict, *, chat: bool, vocab_size: int) -> Params:
+    n = _int(body, "n", 1, MAX_CHOICES) or 1
     best_of = _int(body, "best_of", 1)
-    if best_of is not None and best_of != 1:
-        raise _unsupported("best_of", f"best_of={best_of}")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if _number(body, name, 0.0, -2.0, 2.0) != 0.0:
-            raise _unsupported(name, "a non-zero penalty")
-    bias = body.get("logit_bias")
-    if bias is not None and not isinstance(bias, dict):
-        raise _bad("logit_bias", "expected an object", "invalid_type")
-    if bias:
-        raise _unsupported("logit_bias", "a logit bias")
-    if body.get("tools") or body.get("functions"):
-        raise _unsupported("tools", "tool calling")
-    rf = body.get("response_format")
-    if rf is not None and (not isinstance(rf, dict) or rf.get("type") != "text"):
-        raise _unsupported("response_format", f"response_format {rf!r} (only type text)")
+    if best_of is not None and best_of != n:
+        raise _unsupported("best_of", f"best_of={best_of} other than n")
     max_tokens = _int(body, "max_completion_tokens", 1)
     if max_tokens is None:
         max_tokens = _int(body, "max_tokens", 1)
     if max_tokens is None and not chat:
         max_tokens = 16                       # the completions API's default
-    seed = _int(body, "seed", -(1 << 63), (1 << 63) - 1)
     stream = _bool(body, "stream")
     so = body.get("stream_options")
     if so is not None and (not isinstance(so, dict) or not isinstance(so.get("include_usage", False), bool)):
         raise _bad("stream_options", "expected {\"include_usage\": true|false}", "invalid_type")
     if so is not None and not stream:
         raise _bad("stream_options", "only allowed with stream: true")
-    return Params(max_tokens=max_tokens, temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
-                  top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
-                  seed=None if seed is None else seed % (1 << 64), stops=_stops(body),
+    return Params(max_tokens=max_tokens, sampling=_sampling(body, vocab_size), n=n, stops=_stops(body),
                   top_logprobs=_logprobs(body, chat), stream=stream,
-                  include_usage=bool(so and so.get("include_usage")))
+                  include_usage=bool(so and so.get("include_usage")),
+                  response_format=_response_format(body))
+
+
+def _sampling(body: dict, vocab_size: int) -> SamplingOptions:
+    """OpenAI's knobs, and llama-server's top_k, min_p and repetition_penalty."""
+    seed = _int(body, "seed", -(1 << 63), (1 << 63) - 1)
+    return SamplingOptions(
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_k=_int(body, "top_k", 0, vocab_size) or 0,
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
+        seed=None if seed is None else seed % (1 << 64),
+        min_p=_number(body, "min_p", 0.0, 0.0, 1.0),
+        presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        repetition_penalty=_number(body, "repetition_penalty", 1.0, 0.0, 10.0, lo_open=True),
+        logit_bias=_logit_bias(body, vocab_size))
+
+
+def _logit_bias(body: dict, vocab_size: int) -> dict[int, float]:
+    """{"token id": bias in [-100, 100]}: the id a decimal string, as JSON keys are."""
+    bias = body.get("logit_bias")
+    if bias is None:
+        return {}
+    if not isinstance(bias, dict):
+        raise _bad("logit_bias", "expected an object of token id -> bias", "invalid_type")
+    if len(bias) > MAX_LOGIT_BIAS:
+        raise _bad("logit_bias", f"{len(bias)} entries, at most {MAX_LOGIT_BIAS}")
+    out: dict[int, float] = {}
+    for key, value in bias.items():
+        if not (isinstance(key, str) and key.isdigit() and int(key) < vocab_size):
+            raise _bad("logit_bias", f"key {key!r} is not a token id of this model (0..{vocab_size - 1})")
+        where = f"logit_bias[{key}]"
+        out[int(key)] = _number({where: value}, where, 0.0, -100.0, 100.0)
+    return out
+
+
+def _response_format(body: dict) -> ResponseFormat:
+    rf = body.get("response_format")
+    if rf is None:
+        return ResponseFormat()
+    if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
+        raise _bad("response_format", 'expected {"type": "text" | "json_object" | "json_schema", ...}')
+    if rf["type"] != "json_schema":
+        return ResponseFormat(rf["type"])
+    js = rf.get("json_schema")
+    if not isinstance(js, dict) or not isinstance(js.get("name"), str):
+        raise _bad("response_format.json_schema", 'expected {"name": ..., "schema": {...}, "strict": true}',
+                   "invalid_type")
+    schema = js.get("schema", {"type": "object"})
+    if not isinstance(schema, dict):
+        raise _bad("response_format.json_schema.schema", "expected a JSON schema (an object)", "invalid_type")
+    return ResponseFormat("json_schema", schema, js["name"])
 
 
 def _stops(body: dict) -> list[str]:
@@ -151,8 +200,10 @@ def _logprobs(body: dict, chat: bool) -> int | None:
     return _int(body, "logprobs", 0, 5)
 
 
-def chat_messages(body: dict) -> list[dict[str, str]]:
-    """Messages as the chat template reads them: role and text content ("developer" is "system")."""
+def chat_messages(body: dict) -> list[dict[str, Any]]:
+    """Messages as a chat template reads them (transformers' shape): role and text content
+    ("developer" is "system"); an assistant's tool_calls with their arguments parsed; a tool
+    message's tool_call_id."""
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise _bad("messages", "expected a non-empty list of messages", "invalid_type")
@@ -164,10 +215,42 @@ def chat_messages(body: dict) -> list[dict[str, str]]:
         role = m.get("role")
         if role not in ROLES:
             raise _bad(f"{where}.role", f"{role!r} is not one of {sorted(ROLES)}")
-        if m.get("tool_calls"):
-            raise _unsupported(f"{where}.tool_calls", "tool calls")
-        out.append({"role": "system" if role == "developer" else role,
-                    "content": _content(m.get("content"), f"{where}.content")})
+        calls = m.get("tool_calls")
+        content = m.get("content")
+        msg: dict[str, Any] = {"role": "system" if role == "developer" else role,
+                               "content": "" if content is None and (calls or role == "assistant")
+                               else _content(content, f"{where}.content")}
+        if calls:
+            if role != "assistant":
+                raise _bad(f"{where}.tool_calls", "only an assistant message has tool calls")
+            msg["tool_calls"] = _message_tool_calls(calls, f"{where}.tool_calls")
+        if role == "tool":
+            call_id = m.get("tool_call_id")
+            if not isinstance(call_id, str):
+                raise _bad(f"{where}.tool_call_id", "a tool message needs the id of the call it answers",
+                           "invalid_type")
+            msg["tool_call_id"] = call_id
+        out.append(msg)
+    return out
+
+
+def _message_tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    """An assistant's calls as transformers passes them to a template: arguments as a dict (the API
+    sends a JSON string)."""
+    if not isinstance(calls, list):
+        raise _bad(where, "expected a list of tool calls", "invalid_type")
+    out = []
+    for j, c in enumerate(calls):
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise _bad(f"{where}[{j}]", 'expected {"id": ..., "type": "function", "function": {"name": ..., '
+                                        '"arguments": "..."}}', "invalid_type")
+        args = fn.get("arguments", "{}")
+        try:
+            parsed = json.loads(args) if isinstance(args, str) else args
+        except ValueError:
+            raise _bad(f"{where}[{j}].function.arguments", "not valid JSON") from None
+        out.append({"id": c.get("id"), "type": "function", "function": {"name": fn["name"], "arguments": parsed}})
     return out
 
 
@@ -203,6 +286,9 @@ def completion_prompt(body: dict, vocab_size: int) -> str | list[int]:
 
 
 def check_completion_only(body: dict) -> None:
+    for name in ("tools", "tool_choice"):
+        if body.get(name) is not None:
+            raise _unsupported(name, "tool calling on /v1/completions (use /v1/chat/completions)")
     if _bool(body, "echo"):
         raise _unsupported("echo", "echo")
     if body.get("suffix") is not None:
@@ -232,3 +318,47 @@ def model_card(model_id: str, created: int) -> dict[str, Any]:
 def chat_logprob_entry(token_text: str, logprob: float, top: list[tuple[str, float]]) -> dict[str, Any]:
     return {"token": token_text, "logprob": logprob, "bytes": list(token_text.encode("utf-8")),
             "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode("utf-8"))} for t, lp in top]}
+
+
+# -- embeddings -------------------------------------------------------------------------------------
+MAX_EMBEDDING_INPUTS = 2048    # as OpenAI allows
+
+
+@dataclass(frozen=True)
+class EmbeddingsRequest:
+    texts: list[str]
+    base64: bool
+
+
+def embeddings_request(body: dict, dim: int) -> EmbeddingsRequest:
+    """`input`: a string or a list of strings; `encoding_format`: float or base64; `dimensions`
+    only the model's own."""
+    inp = body.get("input")
+    texts = [inp] if isinstance(inp, str) else inp
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        if isinstance(texts, list) and texts and all(isinstance(t, (int, list)) for t in texts):
+            raise _unsupported("input", "token ids (send text)")
+        raise _bad("input", "expected a string or a non-empty list of strings", "invalid_type")
+    if len(texts) > MAX_EMBEDDING_INPUTS:
+        raise _bad("input", f"{len(texts)} inputs, at most {MAX_EMBEDDING_INPUTS}")
+    fmt = body.get("encoding_format", "float")
+    if fmt not in ("float", "base64"):
+        raise _bad("encoding_format", f"{fmt!r} is not float or base64")
+    dims = _int(body, "dimensions", 1)
+    if dims is not None and dims != dim:
+        raise _unsupported("dimensions", f"dimensions={dims} (this model gives {dim})")
+    return EmbeddingsRequest([_text(t, f"input[{i}]") for i, t in enumerate(texts)], fmt == "base64")
+
+
+def embeddings_body(model_id: str, vectors: list[Any], prompt_tokens: int, base64: bool) -> dict[str, Any]:
+    """float: the float32 values as JSON numbers (exact); base64: their little-endian bytes."""
+    import base64 as b64
+
+    import numpy as np
+    data = []
+    for i, v in enumerate(vectors):
+        a = np.asarray(v, dtype="<f4")
+        data.append({"object": "embedding", "index": i,
+                     "embedding": b64.b64encode(a.tobytes()).decode("ascii") if base64 else a.tolist()})
+    return {"object": "list", "data": data, "model": model_id,
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}

@@ -62,10 +62,16 @@ def listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound here so that a taken port or a bad address is a clear error."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        return socket.create_server((host, port), family=family, backlog=128)
+        sock = socket.create_server((host, port), family=family, backlog=128)
     except (OSError, OverflowError) as e:
         raise QnnrtError(f"cannot listen on {host}:{port}: {e.strerror if isinstance(e, OSError) else e} "
                          f"(choose another --port, or --host)") from None
+    # asyncio sets TCP_NODELAY only on sockets it made itself (proto IPPROTO_TCP); accepted
+    # connections inherit it from the listener, so small responses are not held back by Nagle's
+    # algorithm against the client's delayed ACK
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def run_server(app: Any, engine: Engine, sock: socket.socket, *, log_level: str, stop_signals: list[int],

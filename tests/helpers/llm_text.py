@@ -12,6 +12,14 @@ VOCAB = 512
 SPECIALS = ["<unk>", "<s>", "</s>"]          # ids 0, 1, 2: the fixture's get_bos_id 1, get_eos_id 2
 CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{{ eos_token }}\n"
                  "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
+# a template that renders tools as transformers passes them (names only: the fixture's context is
+# short) and an assistant's earlier calls
+TOOLS_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% if tools %}tools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}\n{% endif %}"
+    "{% for m in messages %}{{ m['role'] }}: {% if m['tool_calls'] %}{% for c in m['tool_calls'] %}<tool_call>"
+    "{{ {'name': c['function']['name'], 'arguments': c['function']['arguments']} | tojson }}</tool_call>"
+    "{% endfor %}{% else %}{{ m['content'] }}{% endif %}{{ eos_token }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}")
 CORPUS = [
     "Once upon a time there was a little cat who liked to play in the garden with a red ball.",
     "The dog ran to the park, and the children laughed when it jumped over the small fence.",
@@ -30,7 +38,7 @@ def _corpus() -> list[str]:
     return CORPUS * 10 + [" ".join(rng.choice(words + made) for _ in range(12)) for _ in range(600)]
 
 
-def write_tokenizer_folder(folder: Path) -> Path:
+def write_tokenizer_folder(folder: Path, chat_template: str = CHAT_TEMPLATE) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -43,7 +51,7 @@ def write_tokenizer_folder(folder: Path) -> Path:
     tok.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps(
         {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}))
-    (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    (folder / "chat_template.jinja").write_text(chat_template)
     return folder
 
 
@@ -52,3 +60,10 @@ def text_folder(tmp_path_factory) -> Path:
     """The fixture's tokenizer folder, trained once per session."""
     pytest.importorskip("tokenizers", reason="needs `tokenizers` (pip install -e '.[test]')")
     return write_tokenizer_folder(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def tools_text_folder(tmp_path_factory) -> Path:
+    """The same tokenizer with a chat template that renders tools."""
+    pytest.importorskip("tokenizers", reason="needs `tokenizers` (pip install -e '.[test]')")
+    return write_tokenizer_folder(tmp_path_factory.mktemp("tokenizer_tools"), TOOLS_CHAT_TEMPLATE)

@@ -1,0 +1,120 @@
+"""The sampler's knobs as their formulas say (logit bias, repetition / frequency / presence
+penalties, min-p, seeds), and constrained decoding with llguidance: random logits masked to a JSON
+schema always give JSON that validates."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from qnnrt.llm.sampling import Sampler, SamplingOptions, apply_logit_bias, apply_penalties
+from tests.helpers.llm_text import text_folder  # noqa: F401
+
+
+def test_logit_bias_adds_to_the_named_tokens():
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    apply_logit_bias(x, {0: 10.0, 3: -100.0})
+    assert x.tolist() == [11.0, 2.0, 3.0, -96.0]
+
+
+def test_penalties_follow_their_formulas():
+    x = np.array([2.0, -2.0, 1.0, 5.0])
+    apply_penalties(x, {0: 3, 1: 1}, repetition=2.0, frequency=0.5, presence=0.25)
+    # repetition (CTRL): positive / 2, negative * 2; then - count * frequency - presence
+    assert x.tolist() == [2.0 / 2 - 3 * 0.5 - 0.25, -2.0 * 2 - 1 * 0.5 - 0.25, 1.0, 5.0]
+
+
+def test_sampler_counts_what_it_chose_for_the_penalties():
+    s = Sampler(SamplingOptions(frequency_penalty=2.0))
+    logits = np.array([0.0, 3.0, 2.5])
+    assert [s(logits) for _ in range(3)] == [1, 2, 1]   # 3; then 2.5 > 3-2; then 3-2 > 2.5-2 > 0
+    assert s.counts == {1: 2, 2: 1}
+
+
+def test_greedy_with_a_bias_picks_the_biased_token():
+    s = Sampler(SamplingOptions(logit_bias={0: 100.0}))
+    assert s(np.array([0.0, 50.0, 60.0])) == 0
+
+
+def test_min_p_keeps_only_tokens_near_the_best():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    seen = {Sampler(SamplingOptions(temperature=1.0, min_p=0.5, seed=i))(logits) for i in range(200)}
+    assert seen == {0, 1}                         # 0.15 and 0.05 are below half of 0.5
+    seen = {Sampler(SamplingOptions(temperature=1.0, seed=i))(logits) for i in range(200)}
+    assert seen == {0, 1, 2, 3}
+
+
+def test_a_seed_is_reproducible_and_each_choice_has_its_own():
+    rng = np.random.default_rng(0)
+    rows = [rng.normal(size=64) for _ in range(20)]
+    o = SamplingOptions(temperature=1.0, seed=7)
+
+    def run(opts: SamplingOptions) -> list[int]:
+        s = Sampler(opts)
+        return [s(r) for r in rows]
+
+    assert run(o) == run(o)
+    assert o.for_choice(0) == o
+    assert o.for_choice(1) == o.for_choice(1) and o.for_choice(1).seed != o.seed
+    assert run(o.for_choice(1)) != run(o)
+    assert SamplingOptions(seed=None).for_choice(3).seed is None
+
+
+@pytest.mark.parametrize("bad", [dict(min_p=1.5), dict(repetition_penalty=0.0), dict(top_p=0.0),
+                                 dict(temperature=-1.0)])
+def test_options_out_of_range_are_refused(bad):
+    with pytest.raises(ValueError):
+        SamplingOptions(**bad)
+
+
+# -- constrained decoding -------------------------------------------------------------------------
+SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
+                                      "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+     "required": ["name", "age"], "additionalProperties": False},
+    {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]},
+                                      "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3}},
+     "required": ["color", "tags"], "additionalProperties": False},
+    {"type": "object", "properties": {"point": {"type": "object", "properties": {
+        "x": {"type": "number"}, "y": {"type": "integer"}}, "required": ["x", "y"], "additionalProperties": False},
+        "ok": {"type": "boolean"}}, "required": ["point"], "additionalProperties": False},
+]
+
+
+@pytest.fixture(scope="module")
+def grammars(text_folder):  # noqa: F811
+    pytest.importorskip("llguidance", reason="structured output needs llguidance (pip install -e '.[serve]')")
+    from qnnrt.llm.grammar import GrammarCompiler
+    from qnnrt.llm.text import TextTokenizer
+    tok = TextTokenizer.from_path(text_folder)
+    return tok, GrammarCompiler(tok, 512, [2])
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=["flat", "enum-array", "nested"])
+def test_random_logits_under_a_schema_always_validate(grammars, schema):
+    jsonschema = pytest.importorskip("jsonschema")
+    tok, compiler = grammars
+    grammar = compiler.json_schema(schema)
+    rng = np.random.default_rng(0)
+    for seed in range(4):
+        s = Sampler(SamplingOptions(temperature=1.0, seed=seed), grammar.matcher())
+        out: list[int] = []
+        while len(out) < 400:
+            t = s(rng.normal(size=512) * 3)
+            if t == 2:
+                break
+            out.append(t)
+        assert len(out) < 400, "the grammar never let the end of sequence through"
+        jsonschema.validate(json.loads(tok.decode(out)), schema)
+
+
+def test_a_schema_the_library_cannot_compile_names_the_part(grammars):
+    from qnnrt.llm.errors import GrammarError
+    _, compiler = grammars
+    bad = {"type": "object", "properties": {"a": {"type": "object", "properties": {
+        "b": {"type": "string", "pattern": "(?<=x)y"}}}}}
+    with pytest.raises(GrammarError, match=r"(?s)^at /properties/a/properties/b: .*look-around"):
+        compiler.json_schema(bad)
+    with pytest.raises(GrammarError, match=r"^at /: .*Invalid type"):
+        compiler.json_schema({"type": "wrong"})
