@@ -288,7 +288,7 @@ def run(args) -> int:
         def status() -> str:
             pool = prog.pool.summary()
             return (f"iteration {min(state['it'] + 1, total)}/{total} ({state['it']} done), graph "
-                    f"call {prog.graph_calls_now() - state['calls0']}/{calls} of it, contexts created "
+                    f"call {prog.graph_calls - state['calls0']}/{calls} of it, contexts created "
                     f"{pool['creates']} (of {pool['contexts_total']})")
         with _heartbeat(quiet or tty, "qnnrt run", status):
             for it in range(total):

@@ -565,7 +565,7 @@ class InterpretedPlan:
                    arrays: list[np.ndarray]) -> list[np.ndarray]:
         g = self.by_step[id(step)]
         values: list = list(arrays) + [None] * len(step.outputs)
-        self.program.graph_calls += 1  # as they happen: progress lines read it
+        self.program.local_graph_calls += 1  # as they happen: progress lines read it
         if self._all_live:
             try:
                 self._accelerator += g.run(values)

@@ -38,8 +38,8 @@ class Hosts(Protocol):
     def segment_step(self, segment: Segment, template: list, program: Any) -> SegmentStep:
         """The step that has `segment.host` run `segment` on one request."""
 
-    def graph_calls_in_flight(self) -> int:
-        """Graph calls made so far by segment runs still in progress on other hosts."""
+    def graph_calls_elsewhere(self) -> int:
+        """Graph calls the other hosts made in plan segments, so far."""
 
 
 class Pool(ContextSource, RecoverablePool, Protocol):
@@ -73,7 +73,7 @@ class ThisProcess:
             return self.shared_memory.array(tuple(shape), dtype, "a planned buffer")
         return np.zeros(shape, dtype)
 
-    def graph_calls_in_flight(self) -> int:
+    def graph_calls_elsewhere(self) -> int:
         return 0
 
     def segment_step(self, segment: Segment, template: list, program: Any) -> SegmentStep:

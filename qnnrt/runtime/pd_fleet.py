@@ -160,8 +160,8 @@ class MultiPdPool:
         return RemoteSegment(segment, self._segments, template, program, worker, self.arena,
                              call_id_of, broken)
 
-    def graph_calls_in_flight(self) -> int:
-        return sum(w.status.segment_graph_calls for w in self.workers if w.running)
+    def graph_calls_elsewhere(self) -> int:
+        return sum(w.status.segment_graph_calls for w in self.workers)
 
     def remote_call(self, key: str, spec: GraphSpec) -> RemoteCall:
         c = RemoteCall(self, self._where[key], self._calls, key, spec)

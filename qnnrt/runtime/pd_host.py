@@ -41,7 +41,6 @@ class PdWorker:
         self.status, self.status_at = status, status_at
         self.calls = 0
         self.requests = 0        # run requests (graph calls, plan segments): round trips
-        self.running = False     # a plan segment runs there now (its graph calls are in flight)
         self.channel_s = 0.0     # round trips minus the worker's time in them
         self.execute_s = 0.0
         self.load_seconds: float | None = None

@@ -216,8 +216,8 @@ class StatusBlock:
             row[name] = v
 
     def at_step(self, k: int, graph_calls: int) -> None:
-        """The step a segment run is at (named if the worker dies there) and the graph calls it
-        made so far (progress lines count them)."""
+        """The step a segment run is at (named if the worker dies there) and the graph calls the
+        worker made in segments so far (progress lines count them)."""
         words = self._words
         words[_STEP_WORD] = k
         words[_CALLS_WORD] = graph_calls

@@ -136,13 +136,10 @@ class RemoteSegment(SegmentStep):
         graph step raised as _StepFailed."""
         w = self.worker
         t0 = time.perf_counter()
-        w.running = True
         try:
             frame = w.channel.segment(self.id, start)
         except (OSError, AttributeError):
             self.broken(self.where_stopped())
-        finally:
-            w.running = False
         rtt = time.perf_counter() - t0
         if frame[:1] != ch.DONE:
             raise self._failure(frame)
@@ -253,7 +250,7 @@ class WorkerSegment:
         accelerator = cpu = 0.0
         events: list[tuple[int, list[dict]]] = []
         status, owners = self.status, self.owners
-        calls = 0
+        calls = status.segment_graph_calls
         for k in range(start, len(self.steps)):
             step = self.steps[k]
             status.at_step(k, calls)
@@ -270,6 +267,7 @@ class WorkerSegment:
             calls += 1
             if owner.profile is not None:
                 events.append((k, owner.profile.events()))
+        status.at_step(len(self.steps), calls)
         tail = self._tail(values, events)
         return ch.done_frame(rid, accelerator, cpu, time.perf_counter() - t0, tail)
 

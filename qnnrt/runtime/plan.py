@@ -260,7 +260,7 @@ class StepPlan:
             program.pool.set_order(self.live.order)
         for step in self.steps:
             if isinstance(step, GraphStep):
-                program.graph_calls += 1  # as they happen: progress lines read it
+                program.local_graph_calls += 1  # as they happen: progress lines read it
                 if pooled:
                     accelerator += self.live.run_pooled(step, values)
                     continue
@@ -270,8 +270,7 @@ class StepPlan:
                     accelerator += self.live.recover(step, values, e)
             elif isinstance(step, SegmentStep):   # another host's steps, on one request
                 accelerator += step.run(values)
-                cpu += step.cpu_seconds
-                program.graph_calls += step.graph_calls
+                cpu += step.cpu_seconds   # its graph calls are counted there, as they happen
             else:
                 cpu += step.run(values)
         t = self.timing
@@ -382,7 +381,7 @@ class ReferencePlan:
     def _run_graph(self, step: QnnStep, position: int,
                    arrays: list[np.ndarray]) -> list[np.ndarray]:
         program = self.program
-        program.graph_calls += 1  # read by progress reporters on other threads
+        program.local_graph_calls += 1  # read by progress reporters on other threads
         ctx = program.pool.acquire(step.key, position)
         try:
             try:

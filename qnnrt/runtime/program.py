@@ -120,7 +120,7 @@ class Program:
         self._owned = list(owned or [])   # closed after the binaries (e.g. the mapped .pte file)
         self.iterations = 0
         self.pd_budget_cache: str | None = None
-        self.graph_calls = 0
+        self.local_graph_calls = 0   # made by this process (plans count them as they happen)
         self.vet_reports: list[VetReport] = []  # set by qnnrt.load: what was vetted
         self.timing = RunTiming()  # the last run: time inside graphExecute and in CPU ops
         self._plans: dict[tuple[str, bool], Plan] = {}
@@ -166,10 +166,12 @@ class Program:
         if self.profiling is not None:
             self.profiling.restart(Profile(self.backend, self.profile_level))
 
-    def graph_calls_now(self) -> int:
-        """Graph calls made so far, counting those of a plan segment still running in a PD
-        worker (for progress lines: a worker's part of an iteration can take minutes)."""
-        return self.graph_calls + self.hosts.graph_calls_in_flight()
+    @property
+    def graph_calls(self) -> int:
+        """Graph calls made so far, as they happen: this process's, and those PD workers made in
+        plan segments (each counts its own in its status block: a worker's part of an iteration
+        can take minutes, and a progress line must not stand still meanwhile)."""
+        return self.local_graph_calls + self.hosts.graph_calls_elsewhere()
 
     # -- what plans ask (runtime/hosts.py) ----------------------------------------------------
     def bound_call(self, key: str, spec: GraphSpec) -> PreparedCall:
