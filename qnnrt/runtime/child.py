@@ -19,6 +19,7 @@ import os
 import pickle
 import struct
 import subprocess
+import time
 from typing import Any
 
 from qnnrt.errors import QnnrtError
@@ -29,6 +30,9 @@ _U32 = struct.Struct("<I")
 _HEAD = struct.Struct("<cI")
 _MAX_READ = 1 << 16
 STOP_GRACE_S = 2.0               # a child asked to stop and still alive after this is killed
+SPIN_ENV = "QNNRT_SPIN_US"
+SPIN_CAP_US = 1000.0             # a wait that took longer than this blocks next time, no polling
+SPIN_SLACK_S = 20e-6
 
 
 def use_pipes() -> bool:
@@ -143,6 +147,37 @@ def parse_object(frame: bytes) -> Any:
         return pickle.loads(frame[_HEAD.size:])
     except Exception as e:  # noqa: BLE001 - any unpickling failure is a malformed frame
         raise ProtocolError(f"a malformed {frame[:1]!r} frame: {type(e).__name__}: {e}") from None
+
+
+# -- waiting ------------------------------------------------------------------------------------------
+def spin_cap_s() -> float:
+    """The longest a side polls before it blocks ($QNNRT_SPIN_US, default SPIN_CAP_US; 0: never)."""
+    try:
+        return max(0.0, float(os.environ.get(SPIN_ENV, SPIN_CAP_US))) * 1e-6
+    except ValueError:
+        return SPIN_CAP_US * 1e-6
+
+
+class SpinWait:
+    """Reading the next frame of a wait that is usually short: poll for about as long as the last
+    such wait took, then block. A process that blocked costs two scheduler wake-ups to get its
+    answer (bench/RESULTS.md: ~100-500 us on an idle VM, more than a short plan segment's whole
+    work), a poll a few microseconds; a wait longer than the cap (a real graph, a slow simulator)
+    blocks at once, so no core is burnt while the accelerator works."""
+
+    def __init__(self, cap_s: float | None = None) -> None:
+        self.cap_s = spin_cap_s() if cap_s is None else cap_s
+        self.last_s = 0.0
+
+    def recv(self, end: PipeEnd | ConnEnd) -> bytes:
+        t0 = time.perf_counter()
+        if self.last_s < self.cap_s:
+            deadline = t0 + min(self.cap_s, 1.5 * self.last_s + SPIN_SLACK_S)
+            while not end.ready(0.0) and time.perf_counter() < deadline:
+                pass
+        frame = end.recv()
+        self.last_s = time.perf_counter() - t0
+        return frame
 
 
 # -- spawning and stopping ---------------------------------------------------------------------------

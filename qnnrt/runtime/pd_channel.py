@@ -27,7 +27,8 @@ from numpy.typing import DTypeLike
 
 from qnnrt.core.tensor import address_of
 from qnnrt.runtime.child import (  # noqa: F401 - the channel's own vocabulary, used as ch.*
-    CONTROL, ERROR, REPLY, ConnEnd, PipeEnd, ProtocolError, frame_head, object_frame, parse_object)
+    CONTROL, ERROR, REPLY, ConnEnd, PipeEnd, ProtocolError, SpinWait, frame_head, object_frame,
+    parse_object)
 
 CALL, OK = b"X", b"K"
 SEGMENT, DONE = b"S", b"D"
@@ -118,19 +119,20 @@ class Channel:
         self._last_id = (self._last_id + 1) & 0xFFFFFFFF
         return self._last_id
 
-    def call(self, call_id: int) -> bytes:
-        """Run bound call `call_id`; its reply frame (b'' when the worker is gone)."""
+    def call(self, call_id: int, wait: SpinWait | None = None) -> bytes:
+        """Run bound call `call_id`; its reply frame (b'' when the worker is gone). `wait`: how
+        this call's replies are waited for (runtime/child.py SpinWait)."""
         with self.lock:
             rid = self._new_id()
             self.end.send(_CALL.pack(CALL, rid, call_id))
-            return self._reply(rid)
+            return self._reply(rid, wait=wait)
 
-    def segment(self, segment: int, start: int) -> bytes:
+    def segment(self, segment: int, start: int, wait: SpinWait | None = None) -> bytes:
         """Run installed segment `segment` from step `start`; its reply frame (b'' when gone)."""
         with self.lock:
             rid = self._new_id()
             self.end.send(_SEGMENT.pack(SEGMENT, rid, segment, start))
-            return self._reply(rid)
+            return self._reply(rid, wait=wait)
 
     def request(self, message: object, timeout: float | None = None) -> bytes:
         """Send a control request; its reply frame (b'' when the worker is gone). With `timeout`,
@@ -154,12 +156,12 @@ class Channel:
             early = self._early.pop(rid, None)
             return early if early is not None else self._reply(rid)
 
-    def _reply(self, rid: int, timeout: float | None = None) -> bytes:
+    def _reply(self, rid: int, timeout: float | None = None, wait: SpinWait | None = None) -> bytes:
         try:
             while True:
                 if timeout is not None and not self.end.ready(timeout):
                     raise TimeoutError(f"no reply to request {rid} within {timeout:g} s")
-                frame = self.end.recv()
+                frame = wait.recv(self.end) if wait is not None else self.end.recv()
                 if not frame:
                     return b""
                 got = frame_head(frame)[1]

@@ -33,6 +33,7 @@ class RemoteCall:
         self.profile_handle: Any = None
         self.precise_log = False
         self.profiled = False
+        self.wait = ch.SpinWait()   # its replies: polled for as long as a call usually takes
         self.events: list[dict] = []   # the last call's profile events, when profiled
         self._ins: list[np.ndarray] = []
         self._outs: list[np.ndarray] = []
@@ -116,7 +117,7 @@ class RemoteCall:
         pc = time.perf_counter
         t0 = pc()
         try:
-            frame = w.channel.call(self.call_id)  # type: ignore[union-attr]
+            frame = w.channel.call(self.call_id, self.wait)  # type: ignore[union-attr]
         except (OSError, AttributeError):
             self.pool.broken(w, self)
         rtt = pc() - t0

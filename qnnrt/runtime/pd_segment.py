@@ -75,6 +75,7 @@ class RemoteSegment(SegmentStep):
         self.graph_at = {k: s for k, s in enumerate(segment.steps) if isinstance(s, GraphStep)}
         self.graph_calls = len(self.graph_at)
         self.cpu_seconds = 0.0
+        self.wait = ch.SpinWait()   # its replies: polled for as long as a run usually takes
         self.installed = False
         self.stage_in: list[tuple[int, np.ndarray]] = []
         self.stage_out: list[tuple[int, np.ndarray]] = []
@@ -137,7 +138,7 @@ class RemoteSegment(SegmentStep):
         w = self.worker
         t0 = time.perf_counter()
         try:
-            frame = w.channel.segment(self.id, start)
+            frame = w.channel.segment(self.id, start, self.wait)
         except (OSError, AttributeError):
             self.broken(self.where_stopped())
         rtt = time.perf_counter() - t0

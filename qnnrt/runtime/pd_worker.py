@@ -26,7 +26,7 @@ import numpy as np
 
 from qnnrt.core.process import die_with_parent
 from qnnrt.runtime import pd_channel as ch
-from qnnrt.runtime.child import child_end
+from qnnrt.runtime.child import SpinWait, child_end
 from qnnrt.runtime import pd_protocol as proto
 
 if TYPE_CHECKING:
@@ -305,8 +305,9 @@ class Worker:
         """Serve requests until the channel closes or a Close: every request gets one reply with
         its id, a failure included."""
         end = self.end
+        wait = SpinWait()   # the next request after a reply: soon, within a plan's iteration
         while True:
-            frame = end.recv()
+            frame = wait.recv(end)
             if not frame:
                 return
             rid = 0
