@@ -188,14 +188,8 @@ class Service:
     async def run_job(self, request: Request, make: Callable[[Callable[[Event], None]], EmbedJob]) -> Event | None:
         """Submit a one-answer job and wait for its answer (an ErrorEvent is raised; None: the client
         left, and the job is cancelled)."""
-        loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
-
-        def emit(ev: Event) -> None:       # on the engine thread
-            try:
-                loop.call_soon_threadsafe(events.put_nowait, ev)
-            except RuntimeError:           # the loop is gone (shutdown): nobody is listening
-                pass
+        emit = _emitter(events)
 
         job = make(emit)
         self.submit(job)
@@ -267,14 +261,8 @@ class Service:
     async def generate(self, request: Request, kind: str, ids: list[int], params: api.Params,
                        grammar: Grammar | None = None, tools: ToolRequest | None = None) -> Response:
         self.check_fits(ids)
-        loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
-
-        def emit(ev: Event) -> None:       # on the engine thread
-            try:
-                loop.call_soon_threadsafe(events.put_nowait, ev)
-            except RuntimeError:           # the loop is gone (shutdown): nobody is listening
-                pass
+        emit = _emitter(events)
 
         room = self.layout.context_len - len(ids)
         job = Job(api.new_id("chatcmpl" if kind == "chat" else "cmpl"), kind, ids,
@@ -376,3 +364,16 @@ def create_app(service: Service) -> Starlette:
               Route("/health", g(service.health, public=True), methods=["GET"]),
               Route("/metrics", g(service.metrics), methods=["GET"])]
     return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+
+
+def _emitter(events: asyncio.Queue[Event]) -> Callable[[Event], None]:
+    """What the engine thread calls with a job's events: they go to `events` on this event loop
+    (dropped once the loop is gone: nobody is listening at shutdown)."""
+    loop = asyncio.get_running_loop()
+
+    def emit(ev: Event) -> None:
+        try:
+            loop.call_soon_threadsafe(events.put_nowait, ev)
+        except RuntimeError:
+            pass
+    return emit

@@ -8,7 +8,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
@@ -69,6 +69,8 @@ class EmbeddingsEvent:
 
 
 Event = TextEvent | ChoiceEvent | DoneEvent | ErrorEvent | EmbeddingsEvent
+
+T = TypeVar("T")
 
 
 class QueueFull(QnnrtError):
@@ -219,26 +221,34 @@ class Engine:
                 with self._cond:
                     self._running = None
 
+    def _attempt(self, job: Job | EmbedJob, what: str, work: Callable[[], T]) -> T | None:
+        """`work()`, or None once the job failed: a prompt over the context is a 400, a qnnrt error
+        a 500 saying what failed, anything else an internal error logged with its traceback."""
+        try:
+            return work()
+        except ContextLengthError as e:
+            self._fail(job, 400, str(e), "context_length_exceeded")
+        except QnnrtError as e:
+            self._fail(job, 500, f"{what} failed: {e}", f"{what}_failed")
+        except Exception as e:
+            log.exception("request %s failed", job.request_id)
+            self._fail(job, 500, f"internal error ({type(e).__name__})", "internal_error")
+        finally:
+            self.pd_bytes = self._pd_in_use()
+        return None
+
     def _run(self, job: Job) -> None:
         started = time.perf_counter()
         gens: list[TextGeneration] = []
-        try:
+
+        def choices() -> list[TextGeneration]:
             for index in range(job.n):
                 gens.append(self._choice(job, index))
                 if gens[-1].finish_reason == "cancelled":
                     break
-        except ContextLengthError as e:
-            self._fail(job, 400, str(e), "context_length_exceeded")
+            return gens
+        if self._attempt(job, "generation", choices) is None:
             return
-        except QnnrtError as e:
-            self._fail(job, 500, f"generation failed: {e}", "generation_failed")
-            return
-        except Exception as e:
-            log.exception("request %s failed", job.request_id)
-            self._fail(job, 500, f"internal error ({type(e).__name__})", "internal_error")
-            return
-        finally:
-            self.pd_bytes = self._pd_in_use()
         first = gens[0]
         completion = sum(len(g.result.tokens) for g in gens)
         figures = first.result.report() | {"prompt_tokens": len(job.prompt), "cached_tokens": first.reused,
@@ -282,17 +292,10 @@ class Engine:
     def _embed(self, job: EmbedJob) -> None:
         assert self.embedder is not None
         started = time.perf_counter()
-        try:
-            done = self.embedder.embed_all(job.texts)
-        except QnnrtError as e:
-            self._fail(job, 500, f"embedding failed: {e}", "embedding_failed")
+        embedder = self.embedder
+        done = self._attempt(job, "embedding", lambda: embedder.embed_all(job.texts))
+        if done is None:
             return
-        except Exception as e:
-            log.exception("request %s failed", job.request_id)
-            self._fail(job, 500, f"internal error ({type(e).__name__})", "internal_error")
-            return
-        finally:
-            self.pd_bytes = self._pd_in_use()
         tokens = sum(e.tokens for e in done)
         self.totals["completed"] += 1
         self.totals["embedded_inputs"] += len(done)
