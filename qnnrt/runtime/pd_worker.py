@@ -331,24 +331,17 @@ class Worker:
 
     def close(self) -> dict | None:
         """Free every context, then the backend (idempotent); the heap report when profiling."""
+        from qnnrt.runtime.teardown import Holdings, close_all
         pool, self.pool = self.pool, None
-        if pool is not None:
-            pool.close()
-        for b in self.binaries.values():
-            b.close()
-        self.binaries = {}
-        self.status = None
-        self.view.close()
+        binaries, self.binaries = list(self.binaries.values()), {}
         backend, self.backend = self.backend, None
-        if backend is not None:
-            backend.close()
-        heap = self.heap
-        if heap is None:
-            return None
-        if backend is not None:
-            heap.mark("backend_freed")
-        heap.close()
-        return heap.to_json()
+        self.status = None
+        heap, self.heap = self.heap, None
+        try:
+            close_all(Holdings(pool, [], binaries, [self.view], backend, heap))
+        finally:
+            self.heap = heap
+        return heap.to_json() if heap is not None else None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,7 +7,7 @@ import contextlib
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -28,12 +28,9 @@ from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES, Recovery
 from qnnrt.runtime.pools import PoolOptions, open_pool
 from qnnrt.runtime.residency import Residency
 from qnnrt.runtime.segments import Segment, SegmentStep
+from qnnrt.runtime.teardown import Closable, Holdings, close_all
 from qnnrt.runtime.vet import VetReport
 from qnnrt.runtime.vet_watch import StepWatch
-
-
-class Closable(Protocol):
-    def close(self) -> None: ...
 
 
 def predicted_needs(binaries: dict[str, ContextBinary]) -> dict[str, int | None]:
@@ -298,21 +295,13 @@ class Program:
             self._close_resources()
 
     def _close_resources(self) -> None:
-        pool = getattr(self, "pool", None)
-        if pool is not None:
-            pool.close()   # contexts deregister their shared buffers before contextFree
+        on_backend: list[Closable] = []
         if self.shared_memory is not None:
-            self.shared_memory.close()
+            on_backend.append(self.shared_memory)
         if self.profiling is not None:
-            self.profiling.profile.close()
-        for b in self.binaries.values():
-            b.close()
-        for c in self._owned:
-            c.close()
-        self.backend.close()
-        if self.heap is not None:
-            self.heap.mark("backend_freed")  # QNN returns per-backend host memory only here
-            self.heap.close()
+            on_backend.append(self.profiling.profile)
+        close_all(Holdings(getattr(self, "pool", None), on_backend, list(self.binaries.values()),
+                           self._owned, self.backend, self.heap))
 
     def __enter__(self) -> "Program":
         return self
