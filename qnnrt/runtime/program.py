@@ -25,6 +25,7 @@ from qnnrt.runtime.performance import Performance
 from qnnrt.runtime.pd_budget import Budget, backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, Placement, first_use_order, place
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES, Recovery
+from qnnrt.runtime.hosts import Hosts, ThisProcess
 from qnnrt.runtime.pools import PoolOptions, open_pool
 from qnnrt.runtime.residency import Residency
 from qnnrt.runtime.segments import Segment, SegmentStep
@@ -125,6 +126,7 @@ class Program:
         self.performance = performance  # votes, shared buffers, groups (qnnrt.load makes it)
         # graph I/O in rpcmem (runtime/performance.py decided; none under multi-PD)
         self.shared_memory: SharedMemory | None = None
+        self.hosts: Hosts = ThisProcess(backend)   # until the pool is open: nothing elsewhere
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)  # a failure closes what was opened
             self.methods: dict[str, Method] = method_builder()
