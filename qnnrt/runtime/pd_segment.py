@@ -87,8 +87,7 @@ class RemoteSegment(SegmentStep):
         """Send the steps. A slot the segment touches that holds a planned arena buffer is that
         buffer there too; a live-in is that, a constant (sent once), or staged per run."""
         entries: dict[int, Any] = {}
-        touched = {slot for step in self.segment.steps for slot in (*step.reads, *step.writes)}  # type: ignore[attr-defined]
-        for slot in touched:
+        for slot in self.segment.slots:
             t = self.template[slot]
             if isinstance(t, np.ndarray) and self.arena.block_of(t) is not None:
                 entries[slot] = t
@@ -161,7 +160,7 @@ class RemoteSegment(SegmentStep):
 
     def _done_before(self, start: int) -> int:
         """Graph calls before step `start` (a resumed run made those already)."""
-        return sum(1 for k in self.graph_at if k < start)
+        return sum(1 for k in self.graph_at if k < start) if start else 0
 
     def _failure(self, frame: bytes) -> Exception:
         """The error a failed run's reply carries: _StepFailed for a QNN error at a graph step

@@ -3,6 +3,7 @@ residency policy), or, when the placement spreads the contexts, every PD residen
 pool: PD 0 here, the others in worker processes). The one place that picks between them."""
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,9 +56,8 @@ def open_pool(backend: Backend, binaries: dict[str, ContextBinary], placement: P
                        budget_bytes=budget.bytes if budget else None,
                        budget_source=budget.source if budget else None, on_capacity=o.on_capacity,
                        watch=o.watch, spill_fill_group=o.spill_fill_group)
-    try:
+    with contextlib.ExitStack() as undo:   # a failed preload frees what it made
+        undo.callback(pool.close)
         pool.preload(o.progress)
-    except BaseException:
-        pool.close()
-        raise
+        undo.pop_all()
     return pool, ThisProcess(backend, performance.shared_memory if performance else None)

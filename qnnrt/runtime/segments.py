@@ -3,10 +3,11 @@ worker) become one segment step each, which that host runs on one request.
 
 Hosts are numbers from the pool (`host_of(key)`: 0 is this process). A graph step belongs to its
 context's host; a CPU step that says which slots it reads and writes (`reads` / `writes`) goes with
-the graph steps around it when they share a host; any other step (an ONNX Runtime segment) stays
-in this process. A segment starts at its first graph step and ends at its last, so the CPU steps
-before and after it run here. What a segment needs from before it (live-in slots) and what the
-rest of the plan needs from it (live-out slots) is worked out once, here.
+the graph steps around it when they share a host; any other step (an ONNX Runtime segment that is
+not bound, or too heavy to send) stays in this process. A segment starts at its first graph step
+and ends at its last, so the CPU steps before and after it run here. What a segment needs from
+before it (live-in slots) and what the rest of the plan needs from it (live-out slots) is worked
+out once, here.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class Segment:
     steps: tuple[Step, ...]
     live_in: tuple[int, ...]      # slots read before the segment writes them
     live_out: tuple[int, ...]     # slots written here that later steps or the outputs read
+    slots: frozenset[int]         # every slot its steps read or write
 
 
 def _host(step: Step, host_of: Callable[[str], int]) -> int | None:
@@ -73,18 +75,20 @@ def find_segments(steps: Sequence[Step], host_of: Callable[[str], int],
 def _segment(steps: Sequence[Step], host: int, start: int, stop: int,
              outputs: Sequence[int]) -> Segment:
     written: set[int] = set()
+    read: set[int] = set()
     live_in: list[int] = []
     for step in steps[start:stop]:
         assert isinstance(step, PortableStep)
         for slot in step.reads:
             if slot not in written and slot not in live_in:
                 live_in.append(slot)
+        read.update(step.reads)
         written.update(step.writes)
     later: set[int] = set(outputs)
     for step in steps[stop:]:
         later.update(step.reads if isinstance(step, PortableStep) else written)  # unknown: all
     return Segment(host, start, stop, tuple(steps[start:stop]), tuple(live_in),
-                   tuple(sorted(s for s in written if s in later)))
+                   tuple(sorted(s for s in written if s in later)), frozenset(read | written))
 
 
 def cut(steps: list[Step], host_of: Callable[[str], int], outputs: Sequence[int],
