@@ -47,8 +47,45 @@ def add_parser(sub) -> None:
                         "the rest go through the decode method one at a time")
     p.add_argument("--dump-logits", help="score mode: write each method call's float logits "
                                          "(<method>_s<k>.npy) and all rows (logits.npy) to this folder")
+    add_speculative_options(p)
     add_runtime_options(p)
     p.set_defaults(func=run)
+
+
+def add_speculative_options(p) -> None:
+    """The speculative-decoding flags of `qnnrt llm` and `qnnrt serve`."""
+    g = p.add_argument_group("speculative decoding")
+    g.add_argument("--speculative", choices=("off", "prompt-lookup"), default="off",
+                   help="prompt-lookup: draft the next tokens from the prompt and the text so far (n-gram "
+                        "lookup), verify each draft in one call of the file's prefill graph, keep what the "
+                        "sampler itself would choose (greedy output unchanged; sampling keeps its distribution)")
+    g.add_argument("--draft-max", type=int, default=0,
+                   help="most tokens per draft (default 0: the verifier's window less one)")
+    g.add_argument("--draft-policy", choices=("auto", "always", "never"), default="auto",
+                   help="auto (default): draft while the tokens a verification yields pay for its measured "
+                        "cost over plain decode calls; always: whenever a draft exists; never: plain")
+    g.add_argument("--draft-ngram", type=int, default=3,
+                   help="longest n-gram matched (default 3; shorter ones are tried down to 1)")
+
+
+def speculative_options(args):
+    """SpeculativeOptions from the flags (None: --speculative off)."""
+    from qnnrt.llm.drafting import LookupOptions
+    from qnnrt.llm.speculative import SpeculativeOptions
+    if args.speculative == "off":
+        return None
+    if args.draft_max < 0:
+        raise QnnrtError("--draft-max must be >= 0 (0: the verifier's window)")
+    if args.draft_ngram < 1:
+        raise QnnrtError("--draft-ngram must be >= 1")
+    return SpeculativeOptions(args.speculative, args.draft_max, args.draft_policy,
+                              LookupOptions(ngram_max=args.draft_ngram))
+
+
+def cycles_reader(profiler):
+    """What the runner reads the profiled accelerator cycles through (QNN reports them at the
+    detailed level only)."""
+    return profiler.accel_cycles if profiler is not None and profiler.level == "detailed" else None
 
 
 def parse_token_ids(text: str, what: str = "--prompt-tokens") -> list[int]:
@@ -94,11 +131,12 @@ def run(args) -> int:
         check_output_path(Path(args.dump_logits) / "logits.npy", "--dump-logits")
     tokenizer = TextTokenizer.from_path(args.tokenizer) if args.tokenizer else None
     sampler = Sampler(SamplingOptions(args.temperature, args.top_k, args.top_p, args.seed))  # checks them
+    speculative = speculative_options(args)
     t_start = time.perf_counter()
     prog, profiler = open_program(args, default_mode="burst")   # what qnn_llama_runner votes
     report: dict[str, Any] = {"path": str(args.path)}
     try:
-        runner = LlmRunner(prog)
+        runner = LlmRunner(prog, speculative=speculative, cycles=cycles_reader(profiler))
         lay = runner.layout
         report["layout"] = lay.describe()
         report["load_s"] = round(time.perf_counter() - t_start, 6)
@@ -199,6 +237,16 @@ def _dump_logits(folder: Path, lay, sc) -> list[str]:
     return sorted(files)
 
 
+def speculative_line(s: dict) -> str:
+    """One line of what speculative decoding did in a generation."""
+    tpf = s["tokens_per_forward"]
+    rate = s["acceptance_rate"]
+    return (f"  speculative {s['mode']} ({s['policy']}): {s['tokens']} token(s) in {s['forwards']} forward(s)"
+            f" ({'-' if tpf is None else f'{tpf:.2f}'} per forward), {s['verifications']} verification(s), "
+            f"{s['accepted']}/{s['drafted']} drafted token(s) accepted"
+            f"{'' if rate is None else f' ({rate:.0%})'}")
+
+
 def _print_summary(r: dict, profiler, args) -> None:
     lay = r["layout"]
     print(f"{r['path']}: {lay['mode']} LLM, {lay['n_layers']} layers, context {lay['context_len']}, "
@@ -232,7 +280,12 @@ def _print_summary(r: dict, profiler, args) -> None:
               f"{pf:.1f} tokens/s); no decode steps")
         if d.get("n"):
             print(f"  decode per token: min {d['min']:.3f} ms, median {d['median']:.3f} ms, "
-                  f"p90 {d['p90']:.3f} ms over {d['n']} step(s)")
+                  f"p90 {d['p90']:.3f} ms over {d['n']} token(s) in {r['decode_forwards']} forward(s)")
+        if r.get("speculative"):
+            print(speculative_line(r["speculative"]))
+        if r.get("accel_cycles_per_decoded_token") is not None:
+            print(f"  accelerator cycles per decoded token {r['accel_cycles_per_decoded_token']:,.0f} "
+                  f"(QNN's profile, decode phase)")
     res = r["residency"]
     print(f"  load {r['load_s'] * 1e3:.1f} ms; residency {res['policy']}: peak live {res['peak_live']}/"
           f"{res['contexts_total']}, creates {res['creates']}, evictions {res['evictions']}")

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from qnnrt.cli.llm import add_speculative_options, cycles_reader, speculative_options
 from qnnrt.cli.process import Stopped, stop_signals
 from qnnrt.cli.run import add_profiles, add_runtime_options, check_targets, open_program, write_report
 from qnnrt.errors import QnnrtError
@@ -44,6 +45,7 @@ def add_parser(sub) -> None:
                    help="the embedding model's tokenizer folder (required with --embeddings)")
     p.add_argument("--embeddings-name", default=None,
                    help="the embedding model's id (default: the --embeddings file's stem)")
+    add_speculative_options(p)
     add_runtime_options(p)
     p.set_defaults(func=run)
 
@@ -103,7 +105,7 @@ def run(args) -> int:
     runner: LlmRunner | None = None
     emb_prog = None
     try:
-        runner = LlmRunner(prog)
+        runner = LlmRunner(prog, speculative=speculative_options(args), cycles=cycles_reader(profiler))
         text = TextModel.of(tokenizer, runner.layout)
         embedder = None
         if emb_tokenizer is not None:

@@ -20,35 +20,52 @@ RunFn = Callable[[str, Mapping[str, np.ndarray]], Any]
 
 @runtime_checkable
 class Steps(Protocol):
-    """How the loops call a method."""
+    """How the loops call a method: `forward` runs it, `commit` keeps the new cache entries of its
+    first n tokens (a verification keeps only the tokens it accepted)."""
 
-    def call(self, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
-             pad_token: int) -> np.ndarray:
-        """Run `method` on up to T tokens at cache.n_past, write their entries into the cache;
-        return the raw logits [1, T, V] (valid until the next call)."""
+    def forward(self, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
+                pad_token: int) -> np.ndarray:
+        """Run `method` on up to T tokens at cache.n_past; return the raw logits [1, T, V] (valid
+        until the next call). The cache is unchanged until `commit`."""
         ...
+
+    def commit(self, method: MethodLayout, cache: KVCache, n: int) -> None:
+        """Write the new entries of the last forward's first n tokens into the cache."""
+        ...
+
+
+def call(steps: Steps, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
+         pad_token: int) -> np.ndarray:
+    """`forward`, then keep every token's entries."""
+    logits = steps.forward(method, cache, tokens, pad_token)
+    steps.commit(method, cache, len(tokens))
+    return logits
 
 
 class GenericSteps:
     """Calls through a ``run(method, inputs) -> outputs`` callable: the inputs built per call, the
-    outputs split and written into the cache."""
+    outputs split; `commit` writes them into the cache."""
 
     def __init__(self, run: RunFn, layout: LlmLayout) -> None:
         self.run, self.layout = run, layout
+        self._new: tuple[list, list] = ([], [])
 
-    def call(self, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
-             pad_token: int) -> np.ndarray:
+    def forward(self, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
+                pad_token: int) -> np.ndarray:
         inputs = build_step_inputs(self.layout, method, cache, tokens, pad_token)
         logits, ko, vo = split_outputs(self.layout, method, self.run(method.name, inputs))
-        cache.update(method, ko, vo, len(tokens))
+        self._new = (ko, vo)
         return logits
+
+    def commit(self, method: MethodLayout, cache: KVCache, n: int) -> None:
+        cache.update(method, *self._new, n)
 
 
 def as_steps(run: RunFn | Steps, layout: LlmLayout) -> Steps:
     return run if isinstance(run, Steps) else GenericSteps(run, layout)
 
 
-def _row(layout: LlmLayout, row: np.ndarray) -> np.ndarray:
+def row_of(layout: LlmLayout, row: np.ndarray) -> np.ndarray:
     """One logits row as float32, a fresh array (the raw row may be a buffer the next call
     overwrites)."""
     if layout.logits_quant is not None:
@@ -72,22 +89,83 @@ def prefill(run: RunFn | Steps, layout: LlmLayout, cache: KVCache, prompt: Seque
     last = None
     for j in range(0, len(prompt), m.ar_len):
         chunk = prompt[j:j + m.ar_len]
-        raw = steps.call(m, cache, chunk, pad_token)
+        raw = call(steps, m, cache, chunk, pad_token)
         if all_logits is not None:
-            all_logits.extend(_row(layout, r) for r in raw[0, :len(chunk)])
+            all_logits.extend(row_of(layout, r) for r in raw[0, :len(chunk)])
             last = all_logits[-1]
         else:
-            last = _row(layout, raw[0, len(chunk) - 1])
+            last = row_of(layout, raw[0, len(chunk) - 1])
     assert last is not None
     return last
 
 
 def decode_step(run: RunFn | Steps, layout: LlmLayout, cache: KVCache, token: int) -> np.ndarray:
-    return _row(layout, as_steps(run, layout).call(layout.decode, cache, [int(token)], 0)[0, 0])
+    return row_of(layout, call(as_steps(run, layout), layout.decode, cache, [int(token)], 0)[0, 0])
 
 
 def _pct(xs: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs, dtype=np.float64), q)) if len(xs) else float("nan")
+
+
+@dataclass
+class Block:
+    """What one decode forward chose: the tokens in order, and the float logits row each was
+    chosen from."""
+    tokens: list[int]
+    rows: list[np.ndarray]
+
+
+class Decoder(Protocol):
+    """One generation's decode forwards: `forward` runs the graph(s) for the sequence's last token
+    (and whatever it guesses after it) and chooses at most `room` tokens; `commit(n)` keeps the
+    cache entries of the first n of them (the generation may stop inside a block)."""
+
+    def forward(self, cache: KVCache, seq: Sequence[int], room: int) -> Block:
+        ...
+
+    def commit(self, cache: KVCache, n: int) -> None:
+        ...
+
+    def report(self) -> dict[str, Any] | None:
+        """What this decoder did, for the result (None: nothing beyond the plain figures)."""
+        ...
+
+
+class DecodeStrategy(Protocol):
+    """Makes a generation's decoder: plain (one token per decode call) or speculative."""
+
+    def decoder(self, steps: Steps, layout: LlmLayout, sampler: Callable[[np.ndarray], int],
+                eos: frozenset[int], prefill_s_per_call: float) -> Decoder:
+        ...
+
+
+class PlainDecoder:
+    """One token per call of the decode method."""
+
+    def __init__(self, steps: Steps, layout: LlmLayout, sampler: Callable[[np.ndarray], int]) -> None:
+        self.steps, self.layout, self.sampler = steps, layout, sampler
+
+    def forward(self, cache: KVCache, seq: Sequence[int], room: int) -> Block:
+        raw = self.steps.forward(self.layout.decode, cache, [int(seq[-1])], 0)
+        row = row_of(self.layout, raw[0, 0])
+        return Block([self.sampler(row)], [row])
+
+    def commit(self, cache: KVCache, n: int) -> None:
+        self.steps.commit(self.layout.decode, cache, n)
+
+    def report(self) -> None:
+        return None
+
+
+class Plain:
+    """The plain strategy."""
+
+    def decoder(self, steps: Steps, layout: LlmLayout, sampler: Callable[[np.ndarray], int],
+                eos: frozenset[int], prefill_s_per_call: float) -> Decoder:
+        return PlainDecoder(steps, layout, sampler)
+
+
+PLAIN = Plain()
 
 
 @dataclass
@@ -97,8 +175,11 @@ class GenerationResult:
     stop_reason: str                   # "eos" | "max_new_tokens" | "context" | "stopped" (on_token said so)
     prefill_s: float                   # prefill calls + first sampling (= time to first token)
     prefill_calls: int
-    decode_s: list[float]              # per decode call incl. sampling, seconds
+    decode_s: list[float]              # per decoded token (a forward's time shared by its tokens), seconds
     logits: list[np.ndarray] = field(default_factory=list, repr=False)   # per generated token (if kept)
+    decode_forwards: int = 0           # graph calls of the decode phase (plain steps and verifications)
+    speculative: dict[str, Any] | None = None   # the speculative decoder's figures
+    decode_cycles: float | None = None  # accelerator cycles of the decode phase (QNN's profile)
 
     @property
     def ttft_s(self) -> float:
@@ -106,30 +187,41 @@ class GenerationResult:
 
     def report(self) -> dict:
         d = [x * 1e3 for x in self.decode_s]
-        return {"prompt_tokens": len(self.prompt_tokens), "generated_tokens": list(self.tokens),
-                "n_generated": len(self.tokens), "stop_reason": self.stop_reason, "ttft_s": self.prefill_s,
-                "prefill_calls": self.prefill_calls,
-                "prefill_tokens_per_s": len(self.prompt_tokens) / self.prefill_s if self.prefill_s > 0 else None,
-                "decode_tokens_per_s": len(d) / (sum(d) / 1e3) if d and sum(d) > 0 else None,
-                "decode_ms": {"min": min(d) if d else None, "median": float(np.median(d)) if d else None,
-                              "p90": _pct(d, 90) if d else None, "n": len(d)}}
+        r = {"prompt_tokens": len(self.prompt_tokens), "generated_tokens": list(self.tokens),
+             "n_generated": len(self.tokens), "stop_reason": self.stop_reason, "ttft_s": self.prefill_s,
+             "prefill_calls": self.prefill_calls,
+             "prefill_tokens_per_s": len(self.prompt_tokens) / self.prefill_s if self.prefill_s > 0 else None,
+             "decode_tokens_per_s": len(d) / (sum(d) / 1e3) if d and sum(d) > 0 else None,
+             "decode_ms": {"min": min(d) if d else None, "median": float(np.median(d)) if d else None,
+                           "p90": _pct(d, 90) if d else None, "n": len(d)},
+             "decode_forwards": self.decode_forwards}
+        if self.decode_cycles is not None:
+            r["decode_accel_cycles"] = self.decode_cycles
+            r["accel_cycles_per_decoded_token"] = self.decode_cycles / len(d) if d else None
+        if self.speculative is not None:
+            r["speculative"] = self.speculative
+        return r
 
 
 def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_new_tokens: int, *,
              sampler: Callable[[np.ndarray], int] | None = None, eos_ids: Sequence[int] | None = None,
              seq_len: int | None = None, pad_token: int = 0, cache: KVCache | None = None,
              on_token: Callable[[int], bool | None] | None = None, keep_logits: bool = False,
-             clock: Callable[[], float] = time.perf_counter) -> GenerationResult:
+             clock: Callable[[], float] = time.perf_counter, strategy: DecodeStrategy = PLAIN,
+             context: Sequence[int] = (), cycles: Callable[[], float] | None = None) -> GenerationResult:
     """Prefill ``prompt`` then decode until EOS, ``max_new_tokens`` or the sequence limit.
 
     seq_len (default: context length, clamped to it) bounds positions: at most seq_len - len(prompt)
     tokens are generated (ExecuTorch's token generator stops at pos == seq_len - 1).
     eos_ids default to the layout's (get_eos_id); pass [] to never stop on EOS.
     on_token(token) returning True stops generation after that token (a stop string, a client gone).
+    `strategy` makes the decoder (plain, or speculative: llm/speculative.py); `context` are the
+    tokens the cache already holds (what a draft may quote besides the prompt); `cycles` reads
+    the accelerator cycles profiled so far (the decode phase's are reported).
     """
     steps = as_steps(run, layout)
     sampler = sampler or Sampler()
-    eos = set(layout.eos_ids if eos_ids is None else eos_ids)
+    eos = frozenset(layout.eos_ids if eos_ids is None else eos_ids)
     C = layout.context_len
     seq_len = C if seq_len is None or seq_len <= 0 else min(int(seq_len), C)
     cache = cache or KVCache(layout)
@@ -146,11 +238,15 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
     prefill_calls = -(-len(prompt) // layout.prefill.ar_len)
     tok = sampler(logits)
     t1 = clock()
+    c1 = cycles() if cycles is not None else None
     if keep_logits:
         kept.append(logits)
     out = [tok]
+    seq = [*map(int, context), *prompt, tok]
+    decoder = strategy.decoder(steps, layout, sampler, eos, (t1 - t0) / prefill_calls)
     stopped = bool(on_token and on_token(tok))
     decode_s: list[float] = []
+    forwards = 0
     pos = n0 + len(prompt)                  # position of `tok`
     reason = "max_new_tokens"
     while True:
@@ -166,15 +262,24 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
             reason = "context"
             break
         ta = clock()
-        logits = decode_step(steps, layout, cache, tok)
-        tok = sampler(logits)
-        decode_s.append(clock() - ta)
-        if keep_logits:
-            kept.append(logits)
-        out.append(tok)
-        pos += 1
-        stopped = bool(on_token and on_token(tok))
-    return GenerationResult(prompt, out, reason, t1 - t0, prefill_calls, decode_s, kept)
+        block = decoder.forward(cache, seq, min(max_new_tokens - len(out), seq_len - 1 - pos))
+        forwards += 1
+        used = 0
+        for tok, row in zip(block.tokens, block.rows):
+            used += 1
+            out.append(tok)
+            seq.append(tok)
+            pos += 1
+            if keep_logits:
+                kept.append(row)
+            stopped = bool(on_token and on_token(tok))
+            if stopped or tok in eos:
+                break
+        decoder.commit(cache, used)
+        decode_s.extend([(clock() - ta) / used] * used)
+    c2 = cycles() if cycles is not None else None
+    return GenerationResult(prompt, out, reason, t1 - t0, prefill_calls, decode_s, kept, forwards,
+                            decoder.report(), None if c1 is None or c2 is None else c2 - c1)
 
 
 @dataclass

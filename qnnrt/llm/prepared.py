@@ -100,10 +100,11 @@ class PreparedSteps:
             self._bound[cache] = bound
         return bound
 
-    def call(self, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
-             pad_token: int) -> np.ndarray:
-        """Run `method` on up to T tokens at cache.n_past and write their entries into the cache;
-        returns the raw logits [1, T, V], a buffer the next call overwrites."""
+    def forward(self, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
+                pad_token: int) -> np.ndarray:
+        """Run `method` on up to T tokens at cache.n_past; returns the raw logits [1, T, V], a
+        buffer the next call overwrites. The new K/V entries wait in the method's buffers for
+        `commit`."""
         n, T = len(tokens), method.ar_len
         if not 1 <= n <= T:
             raise InputError(f"{method.name}: {n} tokens for a window of {T}")
@@ -118,5 +119,9 @@ class PreparedSteps:
         b.write(tokens, p, pad_token)
         self.calls[method.name] = self.calls.get(method.name, 0) + 1
         run.run()
-        cache.put(method, b.k_out, b.v_out, n, b.k_out_all, b.v_out_all)
         return b.logits
+
+    def commit(self, method: MethodLayout, cache: KVCache, n: int) -> None:
+        """Copy the first n new entries of `method`'s last call into the cache slots."""
+        b = self.buffers[method.name]
+        cache.put(method, b.k_out, b.v_out, n, b.k_out_all, b.v_out_all)

@@ -9,9 +9,10 @@ import numpy as np
 from qnnrt.llm.errors import LayoutError
 from qnnrt.llm.kv_cache import KVCache
 from qnnrt.llm.layout import DECODE_METHOD, PREFILL_METHOD, LlmLayout
-from qnnrt.llm.loops import GenerationResult, GenericSteps, ScoreResult, Steps, generate, score
+from qnnrt.llm.loops import PLAIN, DecodeStrategy, GenerationResult, GenericSteps, ScoreResult, Steps, generate, score
 from qnnrt.llm.prepared import PreparedSteps
 from qnnrt.llm.sampling import Sampler
+from qnnrt.llm.speculative import Speculation, SpeculativeOptions
 from qnnrt.runtime.method import UnavailableMethod
 from qnnrt.runtime.plan import NotPreparable
 from qnnrt.runtime.program import Program
@@ -40,13 +41,20 @@ class LlmRunner:
     cannot bind (`note` says why), goes through ``Program.run``. A call without a cache uses the
     runner's own, zeroed first (fresh, as a new one would be). The contexts the methods use are
     created here, as the residency policy allows (`create_contexts`), so the first token measures
-    prefill, not loading."""
+    prefill, not loading.
+
+    `speculative` decodes with drafts verified by the file's multi-token method (llm/speculative.py)
+    in every generation; `cycles` reads the accelerator cycles QNN's profile counted so far (the
+    decode phase's are reported per token)."""
 
     def __init__(self, program: Program, layout: LlmLayout | None = None, *, prepared: bool = True,
-                 create_contexts: bool = True):
+                 create_contexts: bool = True, speculative: SpeculativeOptions | None = None,
+                 cycles: Callable[[], float] | None = None):
         self.program = program
         self.layout = layout or layout_of(program)
         self.calls: dict[str, int] = {}
+        self.strategy: DecodeStrategy = PLAIN if speculative is None else Speculation(self.layout, speculative)
+        self.cycles = cycles
         self.note: str | None = None if prepared else "prepared=False"
         self.steps: Steps = GenericSteps(self.run, self.layout)
         self._own: KVCache | None = None
@@ -87,10 +95,11 @@ class LlmRunner:
                  sampler: Sampler | Callable[[np.ndarray], int] | None = None,
                  eos_ids: Sequence[int] | None = None, seq_len: int | None = None,
                  on_token: Callable[[int], bool | None] | None = None, keep_logits: bool = False,
-                 cache: KVCache | None = None) -> GenerationResult:
+                 cache: KVCache | None = None, context: Sequence[int] = ()) -> GenerationResult:
+        """`context`: the tokens `cache` already holds (a draft may quote them)."""
         return generate(self.steps, self.layout, prompt, max_new_tokens, sampler=sampler, eos_ids=eos_ids,
                         seq_len=seq_len, on_token=on_token, keep_logits=keep_logits,
-                        cache=self._cache(cache))
+                        cache=self._cache(cache), strategy=self.strategy, context=context, cycles=self.cycles)
 
     def score(self, tokens: Sequence[int], *, n_prefill: int | None = None,
               cache: KVCache | None = None) -> ScoreResult:

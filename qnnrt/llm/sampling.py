@@ -102,19 +102,51 @@ class Sampler:
         return x
 
     def __call__(self, logits: np.ndarray) -> int:
+        x = self._allowed(logits)
+        return self._took(self.choose(x))
+
+    def verify(self, logits: np.ndarray, draft: int) -> int:
+        """The token chosen where a draft proposed `draft`: `draft` itself when accepted, else a
+        token drawn so that the result follows this sampler's own distribution p exactly (the
+        speculative-sampling rule for a draft that is certain: accept with probability p(draft),
+        else draw from p with `draft` removed, renormalised). Greedy accepts iff `draft` is the
+        argmax. The sampler's state (penalty counts, grammar) advances by the returned token."""
+        x = self._allowed(logits)
+        if self.options.temperature == 0:
+            return self._took(int(np.argmax(x)))
+        order, p = self.distribution(x)
+        hit = np.flatnonzero(order == draft)
+        p_draft = float(p[hit[0]]) if hit.size else 0.0
+        if self.rng.random() < p_draft:
+            return self._took(int(draft))
+        if hit.size:
+            p = p.copy()
+            p[hit[0]] = 0.0
+            p /= p.sum()
+        return self._took(int(order[self.rng.choice(p.size, p=p)]))
+
+    def _allowed(self, logits: np.ndarray) -> np.ndarray:
         x = self.adjusted(logits)
         if not np.isfinite(x.max()):
             raise InputError("no token is allowed here (the grammar and the logit bias leave none)")
-        tok = self.choose(x)
+        return x
+
+    def _took(self, tok: int) -> int:
         self.counts[tok] = self.counts.get(tok, 0) + 1
         if self.constraint is not None:
             self.constraint.accept(tok)
         return tok
 
     def choose(self, x: np.ndarray) -> int:
-        o = self.options
-        if o.temperature == 0:
+        if self.options.temperature == 0:
             return int(np.argmax(x))
+        order, p = self.distribution(x)
+        return int(order[self.rng.choice(p.size, p=p)])
+
+    def distribution(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens, probabilities) a sampling choice draws from: adjusted logits `x` after the
+        temperature, top-k, top-p and min-p (temperature > 0)."""
+        o = self.options
         x = x / o.temperature
         order = np.argsort(-x, kind="stable")
         order = order[np.isfinite(x[order])]
@@ -128,7 +160,7 @@ class Sampler:
         if o.min_p > 0:
             keep = int(np.count_nonzero(p >= o.min_p * p[0]))
             order, p = order[:keep], p[:keep] / p[:keep].sum()
-        return int(order[self.rng.choice(p.size, p=p)])
+        return order, p
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:

@@ -52,7 +52,7 @@ class CachedGenerator:
         with contextlib.ExitStack() as undo:
             undo.callback(self.forget)  # a call may have stopped half-way: trust nothing in the cache
             res = self.runner.generate(prompt[reused:], max_new_tokens, sampler=sampler, eos_ids=eos_ids,
-                                       on_token=on_token, cache=self.cache)
+                                       on_token=on_token, cache=self.cache, context=self.tokens)
             undo.pop_all()
         self.tokens = (prompt + res.tokens)[:self.cache.n_past]
         return res, reused

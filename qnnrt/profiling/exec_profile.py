@@ -207,6 +207,12 @@ class ExecutionProfiler:
         return float(value) * _TO_US.get((unit or "us").lower(), 1.0)
 
     # -- output -------------------------------------------------------------------------------------
+    def accel_cycles(self) -> float:
+        """Accelerator cycles of every graph execution recorded so far (QNN reports them at the
+        detailed level; on the simulator they are simulated HTP cycles)."""
+        with self._lock:
+            return float(sum(sum(g.m["cycles"].values) for g in self._graphs.values()))
+
     def to_json(self) -> dict[str, Any]:
         """Per-graph, per-op, per-context aggregates; graphs and ops sorted by time, largest first."""
         with self._lock:

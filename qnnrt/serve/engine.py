@@ -18,6 +18,7 @@ from qnnrt.llm.errors import ContextLengthError
 from qnnrt.llm.grammar import Grammar
 from qnnrt.llm.sampling import Sampler, SamplingOptions, log_softmax
 from qnnrt.llm.session import CachedGenerator
+from qnnrt.llm.speculative import verify_token
 from qnnrt.llm.text import TextModel
 from qnnrt.llm.textgen import TextGeneration, generate_text
 
@@ -117,19 +118,28 @@ class EmbedJob:
 
 
 class LogprobSampler:
-    """Wraps a sampler: remembers the log-probabilities of the logits it was last called with."""
+    """Wraps a sampler: remembers the log-probabilities of each row it chose a token from, in
+    order, until `of` reads them (a speculative forward chooses several tokens before the first
+    is emitted)."""
 
     def __init__(self, sampler: Callable[[np.ndarray], int], top: int):
         self.sampler, self.top = sampler, top
-        self._last: np.ndarray | None = None
+        self._rows: deque[np.ndarray] = deque()
+
+    def _remember(self, logits: np.ndarray) -> None:
+        self._rows.append(log_softmax(np.asarray(logits, dtype=np.float64).reshape(-1)))
 
     def __call__(self, logits: np.ndarray) -> int:
-        self._last = log_softmax(np.asarray(logits, dtype=np.float64).reshape(-1))
+        self._remember(logits)
         return self.sampler(logits)
 
+    def verify(self, logits: np.ndarray, draft: int) -> int:
+        self._remember(logits)
+        return verify_token(self.sampler, logits, draft)
+
     def of(self, token: int) -> TokenLogprob:
-        assert self._last is not None
-        lp = self._last
+        """The log-probabilities of the oldest row not yet read: the one `token` was chosen from."""
+        lp = self._rows.popleft()
         best: list[int] = [int(i) for i in np.argsort(-lp, kind="stable")[:self.top]] if self.top else []
         return TokenLogprob(token, float(lp[token]), [(i, float(lp[i])) for i in best])
 
@@ -153,7 +163,7 @@ class Engine:
         self.totals: dict[str, float] = {"requests": 0, "completed": 0, "cancelled": 0, "failed": 0,
                                          "rejected_queue_full": 0, "prompt_tokens": 0, "cached_tokens": 0,
                                          "completion_tokens": 0, "generated_tokens": 0, "ttft_s_sum": 0.0,
-                                         "decode_s_sum": 0.0, "decode_tokens": 0,
+                                         "decode_s_sum": 0.0, "decode_tokens": 0, "decode_forwards": 0,
                                          "embedded_inputs": 0}
         self.pd_bytes: int | None = None
 
@@ -269,6 +279,7 @@ class Engine:
         t["ttft_s_sum"] += first.result.ttft_s
         t["decode_s_sum"] += sum(sum(g.result.decode_s) for g in gens)
         t["decode_tokens"] += sum(len(g.result.decode_s) for g in gens)
+        t["decode_forwards"] += sum(g.result.decode_forwards for g in gens)
         self._record(job, ",".join(g.finish_reason for g in gens), figures)
         job.emit(DoneEvent(len(job.prompt), completion, first.reused))
 

@@ -1,0 +1,244 @@
+"""Speculative decoding with the file's own verifier: drafts (llm/drafting.py) checked in one call
+of a multi-token method (a hybrid file's prefill graph), the longest prefix the sampler itself
+would have chosen accepted, one more token chosen from the row after it.
+
+A verification writes no cache entry it did not accept: the graph's new K/V entries wait in their
+buffers, and `commit` copies those of the tokens the generation kept (the smart mask never opens a
+slot past n_past, so a rejected position leaves the cache as if it had never been drafted).
+
+Drafting pays when the tokens a verification yields outweigh what it costs over a plain decode
+call: both costs are measured (seconds per forward, per method), and the yield is measured on the
+verifications made, and while drafting is off, on the drafts it would have made (a draft is
+checked against the tokens plain decoding then chose: no graph call). So plain chat, where drafts
+rarely hold, runs plain decode calls; a text that quotes itself turns drafting on."""
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from qnnrt.errors import InputError
+from qnnrt.llm.drafting import LookupOptions, PromptLookup
+from qnnrt.llm.errors import LayoutError
+from qnnrt.llm.kv_cache import KVCache
+from qnnrt.llm.layout import LlmLayout, MethodLayout
+from qnnrt.llm.loops import Block, Decoder, Steps, row_of
+
+SPECULATIVE_MODES = ("prompt-lookup",)
+DRAFT_POLICIES = ("auto", "always", "never")
+OUTCOMES_KEPT = 8          # the recent verifications (or shadow drafts) the yield is judged on
+COST_SMOOTHING = 0.25      # weight of a new forward's time in its method's running cost
+
+
+@dataclass(frozen=True)
+class SpeculativeOptions:
+    """How to speculate. `max_draft` 0: as many tokens as the verifier's window holds beside the
+    last one. `policy` auto: draft while it pays (measured); always: whenever a draft exists.
+    `plain_via_verifier`: undrafted steps go through the verifier too, so every token comes from
+    one graph (the reference where the prefill and decode graphs round differently)."""
+    mode: str = "prompt-lookup"
+    max_draft: int = 0
+    policy: str = "auto"
+    lookup: LookupOptions = field(default_factory=LookupOptions)
+    plain_via_verifier: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in SPECULATIVE_MODES:
+            raise InputError(f"speculative mode {self.mode!r}: expected one of {', '.join(SPECULATIVE_MODES)}")
+        if self.policy not in DRAFT_POLICIES:
+            raise InputError(f"draft policy {self.policy!r}: expected one of {', '.join(DRAFT_POLICIES)}")
+        if self.max_draft < 0:
+            raise InputError("max_draft must be >= 0 (0: the verifier's window)")
+
+
+class CostMeter:
+    """Seconds per forward of each method, a running average kept for the runner's life (what a
+    call costs is the file's and the device's, not the text's)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def add(self, method: str, seconds: float) -> None:
+        old = self.seconds.get(method)
+        self.seconds[method] = seconds if old is None else old + COST_SMOOTHING * (seconds - old)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class DraftSwitch:
+    """Whether to verify the draft at hand: the mean tokens the recent verifications yielded (or
+    would have: `watch`) times a plain forward's cost, against a verification's cost."""
+
+    def __init__(self, meter: CostMeter, verifier: str, plain: str) -> None:
+        self.meter, self.verifier, self.plain = meter, verifier, plain
+        self.outcomes: deque[int] = deque(maxlen=OUTCOMES_KEPT)
+        self._watched: tuple[int, list[int]] | None = None   # (where in the sequence, the draft)
+        self.shadow_outcomes = 0
+
+    def break_even(self) -> float | None:
+        """Tokens a verification must yield to cost no more per token than plain forwards (None
+        while a cost is unknown)."""
+        verify, plain = self.meter.seconds.get(self.verifier), self.meter.seconds.get(self.plain)
+        return None if verify is None or plain is None or plain <= 0 else verify / plain
+
+    def pays(self) -> bool:
+        if len(self.outcomes) < 2:
+            return False
+        even = self.break_even()
+        return even is None or sum(self.outcomes) / len(self.outcomes) > even
+
+    def watch(self, at: int, draft: list[int]) -> None:
+        """A draft not verified: judge it on the tokens plain decoding chooses from `at` on."""
+        if self._watched is None:
+            self._watched = (at, draft)
+
+    def settle(self, seq: Sequence[int]) -> None:
+        """Score the watched draft once the sequence tells how much of it would have held."""
+        if self._watched is None:
+            return
+        at, draft = self._watched
+        chosen = seq[at:at + len(draft)]
+        held = common_prefix(draft, chosen)
+        even = self.break_even()
+        paid = even is not None and held + 1 > even    # already shown to pay: no need to wait
+        if held < len(chosen) or len(chosen) == len(draft) or paid:
+            self.outcomes.append(held + 1)
+            self.shadow_outcomes += 1
+            self._watched = None
+
+
+@dataclass
+class SpeculationStats:
+    """One generation's speculative figures (the report's `speculative` section)."""
+    mode: str
+    policy: str
+    plain_forwards: int = 0
+    verifications: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    tokens: int = 0
+    accepted_per_verification: Counter = field(default_factory=Counter)
+
+    def report(self, meter: CostMeter, switch: DraftSwitch) -> dict[str, Any]:
+        forwards = self.plain_forwards + self.verifications
+        return {"mode": self.mode, "policy": self.policy, "forwards": forwards,
+                "plain_forwards": self.plain_forwards, "verifications": self.verifications,
+                "tokens": self.tokens, "tokens_per_forward": self.tokens / forwards if forwards else None,
+                "drafted": self.drafted, "accepted": self.accepted,
+                "acceptance_rate": self.accepted / self.drafted if self.drafted else None,
+                "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_per_verification.items())},
+                "shadow_drafts_judged": switch.shadow_outcomes,
+                "forward_ms": {m: round(s * 1e3, 4) for m, s in sorted(meter.seconds.items())}}
+
+
+def verify_token(sampler: Callable[[np.ndarray], int], row: np.ndarray, draft: int) -> int:
+    """The token chosen at a drafted position: the sampler's `verify` (the acceptance rule), or,
+    for a plain callable, its own choice (exact for a deterministic one)."""
+    verify = getattr(sampler, "verify", None)
+    return int(verify(row, draft)) if verify is not None else int(sampler(row))
+
+
+class SpeculativeDecoder:
+    """One generation's forwards: a plain decode call, or the last token and a draft through the
+    verifier."""
+
+    def __init__(self, steps: Steps, layout: LlmLayout, sampler: Callable[[np.ndarray], int],
+                 eos: frozenset[int], options: SpeculativeOptions, meter: CostMeter,
+                 verifier: MethodLayout, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.steps, self.layout, self.sampler, self.eos = steps, layout, sampler, eos
+        self.options, self.meter, self.verifier, self.clock = options, meter, verifier, clock
+        self.plain = verifier if options.plain_via_verifier else layout.decode
+        self.max_draft = min(options.max_draft or verifier.ar_len - 1, verifier.ar_len - 1)
+        self.drafter = PromptLookup(options.lookup)
+        self.switch = DraftSwitch(meter, verifier.name, self.plain.name)
+        self.stats = SpeculationStats(options.mode, options.policy)
+        self._last: MethodLayout = self.plain
+
+    def _room_for_draft(self, cache: KVCache, room: int) -> int:
+        """Draft tokens that fit: the tokens still wanted less one (the verifier adds one of its
+        own), the window, and the verifier's cache slots."""
+        slots = self.layout.context_len - self.verifier.ar_len - cache.n_past - 1
+        return min(room - 1, self.max_draft, slots)
+
+    def forward(self, cache: KVCache, seq: Sequence[int], room: int) -> Block:
+        self.switch.settle(seq)
+        policy = self.options.policy
+        draft = [] if policy == "never" else self.drafter.propose(seq, self._room_for_draft(cache, room))
+        if draft and policy == "auto" and not self.switch.pays():
+            self.switch.watch(len(seq), draft)
+            draft = []
+        block = self._verify(cache, seq, draft) if draft else self._plain(cache, seq)
+        self.stats.tokens += len(block.tokens)
+        return block
+
+    def _run(self, method: MethodLayout, cache: KVCache, tokens: list[int]) -> np.ndarray:
+        t0 = self.clock()
+        raw = self.steps.forward(method, cache, tokens, 0)
+        self.meter.add(method.name, self.clock() - t0)
+        self._last = method
+        return raw
+
+    def _plain(self, cache: KVCache, seq: Sequence[int]) -> Block:
+        raw = self._run(self.plain, cache, [int(seq[-1])])
+        row = row_of(self.layout, raw[0, 0])
+        self.stats.plain_forwards += 1
+        return Block([self.sampler(row)], [row])
+
+    def _verify(self, cache: KVCache, seq: Sequence[int], draft: list[int]) -> Block:
+        raw = self._run(self.verifier, cache, [int(seq[-1]), *draft])
+        tokens: list[int] = []
+        rows: list[np.ndarray] = []
+        accepted = 0
+        for i in range(len(draft) + 1):
+            row = row_of(self.layout, raw[0, i])
+            if i == len(draft):
+                tok = self.sampler(row)            # every draft held: one token more
+            else:
+                tok = verify_token(self.sampler, row, draft[i])
+                accepted += tok == draft[i]
+            tokens.append(tok)
+            rows.append(row)
+            if i == len(draft) or tok != draft[i] or tok in self.eos:
+                break
+        st = self.stats
+        st.verifications += 1
+        st.drafted += len(draft)
+        st.accepted += accepted
+        st.accepted_per_verification[accepted] += 1
+        self.switch.outcomes.append(len(tokens))
+        return Block(tokens, rows)
+
+    def commit(self, cache: KVCache, n: int) -> None:
+        self.steps.commit(self._last, cache, n)
+
+    def report(self) -> dict[str, Any]:
+        return self.stats.report(self.meter, self.switch)
+
+
+class Speculation:
+    """The speculative strategy of a runner: its options, the verifier method of the file, and the
+    costs measured across its generations. `last` holds the last generation's figures."""
+
+    def __init__(self, layout: LlmLayout, options: SpeculativeOptions) -> None:
+        if layout.mode != "hybrid" or layout.prefill.ar_len < 2:
+            raise LayoutError(f"speculative decoding ({options.mode}) needs a method that takes several tokens "
+                              f"at once to verify drafts (a hybrid file's {layout.prefill.name}); this file is "
+                              f"{layout.mode}-only with a window of {layout.prefill.ar_len}")
+        self.layout, self.options = layout, options
+        self.meter = CostMeter()
+
+    def decoder(self, steps: Steps, layout: LlmLayout, sampler: Callable[[np.ndarray], int],
+                eos: frozenset[int], prefill_s_per_call: float) -> Decoder:
+        if layout.prefill.name not in self.meter.seconds and prefill_s_per_call > 0:
+            self.meter.add(layout.prefill.name, prefill_s_per_call)
+        return SpeculativeDecoder(steps, layout, sampler, eos, self.options, self.meter, layout.prefill)
