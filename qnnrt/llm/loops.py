@@ -135,7 +135,8 @@ class DecodeStrategy(Protocol):
     """Makes a generation's decoder: plain (one token per decode call) or speculative."""
 
     def decoder(self, steps: Steps, layout: LlmLayout, sampler: Callable[[np.ndarray], int],
-                eos: frozenset[int], prefill_s_per_call: float) -> Decoder:
+                eos: frozenset[int], prefill_s_per_call: float, clock: Callable[[], float]) -> Decoder:
+        """`prefill_s_per_call`: what a prompt window cost (on `clock`, the loop's)."""
         ...
 
 
@@ -161,7 +162,7 @@ class Plain:
     """The plain strategy."""
 
     def decoder(self, steps: Steps, layout: LlmLayout, sampler: Callable[[np.ndarray], int],
-                eos: frozenset[int], prefill_s_per_call: float) -> Decoder:
+                eos: frozenset[int], prefill_s_per_call: float, clock: Callable[[], float]) -> Decoder:
         return PlainDecoder(steps, layout, sampler)
 
 
@@ -243,7 +244,7 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
         kept.append(logits)
     out = [tok]
     seq = [*map(int, context), *prompt, tok]
-    decoder = strategy.decoder(steps, layout, sampler, eos, (t1 - t0) / prefill_calls)
+    decoder = strategy.decoder(steps, layout, sampler, eos, (t1 - t0) / prefill_calls, clock)
     stopped = bool(on_token and on_token(tok))
     decode_s: list[float] = []
     forwards = 0

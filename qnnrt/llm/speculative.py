@@ -13,7 +13,6 @@ checked against the tokens plain decoding then chose: no graph call). So plain c
 rarely hold, runs plain decode calls; a text that quotes itself turns drafting on."""
 from __future__ import annotations
 
-import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -154,7 +153,7 @@ class SpeculativeDecoder:
 
     def __init__(self, steps: Steps, layout: LlmLayout, sampler: Callable[[np.ndarray], int],
                  eos: frozenset[int], options: SpeculativeOptions, meter: CostMeter,
-                 verifier: MethodLayout, clock: Callable[[], float] = time.perf_counter) -> None:
+                 verifier: MethodLayout, clock: Callable[[], float]) -> None:
         self.steps, self.layout, self.sampler, self.eos = steps, layout, sampler, eos
         self.options, self.meter, self.verifier, self.clock = options, meter, verifier, clock
         self.plain = verifier if options.plain_via_verifier else layout.decode
@@ -238,7 +237,7 @@ class Speculation:
         self.meter = CostMeter()
 
     def decoder(self, steps: Steps, layout: LlmLayout, sampler: Callable[[np.ndarray], int],
-                eos: frozenset[int], prefill_s_per_call: float) -> Decoder:
+                eos: frozenset[int], prefill_s_per_call: float, clock: Callable[[], float]) -> Decoder:
         if layout.prefill.name not in self.meter.seconds and prefill_s_per_call > 0:
             self.meter.add(layout.prefill.name, prefill_s_per_call)
-        return SpeculativeDecoder(steps, layout, sampler, eos, self.options, self.meter, layout.prefill)
+        return SpeculativeDecoder(steps, layout, sampler, eos, self.options, self.meter, layout.prefill, clock)
