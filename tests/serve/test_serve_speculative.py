@@ -1,0 +1,59 @@
+"""`qnnrt serve --speculative prompt-lookup`: every request decodes with drafts verified by the
+prefill graph; the official client sees what plain decoding gives (greedy), usage counts every
+token, logprobs follow each token, and the report says what speculation did."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qnnrt import load
+from qnnrt.llm import LlmRunner
+from qnnrt.llm.session import CachedGenerator
+from qnnrt.llm.text import TextModel, TextTokenizer
+from qnnrt.llm.textgen import generate_text
+from tests.serve.conftest import API_KEY, FIX, MODEL_ID, start_server
+
+openai = pytest.importorskip("openai", reason="needs the openai client (pip install -e '.[test]')")
+pytestmark = pytest.mark.slow
+
+PROMPT = "the cat sat on the mat. the cat sat on the mat. the cat sat on the mat. the cat"
+N = 24
+
+
+@pytest.fixture(scope="module")
+def spec_server(text_folder, tmp_path_factory):
+    s = start_server(text_folder, tmp_path_factory.mktemp("serve_spec") / "report.json", "--api-key", API_KEY,
+                     "--speculative", "prompt-lookup", "--draft-policy", "always")
+    yield s
+    if s.proc.poll() is None:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def plain_text(text_folder) -> str:
+    """The same completion through plain decoding in this process."""
+    tok = TextTokenizer.from_path(text_folder)
+    with load(str(FIX / "model.pte")) as prog:
+        runner = LlmRunner(prog)
+        text = TextModel.of(tok, runner.layout)
+        return generate_text(CachedGenerator(runner), text, text.prompt_ids(PROMPT), N).text
+
+
+def test_speculative_server_answers_as_plain_decoding_with_exact_usage(spec_server, plain_text):
+    c = openai.OpenAI(base_url=spec_server.base + "/v1", api_key=API_KEY, max_retries=0, timeout=300)
+    whole = c.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=N, temperature=0, logprobs=2)
+    assert whole.choices[0].text == plain_text
+    assert whole.usage.completion_tokens == len(whole.choices[0].logprobs.tokens)
+    lp = whole.choices[0].logprobs
+    for tok, top in zip(lp.tokens, lp.top_logprobs):     # each token's own row, not its block's last
+        assert top[tok] == max(top.values())             # greedy: the token is its row's best
+    chunks = list(c.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=N, temperature=0, stream=True,
+                                       stream_options={"include_usage": True}))
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == plain_text
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert spec_server.stop() == 143                      # SIGTERM: the report is written on the way out
+    report = json.loads(spec_server.report.read_text())
+    figures = [r["speculative"] for r in report["requests"] if "speculative" in r]
+    assert len(figures) == 2 and all(f["verifications"] > 0 for f in figures)
+    assert report["totals"]["decode_forwards"] < report["totals"]["decode_tokens"]
