@@ -55,31 +55,45 @@ def add_parser(sub) -> None:
 def add_speculative_options(p) -> None:
     """The speculative-decoding flags of `qnnrt llm` and `qnnrt serve`."""
     g = p.add_argument_group("speculative decoding")
-    g.add_argument("--speculative", choices=("off", "prompt-lookup"), default="off",
+    g.add_argument("--speculative", choices=("auto", "off", "prompt-lookup", "lookahead"), default="auto",
                    help="prompt-lookup: draft the next tokens from the prompt and the text so far (n-gram "
-                        "lookup), verify each draft in one call of the file's prefill graph, keep what the "
-                        "sampler itself would choose (greedy output unchanged; sampling keeps its distribution)")
+                        "lookup), verify each draft in one call of the file's multi-token method, keep what the "
+                        "sampler itself would choose (greedy output unchanged; sampling keeps its distribution); "
+                        "lookahead: ExecuTorch's lookahead decoding, for files exported with --model_mode "
+                        "lookahead; auto (default): lookahead for such a file, else off")
     g.add_argument("--draft-max", type=int, default=0,
                    help="most tokens per draft (default 0: the verifier's window less one)")
     g.add_argument("--draft-policy", choices=("auto", "always", "never"), default="auto",
                    help="auto (default): draft while the tokens a verification yields pay for its measured "
                         "cost over plain decode calls; always: whenever a draft exists; never: plain")
     g.add_argument("--draft-ngram", type=int, default=3,
-                   help="longest n-gram matched (default 3; shorter ones are tried down to 1)")
+                   help="prompt-lookup: longest n-gram matched (default 3; shorter ones are tried down to 1)")
+    g.add_argument("--ngram", type=int, default=0,
+                   help="lookahead: n-gram size N (default 3; the file does not record it)")
+    g.add_argument("--window", type=int, default=0,
+                   help="lookahead: window W (default: what fills the decode method's slots)")
+    g.add_argument("--gcap", type=int, default=0,
+                   help="lookahead: n-grams verified per step G (default: as the window)")
 
 
-def speculative_options(args):
-    """SpeculativeOptions from the flags (None: --speculative off)."""
+def speculative_options(args, layout):
+    """SpeculativeOptions from the flags for this file (None: plain decoding)."""
     from qnnrt.llm.drafting import LookupOptions
+    from qnnrt.llm.lookahead import LookaheadOptions
     from qnnrt.llm.speculative import SpeculativeOptions
-    if args.speculative == "off":
+    mode = args.speculative
+    if mode == "auto":
+        mode = "lookahead" if layout.mode == "lookahead" else "off"
+    if mode == "off":
         return None
     if args.draft_max < 0:
         raise QnnrtError("--draft-max must be >= 0 (0: the verifier's window)")
     if args.draft_ngram < 1:
         raise QnnrtError("--draft-ngram must be >= 1")
-    return SpeculativeOptions(args.speculative, args.draft_max, args.draft_policy,
-                              LookupOptions(ngram_max=args.draft_ngram))
+    if min(args.ngram, args.window, args.gcap) < 0:
+        raise QnnrtError("--ngram, --window and --gcap must be >= 0 (0: the default)")
+    return SpeculativeOptions(mode, args.draft_max, args.draft_policy, LookupOptions(ngram_max=args.draft_ngram),
+                              lookahead=LookaheadOptions(args.ngram, args.window, args.gcap))
 
 
 def cycles_reader(profiler):
@@ -110,7 +124,7 @@ def _check_vocab(ids: list[int], vocab: int, what: str) -> None:
 
 
 def run(args) -> int:
-    from qnnrt.llm import LlmRunner, Sampler, SamplingOptions
+    from qnnrt.llm import LlmRunner, Sampler, SamplingOptions, layout_of
     from qnnrt.llm.text import TextModel, TextTokenizer
     if args.max_new_tokens < 1:
         raise QnnrtError("--max-new-tokens must be >= 1")
@@ -131,12 +145,12 @@ def run(args) -> int:
         check_output_path(Path(args.dump_logits) / "logits.npy", "--dump-logits")
     tokenizer = TextTokenizer.from_path(args.tokenizer) if args.tokenizer else None
     sampler = Sampler(SamplingOptions(args.temperature, args.top_k, args.top_p, args.seed))  # checks them
-    speculative = speculative_options(args)
     t_start = time.perf_counter()
     prog, profiler = open_program(args, default_mode="burst")   # what qnn_llama_runner votes
     report: dict[str, Any] = {"path": str(args.path)}
     try:
-        runner = LlmRunner(prog, speculative=speculative, cycles=cycles_reader(profiler))
+        runner = LlmRunner(prog, speculative=speculative_options(args, layout_of(prog)),
+                           cycles=cycles_reader(profiler))
         lay = runner.layout
         report["layout"] = lay.describe()
         report["load_s"] = round(time.perf_counter() - t_start, 6)
@@ -241,7 +255,9 @@ def speculative_line(s: dict) -> str:
     """One line of what speculative decoding did in a generation."""
     tpf = s["tokens_per_forward"]
     rate = s["acceptance_rate"]
-    return (f"  speculative {s['mode']} ({s['policy']}): {s['tokens']} token(s) in {s['forwards']} forward(s)"
+    how = (f"ngram {s['ngram']}, window {s['window']}, gcap {s['gcap']}" if s["mode"] == "lookahead"
+           else s["policy"])
+    return (f"  speculative {s['mode']} ({how}): {s['tokens']} token(s) in {s['forwards']} forward(s)"
             f" ({'-' if tpf is None else f'{tpf:.2f}'} per forward), {s['verifications']} verification(s), "
             f"{s['accepted']}/{s['drafted']} drafted token(s) accepted"
             f"{'' if rate is None else f' ({rate:.0%})'}")

@@ -82,7 +82,7 @@ def _check_args(args) -> tuple[str | None, int]:
 def run(args) -> int:
     require_stack()
     key, max_body = _check_args(args)
-    from qnnrt.llm import LlmRunner
+    from qnnrt.llm import LlmRunner, layout_of
     from qnnrt.llm.embedding import EmbeddingModel
     from qnnrt.llm.grammar import GrammarCompiler
     from qnnrt.llm.session import CachedGenerator
@@ -105,7 +105,8 @@ def run(args) -> int:
     runner: LlmRunner | None = None
     emb_prog = None
     try:
-        runner = LlmRunner(prog, speculative=speculative_options(args), cycles=cycles_reader(profiler))
+        runner = LlmRunner(prog, speculative=speculative_options(args, layout_of(prog)),
+                           cycles=cycles_reader(profiler))
         text = TextModel.of(tokenizer, runner.layout)
         embedder = None
         if emb_tokenizer is not None:

@@ -1,6 +1,7 @@
 """The KV cache manager (ExecuTorch's smart mask) and the per-call input builders."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -10,6 +11,27 @@ from qnnrt.errors import InputError
 from qnnrt.llm.errors import ContextLengthError, LayoutError
 from qnnrt.llm.layout import LlmLayout, MethodLayout
 from qnnrt.llm.quant import QUANT_DTYPES as _QUANT_DTYPES
+
+@dataclass(frozen=True)
+class WindowTree:
+    """How the T slots of one call see each other when they are not one causal chain (a lookahead
+    step: parallel branches in one window): slot s sits at position n_past + offsets[s] and sees
+    the slots `visible[s]` marks (always itself), besides the cache entries [0, n_past)."""
+    offsets: tuple[int, ...]
+    visible: np.ndarray                  # bool [T, T]
+
+    @staticmethod
+    def from_parents(parents: Sequence[int], offsets: Sequence[int]) -> WindowTree:
+        """Each slot sees what its parent sees and itself (-1: no parent); a parent comes first."""
+        T = len(parents)
+        vis = np.eye(T, dtype=bool)
+        for s, par in enumerate(parents):
+            if par >= 0:
+                if par >= s:
+                    raise ValueError(f"slot {s}: parent {par} does not come before it")
+                vis[s] |= vis[par]
+        return WindowTree(tuple(int(o) for o in offsets), vis)
+
 
 # KV cache (smart mask)
 Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]   # a zeroed array of that shape and dtype
@@ -121,20 +143,21 @@ class KVCache:
             m.sync(self)
 
     def update(self, method: MethodLayout, k_out: Sequence[np.ndarray], v_out: Sequence[np.ndarray],
-               n_update: int) -> None:
+               n_update: int, slots: Sequence[int] | None = None) -> None:
         """Write the first n_update new entries at slots [n_past, n_past + n_update); advance n_past."""
         for l in range(self.layout.n_layers):
             ko, vo = np.asarray(k_out[l]), np.asarray(v_out[l])
             if ko.dtype != self.layout.cache_dtype or vo.dtype != self.layout.cache_dtype:
                 raise TypeError(f"layer {l}: cache outputs are {ko.dtype}/{vo.dtype}, "
                                 f"expected {self.layout.cache_dtype}")
-        self.put(method, k_out, v_out, n_update)
+        self.put(method, k_out, v_out, n_update, slots=slots)
 
     def put(self, method: MethodLayout, k_out: Sequence[np.ndarray], v_out: Sequence[np.ndarray],
-            n_update: int, k_out_all: np.ndarray | None = None, v_out_all: np.ndarray | None = None
-            ) -> None:
+            n_update: int, k_out_all: np.ndarray | None = None, v_out_all: np.ndarray | None = None,
+            slots: Sequence[int] | None = None) -> None:
         """`update` for outputs known to be of the cache dtype (a prepared step's buffers); with
-        the outputs fused too (`k_out_all` [L, ...]), one copy per kind."""
+        the outputs fused too (`k_out_all` [L, ...]), one copy per kind. `slots`: the window slots
+        whose entries to keep, in order (default: the first n_update)."""
         cap = self.layout.context_len - method.ar_len
         if not 0 <= n_update <= method.ar_len:
             raise InputError(f"n_update {n_update} outside [0, {method.ar_len}]")
@@ -143,15 +166,16 @@ class KVCache:
             raise ContextLengthError(f"{method.name}: writing {n_update} cache entries at position {p} "
                                      f"exceeds its {cap} cache slots (context {self.layout.context_len})")
         e = p + n_update
+        cols: slice | list[int] = slice(0, n_update) if slots is None else list(slots)[:n_update]
         if k_out_all is not None and v_out_all is not None and self.k_all is not None \
                 and self.v_all is not None:
-            self.k_all[..., p:e] = k_out_all[..., :n_update]
-            self.v_all[:, :, :, p:e, :] = v_out_all[:, :, :, :n_update, :]
+            self.k_all[..., p:e] = k_out_all[..., cols]
+            self.v_all[:, :, :, p:e, :] = v_out_all[:, :, :, cols, :]
         else:
             for k, ko in zip(self.k, k_out):
-                k[..., p:e] = ko[..., :n_update]
+                k[..., p:e] = ko[..., cols]
             for v, vo in zip(self.v, v_out):
-                v[:, :, p:e, :] = vo[:, :, :n_update, :]
+                v[:, :, p:e, :] = vo[:, :, cols, :]
         self.n_past = e
         if e > self.written:
             self.written = e
@@ -174,36 +198,56 @@ class KVCache:
 
 # ------------------------------------------------------------------------------------------------
 # input builders
-def build_mask(method: MethodLayout, context_len: int, n_past: int) -> np.ndarray:
-    """[1,1,T,C]: row i opens cache columns [0, n_past) and new columns C-T .. C-T+i."""
+def window_visibility(method: MethodLayout, tree: WindowTree | None) -> np.ndarray:
+    """[T, T] bool: which of the call's own slots each row sees (causal without a tree)."""
+    if tree is not None:
+        return tree.visible
+    rows = np.arange(method.ar_len)
+    return rows[None, :] <= rows[:, None]              # [i, j]: j <= i
+
+
+def build_mask(method: MethodLayout, context_len: int, n_past: int, tree: WindowTree | None = None) -> np.ndarray:
+    """[1,1,T,C]: every row opens cache columns [0, n_past); row i opens new columns C-T+j for the
+    slots j it sees (j <= i without a tree)."""
     T, C = method.ar_len, context_len
     if n_past > C - T:
         raise ContextLengthError(f"{method.name}: n_past {n_past} > cache slots {C - T}")
     m = np.full((1, 1, T, C), method.mask_closed, dtype=method.mask_dtype)
     m[..., :n_past] = method.mask_open
-    rows = np.arange(T)
-    causal = rows[None, :] <= rows[:, None]              # [i, j]: j <= i
-    m[0, 0, :, C - T:] = np.where(causal, method.mask_open, method.mask_closed).astype(method.mask_dtype)
+    vis = window_visibility(method, tree)
+    m[0, 0, :, C - T:] = np.where(vis, method.mask_open, method.mask_closed).astype(method.mask_dtype)
     return m
 
 
 def build_step_inputs(layout: LlmLayout, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
-                      pad_token: int = 0) -> dict[str, np.ndarray]:
-    """Inputs of one call of ``method`` at cache.n_past with up to T tokens (right-padded)."""
+                      pad_token: int = 0, tree: WindowTree | None = None) -> dict[str, np.ndarray]:
+    """Inputs of one call of ``method`` at cache.n_past with up to T tokens (right-padded), the
+    slots a causal chain or laid out by `tree`."""
     T = method.ar_len
     n = len(tokens)
     if not 1 <= n <= T:
         raise InputError(f"{method.name}: {n} tokens for a window of {T}")
-    if cache.n_past + n > layout.context_len - T:
+    if cache.n_past + room_needed(n, tree) > layout.context_len - T:
         raise ContextLengthError(f"{method.name}: {n} tokens at position {cache.n_past} exceed its "
                                  f"{layout.context_len - T} cache slots (context {layout.context_len}, window {T})")
     tok = np.full((1, T), pad_token, dtype=method.token_dtype)
     tok[0, :n] = np.asarray(tokens, dtype=np.int64)
-    pos = (cache.n_past + np.arange(T, dtype=np.int64)).astype(method.inputs[2].dtype)[None, :]
-    mask = build_mask(method, layout.context_len, cache.n_past)
+    pos = (cache.n_past + window_offsets(T, tree)).astype(method.inputs[2].dtype)[None, :]
+    mask = build_mask(method, layout.context_len, cache.n_past, tree)
     ks, vs = cache.inputs(method)
     arrays = [tok, mask, pos] + ks + vs
     return {spec.name: a for spec, a in zip(method.inputs, arrays)}
+
+
+def window_offsets(T: int, tree: WindowTree | None) -> np.ndarray:
+    """Each slot's position less n_past."""
+    return np.arange(T, dtype=np.int64) if tree is None else np.asarray(tree.offsets, dtype=np.int64)
+
+
+def room_needed(n: int, tree: WindowTree | None) -> int:
+    """Cache slots a call of n tokens needs free: one per token, or for a tree only its first
+    slot's (the caller keeps at most the slots left: `KVCache.put` checks)."""
+    return n if tree is None else 1
 
 
 def split_outputs(layout: LlmLayout, method: MethodLayout, outputs) -> tuple[np.ndarray, list, list]:

@@ -73,7 +73,7 @@ _ET_IN = [re.compile(r"tokens?$|input_ids$"), re.compile(r"atten(tion)?_mask$"),
 
 @dataclass(frozen=True)
 class LlmLayout:
-    mode: str                          # "hybrid" or "kv"
+    mode: str                          # "hybrid", "kv" or "lookahead" (a decode method of T > 1 slots)
     prefill: MethodLayout              # the method that processes prompts (kv_forward in kv mode)
     decode: MethodLayout
     n_layers: int
@@ -98,6 +98,12 @@ class LlmLayout:
         return self.context_len - min(self.prefill.ar_len, self.decode.ar_len)
 
     @property
+    def decode_limit(self) -> int:
+        """The longest sequence decoding reaches: the token at position p is decoded with p cache
+        entries, and the decode method holds C - T of them (ExecuTorch stops at pos > C - T)."""
+        return self.context_len - self.decode.ar_len + 1
+
+    @property
     def prompt_capacity(self) -> int:
         """Max n_past + prompt tokens the prompt processor can take (ExecuTorch: C - T_prefill)."""
         return self.context_len - self.prefill.ar_len
@@ -114,7 +120,8 @@ class LlmLayout:
 
     def describe(self) -> dict:
         return {"mode": self.mode, "prefill_method": self.prefill.name, "prefill_ar_len": self.prefill.ar_len,
-                "decode_method": self.decode.name, "n_layers": self.n_layers, "n_kv_heads": self.n_kv_heads,
+                "decode_method": self.decode.name, "decode_ar_len": self.decode.ar_len,
+                "n_layers": self.n_layers, "n_kv_heads": self.n_kv_heads,
                 "head_dim": self.head_dim, "context_len": self.context_len, "vocab_size": self.vocab_size,
                 "cache_dtype": self.cache_dtype.name, "logits_dtype": self.logits_dtype.name,
                 "mask_dtype": self.decode.mask_dtype.name, "token_dtype": self.decode.token_dtype.name,
@@ -205,8 +212,10 @@ class LlmLayout:
         else:
             mode, pre = "kv", dec
         if dec.ar_len != 1:
-            raise LayoutError(f"{DECODE_METHOD} takes {dec.ar_len} tokens per call; only AR-1 decoding is supported "
-                              f"(lookahead decoding is not)")
+            if mode != "hybrid":
+                raise LayoutError(f"{DECODE_METHOD} takes {dec.ar_len} tokens per call and there is no "
+                                  f"{PREFILL_METHOD}: a kv-only file decodes one token per call")
+            mode = "lookahead"     # ExecuTorch's --model_mode lookahead: a decode window of T slots
         C = dec.inputs[1].shape[3]
         if pre.inputs[1].shape[3] != C:
             raise LayoutError(f"context length differs between {pre.name} ({pre.inputs[1].shape[3]}) and "

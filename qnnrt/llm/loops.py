@@ -11,7 +11,7 @@ import numpy as np
 from qnnrt.errors import InputError
 
 from qnnrt.llm.errors import ContextLengthError
-from qnnrt.llm.kv_cache import KVCache, build_step_inputs, split_outputs
+from qnnrt.llm.kv_cache import KVCache, WindowTree, build_step_inputs, split_outputs
 from qnnrt.llm.layout import LlmLayout, MethodLayout
 from qnnrt.llm.sampling import Sampler, log_softmax
 
@@ -24,13 +24,15 @@ class Steps(Protocol):
     first n tokens (a verification keeps only the tokens it accepted)."""
 
     def forward(self, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
-                pad_token: int) -> np.ndarray:
-        """Run `method` on up to T tokens at cache.n_past; return the raw logits [1, T, V] (valid
-        until the next call). The cache is unchanged until `commit`."""
+                pad_token: int, tree: WindowTree | None = None) -> np.ndarray:
+        """Run `method` on up to T tokens at cache.n_past (a causal chain, or laid out by `tree`);
+        return the raw logits [1, T, V] (valid until the next call). The cache is unchanged until
+        `commit`."""
         ...
 
-    def commit(self, method: MethodLayout, cache: KVCache, n: int) -> None:
-        """Write the new entries of the last forward's first n tokens into the cache."""
+    def commit(self, method: MethodLayout, cache: KVCache, n: int, slots: Sequence[int] | None = None) -> None:
+        """Write the new entries of the last forward's first n tokens (or of its window
+        `slots`[:n], in that order) into the cache."""
         ...
 
 
@@ -51,14 +53,14 @@ class GenericSteps:
         self._new: tuple[list, list] = ([], [])
 
     def forward(self, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
-                pad_token: int) -> np.ndarray:
-        inputs = build_step_inputs(self.layout, method, cache, tokens, pad_token)
+                pad_token: int, tree: WindowTree | None = None) -> np.ndarray:
+        inputs = build_step_inputs(self.layout, method, cache, tokens, pad_token, tree)
         logits, ko, vo = split_outputs(self.layout, method, self.run(method.name, inputs))
         self._new = (ko, vo)
         return logits
 
-    def commit(self, method: MethodLayout, cache: KVCache, n: int) -> None:
-        cache.update(method, *self._new, n)
+    def commit(self, method: MethodLayout, cache: KVCache, n: int, slots: Sequence[int] | None = None) -> None:
+        cache.update(method, *self._new, n, slots)
 
 
 def as_steps(run: RunFn | Steps, layout: LlmLayout) -> Steps:
@@ -223,7 +225,7 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
     steps = as_steps(run, layout)
     sampler = sampler or Sampler()
     eos = frozenset(layout.eos_ids if eos_ids is None else eos_ids)
-    C = layout.context_len
+    C = layout.decode_limit
     seq_len = C if seq_len is None or seq_len <= 0 else min(int(seq_len), C)
     cache = cache or KVCache(layout)
     prompt = [int(t) for t in prompt]

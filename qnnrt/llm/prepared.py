@@ -13,7 +13,7 @@ import numpy as np
 
 from qnnrt.errors import InputError
 from qnnrt.llm.errors import ContextLengthError
-from qnnrt.llm.kv_cache import Alloc, KVCache, build_mask
+from qnnrt.llm.kv_cache import Alloc, KVCache, WindowTree, build_mask, room_needed, window_visibility
 from qnnrt.llm.layout import LlmLayout, MethodLayout
 from qnnrt.runtime.plan import CallerArrays
 from qnnrt.runtime.program import PreparedMethod, Program
@@ -31,6 +31,7 @@ class StepBuffers:
         self.pos = alloc(pos.shape, pos.dtype)
         self.mask[...] = build_mask(method, layout.context_len, 0)
         self.mask_n = 0          # the n_past the mask opens columns for
+        self.tree: WindowTree | None = None   # the window layout the mask and positions hold
         L = layout.n_layers
         lg, k_out, v_out = method.outputs[0], method.outputs[1], method.outputs[1 + L]
         self.logits = alloc(lg.shape, lg.dtype)
@@ -50,10 +51,11 @@ class StepBuffers:
         outs = dict(zip(m.output_names, [self.logits, *self.k_out, *self.v_out]))
         return CallerArrays(ins, outs)
 
-    def write(self, tokens: Sequence[int], n_past: int, pad_token: int) -> None:
+    def write(self, tokens: Sequence[int], n_past: int, pad_token: int, tree: WindowTree | None = None) -> None:
         """The inputs of a call at n_past, as `build_step_inputs` makes them: tokens right-padded,
-        positions n_past.., the mask's cache columns [0, n_past) open (only the columns that
-        changed since the last call are written)."""
+        positions n_past.. (or n_past + the tree's offsets), the mask's cache columns [0, n_past)
+        open (only the columns that changed since the last call are written) and its window
+        columns causal or as the tree says (written when the layout changes)."""
         n, T = len(tokens), self.method.ar_len
         if T == 1:
             self.tokens[0, 0] = tokens[0]
@@ -61,7 +63,11 @@ class StepBuffers:
         else:
             self.tokens[0, :n] = tokens
             self.tokens[0, n:] = pad_token
-            self.pos[0] = np.arange(n_past, n_past + T)
+            self.pos[0] = n_past + (np.arange(T) if tree is None else np.asarray(tree.offsets))
+            if tree is not self.tree:
+                m, C = self.method, self.layout.context_len
+                self.mask[0, 0, :, C - T:] = np.where(window_visibility(m, tree), m.mask_open, m.mask_closed)
+                self.tree = tree
         was = self.mask_n
         if n_past > was:
             self.mask[..., was:n_past] = self.method.mask_open
@@ -101,27 +107,28 @@ class PreparedSteps:
         return bound
 
     def forward(self, method: MethodLayout, cache: KVCache, tokens: Sequence[int],
-                pad_token: int) -> np.ndarray:
-        """Run `method` on up to T tokens at cache.n_past; returns the raw logits [1, T, V], a
-        buffer the next call overwrites. The new K/V entries wait in the method's buffers for
-        `commit`."""
+                pad_token: int, tree: WindowTree | None = None) -> np.ndarray:
+        """Run `method` on up to T tokens at cache.n_past (laid out by `tree` when given); returns
+        the raw logits [1, T, V], a buffer the next call overwrites. The new K/V entries wait in
+        the method's buffers for `commit`."""
         n, T = len(tokens), method.ar_len
         if not 1 <= n <= T:
             raise InputError(f"{method.name}: {n} tokens for a window of {T}")
         p = cache.n_past
-        if p + n > self.layout.context_len - T:
+        if p + room_needed(n, tree) > self.layout.context_len - T:
             raise ContextLengthError(f"{method.name}: {n} tokens at position {p} exceed its "
                                      f"{self.layout.context_len - T} cache slots (context "
                                      f"{self.layout.context_len}, window {T})")
         run = self.prepare(cache)[method.name]
         b = self.buffers[method.name]
         cache.sync(method)
-        b.write(tokens, p, pad_token)
+        b.write(tokens, p, pad_token, tree)
         self.calls[method.name] = self.calls.get(method.name, 0) + 1
         run.run()
         return b.logits
 
-    def commit(self, method: MethodLayout, cache: KVCache, n: int) -> None:
-        """Copy the first n new entries of `method`'s last call into the cache slots."""
+    def commit(self, method: MethodLayout, cache: KVCache, n: int, slots: Sequence[int] | None = None) -> None:
+        """Copy the new entries of the first n tokens (or of window `slots`[:n]) of `method`'s
+        last call into the cache slots."""
         b = self.buffers[method.name]
-        cache.put(method, b.k_out, b.v_out, n, b.k_out_all, b.v_out_all)
+        cache.put(method, b.k_out, b.v_out, n, b.k_out_all, b.v_out_all, slots)

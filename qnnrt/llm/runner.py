@@ -12,7 +12,7 @@ from qnnrt.llm.layout import DECODE_METHOD, PREFILL_METHOD, LlmLayout
 from qnnrt.llm.loops import PLAIN, DecodeStrategy, GenerationResult, GenericSteps, ScoreResult, Steps, generate, score
 from qnnrt.llm.prepared import PreparedSteps
 from qnnrt.llm.sampling import Sampler
-from qnnrt.llm.speculative import Speculation, SpeculativeOptions
+from qnnrt.llm.speculative import SpeculativeOptions, strategy_for
 from qnnrt.runtime.method import UnavailableMethod
 from qnnrt.runtime.plan import NotPreparable
 from qnnrt.runtime.program import Program
@@ -53,7 +53,7 @@ class LlmRunner:
         self.program = program
         self.layout = layout or layout_of(program)
         self.calls: dict[str, int] = {}
-        self.strategy: DecodeStrategy = PLAIN if speculative is None else Speculation(self.layout, speculative)
+        self.strategy: DecodeStrategy = PLAIN if speculative is None else strategy_for(self.layout, speculative)
         self.cycles = cycles
         self.note: str | None = None if prepared else "prepared=False"
         self.steps: Steps = GenericSteps(self.run, self.layout)

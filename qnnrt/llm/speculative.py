@@ -24,9 +24,10 @@ from qnnrt.llm.drafting import LookupOptions, PromptLookup
 from qnnrt.llm.errors import LayoutError
 from qnnrt.llm.kv_cache import KVCache
 from qnnrt.llm.layout import LlmLayout, MethodLayout
-from qnnrt.llm.loops import Block, Decoder, Steps, row_of
+from qnnrt.llm.lookahead import Lookahead, LookaheadOptions
+from qnnrt.llm.loops import Block, DecodeStrategy, Decoder, Steps, row_of
 
-SPECULATIVE_MODES = ("prompt-lookup",)
+SPECULATIVE_MODES = ("prompt-lookup", "lookahead")
 DRAFT_POLICIES = ("auto", "always", "never")
 OUTCOMES_KEPT = 8          # the recent verifications (or shadow drafts) the yield is judged on
 COST_SMOOTHING = 0.25      # weight of a new forward's time in its method's running cost
@@ -43,6 +44,7 @@ class SpeculativeOptions:
     policy: str = "auto"
     lookup: LookupOptions = field(default_factory=LookupOptions)
     plain_via_verifier: bool = False
+    lookahead: LookaheadOptions = field(default_factory=LookaheadOptions)
 
     def __post_init__(self) -> None:
         if self.mode not in SPECULATIVE_MODES:
@@ -224,20 +226,35 @@ class SpeculativeDecoder:
         return self.stats.report(self.meter, self.switch)
 
 
+def verifier_of(layout: LlmLayout) -> MethodLayout:
+    """The cheapest method that takes several tokens at once: a lookahead file's decode window,
+    else a hybrid file's prefill window."""
+    multi = [m for m in (layout.decode, layout.prefill) if m.ar_len > 1]
+    if not multi:
+        raise LayoutError(f"speculative decoding needs a method that takes several tokens at once to verify "
+                          f"drafts (a hybrid file's prefill_forward); this file is {layout.mode}-only: its "
+                          f"{layout.decode.name} takes one token per call")
+    return min(multi, key=lambda m: m.ar_len)
+
+
+def strategy_for(layout: LlmLayout, options: SpeculativeOptions) -> DecodeStrategy:
+    """The decode strategy `options` asks of this file."""
+    if options.mode == "lookahead":
+        return Lookahead(layout, options.lookahead)
+    return Speculation(layout, options)
+
+
 class Speculation:
-    """The speculative strategy of a runner: its options, the verifier method of the file, and the
-    costs measured across its generations. `last` holds the last generation's figures."""
+    """The prompt-lookup strategy of a runner: its options, the verifier method of the file, and
+    the costs measured across its generations."""
 
     def __init__(self, layout: LlmLayout, options: SpeculativeOptions) -> None:
-        if layout.mode != "hybrid" or layout.prefill.ar_len < 2:
-            raise LayoutError(f"speculative decoding ({options.mode}) needs a method that takes several tokens "
-                              f"at once to verify drafts (a hybrid file's {layout.prefill.name}); this file is "
-                              f"{layout.mode}-only with a window of {layout.prefill.ar_len}")
         self.layout, self.options = layout, options
+        self.verifier = verifier_of(layout)
         self.meter = CostMeter()
 
     def decoder(self, steps: Steps, layout: LlmLayout, sampler: Callable[[np.ndarray], int],
                 eos: frozenset[int], prefill_s_per_call: float, clock: Callable[[], float]) -> Decoder:
         if layout.prefill.name not in self.meter.seconds and prefill_s_per_call > 0:
             self.meter.add(layout.prefill.name, prefill_s_per_call)
-        return SpeculativeDecoder(steps, layout, sampler, eos, self.options, self.meter, layout.prefill, clock)
+        return SpeculativeDecoder(steps, layout, sampler, eos, self.options, self.meter, self.verifier, clock)

@@ -1,0 +1,166 @@
+"""Lookahead decoding (llm/lookahead.py) on a file ExecuTorch 1.5.1's llama scripts exported with
+``--model_mode lookahead --ngram 3 --window 2 --gcap 2`` (tests/data/llm/lookahead_stories: the
+llama_stories_fp16 model, a decode window of 8 slots). The trace files hold, step by step, the
+slots, positions, guesses and acceptances of ExecuTorch's runner algorithm run on this file
+through ExecuTorch's own runtime; qnnrt must send the same slots and accept the same tokens."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pytest
+
+from qnnrt import load
+from qnnrt.cli.main import main
+from qnnrt.errors import InputError
+from qnnrt.llm import LlmRunner
+from qnnrt.llm.kv_cache import KVCache, WindowTree
+from qnnrt.llm.layout import MethodLayout
+from qnnrt.llm.lookahead import CRand, LookaheadOptions, NgramPool, StepLayout
+from qnnrt.llm.speculative import SpeculativeOptions
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "llm" / "lookahead_stories"
+LOOKAHEAD = SpeculativeOptions(mode="lookahead")
+
+
+# -- numpy only ---------------------------------------------------------------------------------------
+def test_c_rand_is_glibc_rand_for_an_unseeded_process():
+    r = CRand()
+    assert [r() for _ in range(3)] == [1804289383, 846930886, 1681692777]
+
+
+def test_step_layout_for_ngram_3_window_2_gcap_2():
+    at = StepLayout(LookaheadOptions(3, 2, 2), 8)
+    assert at.tree.offsets == (0, 1, 1, 2, 1, 2, 1, 2)
+    want = np.array([[1, 0, 0, 0, 0, 0, 0, 0],     # the current token
+                     [1, 1, 0, 0, 0, 0, 0, 0],     # level 0, column 1
+                     [1, 0, 1, 0, 0, 0, 0, 0],     # level 1, column 0
+                     [1, 1, 0, 1, 0, 0, 0, 0],     # level 1, column 1
+                     [1, 0, 0, 0, 1, 0, 0, 0],     # guess 0
+                     [1, 0, 0, 0, 1, 1, 0, 0],
+                     [1, 0, 0, 0, 0, 0, 1, 0],     # guess 1
+                     [1, 0, 0, 0, 0, 0, 1, 1]], bool)
+    assert np.array_equal(at.tree.visible, want)
+    assert at.guess_base == 4 and at.last_level == 2
+
+
+def test_options_fill_the_window_and_refuse_what_does_not_fit():
+    assert LookaheadOptions().for_window(8) == LookaheadOptions(3, 2, 2)
+    assert LookaheadOptions().for_window(16) == LookaheadOptions(3, 4, 4)
+    assert LookaheadOptions(ngram=5, window=1, gcap=1).for_window(8).slots == 8
+    with pytest.raises(InputError, match="needs"):
+        LookaheadOptions(3, 4, 2).for_window(8)
+
+
+def test_pool_keeps_gcap_continuations_oldest_out_first_without_duplicates():
+    p = NgramPool(2)
+    for v in [(1, 2), (1, 2), (3, 4), (5, 6)]:
+        p.add(7, v)
+    assert p.guesses(7) == [(5, 6), (3, 4)] and p.guesses(8) == []
+
+
+def test_a_tree_call_writes_its_mask_and_positions_and_keeps_the_chosen_slots():
+    from tests.llm.test_speculative import _layout
+    lay = _layout(T=4)
+    m: MethodLayout = lay.prefill
+    tree = WindowTree.from_parents([-1, 0, 0, 2], [0, 1, 1, 2])
+    cache = KVCache(lay)
+    cache.n_past = 3
+    from qnnrt.llm.kv_cache import build_step_inputs
+    inp = build_step_inputs(lay, m, cache, [5, 6, 7, 8], tree=tree)
+    assert inp["input_pos"].tolist() == [[3, 4, 4, 5]]
+    win = inp["atten_mask"][0, 0, :, -4:] == m.mask_open
+    assert win.tolist() == [[True, False, False, False], [True, True, False, False],
+                            [True, False, True, False], [True, False, True, True]]
+    ko = [np.arange(8, dtype=np.float32).reshape(1, 1, 2, 4)]
+    vo = [np.arange(8, dtype=np.float32).reshape(1, 1, 4, 2)]
+    cache.update(m, ko, vo, 3, slots=[0, 2, 3])
+    assert cache.n_past == 6 and cache.k[0][0, 0, :, 3:6].tolist() == [[0, 2, 3], [4, 6, 7]]
+
+
+# -- the exported file on the simulator ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ref() -> dict:
+    return json.loads((DATA / "greedy_reference.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def prog():
+    with load(str(DATA / "model.pte")) as p:
+        yield p
+
+
+class Recording:
+    """The runner's steps, recording what each lookahead call sent."""
+
+    def __init__(self, steps: Any) -> None:
+        self.steps, self.sent = steps, []
+
+    def forward(self, method, cache, tokens: Sequence[int], pad_token: int, tree=None):
+        if tree is not None:
+            self.sent.append((cache.n_past, list(tokens), list(tree.offsets)))
+        return self.steps.forward(method, cache, tokens, pad_token, tree)
+
+    def commit(self, method, cache, n, slots=None):
+        return self.steps.commit(method, cache, n, slots)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["fixture", "repetitive"])
+def test_lookahead_follows_executorchs_runner_step_by_step(prog, ref, which):
+    trace = json.loads((DATA / f"trace_{which}.json").read_text())
+    runner = LlmRunner(prog, speculative=LOOKAHEAD)
+    assert runner.layout.mode == "lookahead" and runner.layout.decode.ar_len == 8
+    rec = Recording(runner.steps)
+    runner.steps = rec
+    res = runner.generate(ref[f"{which}_prompt"], 200, eos_ids=[])
+    assert res.tokens[:64] == ref[f"{which}_greedy_64"]
+    assert res.tokens == trace["generated"][:len(res.tokens)]
+    assert len(rec.sent) == res.decode_forwards == res.speculative["forwards"]
+    for (pos, tokens, offsets), step in zip(rec.sent, trace["trace"]):
+        used = 4 + 2 * step["n_guesses"]           # level slots, then the guesses found (the rest is stale)
+        assert pos == step["pos"]
+        assert tokens[:used] == step["tokens"][:used], step["step"]
+        assert [pos + o for o in offsets[:used]] == step["input_pos"][:used]
+    # every step of the runner's, but one that starts with the cache full (C - T entries): its tokens
+    # could never be continued; qnnrt stops before it, with every emitted token's predecessor cached
+    full = runner.layout.context_len - runner.layout.decode.ar_len
+    assert len(rec.sent) == len([s for s in trace["trace"] if s["pos"] < full])
+
+
+@pytest.mark.slow
+def test_plain_decoding_of_a_lookahead_file_and_prompt_lookup_on_its_window(prog, ref):
+    plain = LlmRunner(prog).generate(ref["repetitive_prompt"], 40, eos_ids=[])
+    assert plain.tokens == ref["repetitive_greedy_64"][:40] and plain.decode_forwards == 39
+    pl = LlmRunner(prog, speculative=SpeculativeOptions(policy="always")).generate(
+        ref["repetitive_prompt"], 40, eos_ids=[])
+    assert pl.tokens == plain.tokens
+    assert pl.speculative["verifications"] > 0
+    assert "kv_forward" in pl.speculative["forward_ms"] and len(pl.speculative["forward_ms"]) <= 2
+
+
+@pytest.mark.slow
+def test_cli_decodes_a_lookahead_file_with_lookahead_by_default(tmp_path, ref):
+    rep = tmp_path / "r.json"
+    ids = ",".join(map(str, ref["fixture_prompt"]))
+    assert main(["llm", str(DATA / "model.pte"), "--prompt-tokens", ids, "--max-new-tokens", "30",
+                 "--ignore-eos", "--report", str(rep), "--quiet"]) == 0
+    r = json.loads(rep.read_text())
+    assert r["layout"]["mode"] == "lookahead" and r["speculative"]["mode"] == "lookahead"
+    assert r["generated_tokens"] == ref["fixture_greedy_64"][:30]
+    assert r["speculative"]["forwards"] < 29
+    assert main(["llm", str(DATA / "model.pte"), "--prompt-tokens", ids, "--max-new-tokens", "4",
+                 "--speculative", "off", "--report", str(rep), "--quiet"]) == 0
+    assert "speculative" not in json.loads(rep.read_text())
+
+
+@pytest.mark.slow
+def test_lookahead_on_a_hybrid_file_says_what_to_use(capfd):
+    fix = Path("/work/shared/fixtures/executorch/llama_stories_fp16/model.pte")
+    if not fix.exists():
+        pytest.skip("ExecuTorch LLM fixture not available")
+    assert main(["llm", str(fix), "--prompt-tokens", "1,2,3", "--speculative", "lookahead", "--quiet"]) == 1
+    err = capfd.readouterr().err
+    assert "--model_mode lookahead" in err and "prompt-lookup" in err and "Traceback" not in err
