@@ -62,11 +62,11 @@ def _sample_ms(vocab: int, steps: int) -> float:
     return statistics.median(out) * 1e3
 
 
-def one_round(path: str, mode: str, prompt: list[int], steps: int) -> dict:
+def one_round(path: str, mode: str, prompt: list[int], steps: int, shim: str = SHIM) -> dict:
     import qnnrt
     from qnnrt.llm import LlmRunner
     t0 = time.perf_counter()
-    prog = qnnrt.load(path, backend_lib=SHIM)
+    prog = qnnrt.load(path, backend_lib=shim)
     try:
         if mode == "before":
             runner = LlmRunner(prog)
@@ -95,13 +95,14 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=127)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompt-len", type=int, default=37)
+    ap.add_argument("--shim", default=SHIM, help="the anchor kit's libQnnHtp.so (where env.sh's kit is)")
     args = ap.parse_args()
     _noop_env()
     from qnnrt.llm import LlmRunner
     if args.mode == "before" and "prepared" in inspect.signature(LlmRunner).parameters:
         sys.exit("--mode before: run with PYTHONPATH at a tree before the prepared step")
     prompt = [(7 * i + 3) % 500 + 1 for i in range(args.prompt_len)]
-    rows = [one_round(args.pte, args.mode, prompt, args.steps) for _ in range(args.rounds)]
+    rows = [one_round(args.pte, args.mode, prompt, args.steps, args.shim) for _ in range(args.rounds)]
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0] if isinstance(rows[0][k], float)}
     print(json.dumps({"pte": args.pte, "mode": args.mode, "rounds": rows, "median": med,
                       "prompt_tokens": len(prompt), "python": sys.version.split()[0],

@@ -243,8 +243,7 @@ def _existing_path(path: str | os.PathLike) -> Path:
 
 
 def _check_sha256(b: ContextBinary, expected: str, manifest: Path) -> None:
-    from qnnrt.fileio import buffer_sha256
-    got = buffer_sha256(b.buffer)
+    got = b.sha256()
     if got != expected:
         raise FormatError(f"{b.where}: sha256 {got[:16]}... differs from the {expected[:16]}... "
                           f"{manifest} records; the binary was corrupted or replaced after the "

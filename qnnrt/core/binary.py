@@ -15,7 +15,9 @@ import numpy as np
 from qnnrt._capi import codes
 from qnnrt._capi import types as T
 from qnnrt._capi.library import QnnLibrary, open_library
+from qnnrt.core import load_cache
 from qnnrt.core.freeing import check_free
+from qnnrt.core.load_cache import FileIdentity, Origin
 from qnnrt.core.tensor import TensorSpec, spec_from_struct
 from qnnrt.errors import FormatError, QnnrtError
 
@@ -149,9 +151,10 @@ def read_binary_info(lib: QnnLibrary, buffer: np.ndarray, where: str) -> BinaryI
         check_free(lib.sys.systemContextFree(sysctx), "systemContextFree", f"the system context reading {where}")
 
 
-def _map_file(path: Path) -> mmap.mmap:
+def _map_file(path: Path) -> tuple[mmap.mmap, FileIdentity | None]:
+    """The file mapped, and its identity as mapped (the load cache's key)."""
     with open(path, "rb") as f:  # the map keeps its own descriptor: one fd per binary
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), FileIdentity.of(path, f.fileno())
 
 
 def _raise_fd_limit() -> bool:
@@ -173,13 +176,17 @@ class ContextBinary:
     """A context binary: a file mapped read-only, or a slice of a bigger mapped file (e.g. a .pte).
 
     The bytes are never copied into Python; `buffer` is a uint8 numpy view over the mapping, whose
-    address goes to QNN. `info` is read once, lazily.
+    address goes to QNN. `info` is read once, lazily. `origin` (a mapped file's own; given for a
+    slice) is where the bytes lie on disk: what they hash to and their PD-need headers are then
+    read from the load cache while the file is unchanged (core/load_cache.py).
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
                  buffer: np.ndarray | memoryview | bytes | bytearray | None = None, name: str | None = None,
-                 lib: QnnLibrary | None = None, backend_lib: str | None = None):
+                 lib: QnnLibrary | None = None, backend_lib: str | None = None,
+                 origin: Origin | None = None):
         self._mmap: mmap.mmap | None = None
+        self.origin: Origin | None = None
         self.path: Path | None
         if (path is None) == (buffer is None):
             raise ValueError("give exactly one of path or buffer")
@@ -191,9 +198,12 @@ class ContextBinary:
             self.path = None
             self.name = name or "<buffer>"
             self.buffer = np.frombuffer(buffer, dtype=np.uint8)
+            if origin is not None and origin.length == self.buffer.nbytes:
+                self.origin = origin
         self._lib = lib
         self._backend_lib = backend_lib
         self._info: BinaryInfo | None = None
+        self._sha256: str | None = None
 
     def _open_file(self) -> None:
         p = self.path
@@ -207,12 +217,13 @@ class ContextBinary:
         size = p.stat().st_size
         if size == 0:
             raise FormatError(f"{p}: file is empty; it is not a QNN context binary")
+        identity = None
         try:
-            self._mmap = _map_file(p)
+            self._mmap, identity = _map_file(p)
         except OSError as e:
             if e.errno == errno.EMFILE and _raise_fd_limit():
                 try:
-                    self._mmap = _map_file(p)
+                    self._mmap, identity = _map_file(p)
                 except OSError as e2:
                     e = e2
             if self._mmap is None:
@@ -220,6 +231,8 @@ class ContextBinary:
                         "per context binary)" if e.errno == errno.EMFILE else "")
                 raise FormatError(f"{p}: cannot map file: {e}{hint}") from e
         self.buffer = np.frombuffer(self._mmap, dtype=np.uint8)
+        if identity is not None and identity.size == self.buffer.nbytes:
+            self.origin = Origin(identity, 0, identity.size)
 
     @property
     def size(self) -> int:
@@ -250,13 +263,24 @@ class ContextBinary:
     def graphs(self) -> tuple[GraphSpec, ...]:
         return self.info.graphs
 
+    def sha256(self) -> str:
+        """Hex sha256 of the bytes: hashed once per object, and not at all while the load cache
+        holds it for an unchanged file."""
+        if self._sha256 is None:
+            from qnnrt.fileio import buffer_sha256
+            self._sha256 = load_cache.sha256(self.origin, lambda: buffer_sha256(self.buffer))
+        return self._sha256
+
     def pd_need(self) -> PdNeed:
         """Predicted PD reservation of this context, per graph and part (core/pd_need.py), read from
-        the binary alone: no context is created. Unknown parts are None, with notes."""
+        the binary alone: no context is created. Unknown parts are None, with notes. The byte scan
+        for pickle headers comes from the load cache while the file is unchanged."""
         need: PdNeed | None = getattr(self, "_pd_need", None)
         if need is None:
-            from qnnrt.core.pd_need import predict_pd_need
-            need = predict_pd_need(self.graphs, self.buffer)
+            from qnnrt.core.pd_need import blob_infos, need_from_blob_info, pickle_headers
+            graphs = blob_infos(self.graphs)   # the binary info first: a bad binary fails before the scan
+            headers = load_cache.pickle_headers(self.origin, lambda: pickle_headers(self.buffer))
+            need = need_from_blob_info(graphs, headers)
             self._pd_need = need
         return need
 
@@ -271,6 +295,7 @@ class ContextBinary:
         """Drop the mapping. Contexts already created from it are unaffected (QNN copied what it
         needs); creating new ones needs a new ContextBinary."""
         self.buffer = np.zeros(0, np.uint8)
+        self.origin = None   # the bytes are gone: nothing to look up for them
         if self._mmap is not None:
             try:
                 self._mmap.close()

@@ -165,8 +165,9 @@ def pte_methods(path: Path, lib: QnnLibrary | None) -> tuple[
         soc = None
         for blob_key, users in prog.unique_delegate_blobs().items():
             key = context_key(blob_key)
-            binaries[key] = ContextBinary(buffer=qnn_context_binary(users[0]),
-                                          name=f"{path.name}:{key}", lib=lib)
+            blob = qnn_context_binary(users[0])
+            binaries[key] = ContextBinary(buffer=blob, name=f"{path.name}:{key}", lib=lib,
+                                          origin=prog.origin_of(blob))
             soc = soc or parse_qnn_compile_spec(users[0]).get("soc_model")
         undo.pop_all()
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
+from qnnrt.core.load_cache import FileIdentity, Origin
 from qnnrt.errors import FormatError
 
 QNN_BACKEND_ID = "QnnBackend"
@@ -299,6 +300,7 @@ class PteProgram:
         self.constant_segment: tuple[int, tuple[int, ...]] | None = None   # (segment idx, offsets)
         self.mutable_data_segments: list[tuple[int, tuple[int, ...]]] = []
         self.named_data: dict[str, int] = {}              # key -> segment index
+        self.identity: FileIdentity | None = None          # the file as mapped (the load cache's key)
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -328,6 +330,17 @@ class PteProgram:
             raise FormatError(f"{self.path}: bytes {offset}..{offset + size} lie outside the file "
                               f"({self.file_size} bytes). The file is truncated; copy or re-export it.")
         return memoryview(self.buffer)[offset:offset + size]
+
+    def origin_of(self, view: memoryview) -> Origin | None:
+        """Where `view` (a view of this file's mapping) lies in the file, for the load cache; None
+        for bytes elsewhere or a file whose identity is unknown."""
+        if self.identity is None or self._mm is None:
+            return None
+        base = np.frombuffer(self._mm, np.uint8).ctypes.data
+        at = np.frombuffer(view, np.uint8).ctypes.data - base
+        if at < 0 or at + view.nbytes > self.file_size:
+            return None
+        return Origin(self.identity, at, view.nbytes)
 
     @property
     def delegates(self) -> list[PteDelegate]:

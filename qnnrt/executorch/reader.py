@@ -34,6 +34,7 @@ import os
 import struct
 from collections.abc import Sequence
 
+from qnnrt.core.load_cache import FileIdentity
 from qnnrt.errors import FormatError
 from qnnrt.executorch import schema as S
 from qnnrt.executorch.pte_constants import constant_method_value, is_constant_method
@@ -86,6 +87,7 @@ def read_pte(path: str | os.PathLike, *, require_qnn: bool = False) -> PteProgra
                           "and permissions.") from None
     with f:
         size = os.fstat(f.fileno()).st_size
+        identity = FileIdentity.of(path, f.fileno())
         if size < 8:
             raise FormatError(f"{path}: the file has {size} bytes; an ExecuTorch program has at least "
                               "8 (root offset + 'ET12'). It is truncated or not a .pte file; copy or "
@@ -95,7 +97,9 @@ def read_pte(path: str | os.PathLike, *, require_qnn: bool = False) -> PteProgra
         except (OSError, ValueError) as e:
             raise FormatError(f"{path}: cannot memory-map the file ({e})") from None
     try:
-        return _parse(path, mm, size, require_qnn)
+        prog = _parse(path, mm, size, require_qnn)
+        prog.identity = identity
+        return prog
     except FormatError:
         _close_quietly(mm)
         raise

@@ -19,7 +19,8 @@ Hangs are found by progress, never by a whole-job timeout: the child reports eac
 and only a step that makes no progress for its stall timeout (QNNRT_VET_STALL_TIMEOUT seconds, scaled
 up by the bytes the step works on) is a hang; the message names the step and says a stall is not a
 verdict on the binary. Verdicts are cached by content hash (+ QNN library + mode) under the user
-cache folder; binaries with equal bytes are vetted once.
+cache folder; binaries with equal bytes are vetted once. The hash itself comes from the load cache
+(core/load_cache.py) while the file is unchanged, so a cached verdict costs no pass over the bytes.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.runtime import child
 from qnnrt.runtime.vet_protocol import JOB_ID, ItemDone, StepStarted, VetItem, VetJob
 from qnnrt.spawn import signal_name
-from qnnrt.fileio import buffer_sha256, default_cache_dir, loads_json, write_atomic
+from qnnrt.fileio import default_cache_dir, loads_json, write_atomic
 
 if TYPE_CHECKING:
     from qnnrt.core.binary import ContextBinary
@@ -213,7 +214,7 @@ def vet_binaries(binaries: dict[str, ContextBinary], *, mode: VetMode = "auto",
     todo: dict[str, list[VetResult]] = {}   # sha -> results waiting for it (equal bytes, one vet)
     first: dict[str, ContextBinary] = {}
     for b in binaries.values():
-        sha = buffer_sha256(b.buffer)
+        sha = b.sha256()   # from the load cache while the file is unchanged
         hit = _cached(sha, lib_id)
         if hit is not None:
             report.results.append(VetResult(b.where, sha, hit["verdict"], str(hit.get("detail", "")),
