@@ -6,8 +6,8 @@ plain prompts (random ids: nothing to quote but what the model itself repeats).
 
     python bench/bench_speculative.py [--pte FIX/model.pte] [--new-tokens 64] [--json out.json]
 
-Each prompt runs plain, then speculative auto, then speculative always, in one process; the
-greedy tokens of the three must be identical (checked, printed)."""
+Each prompt runs plain, then speculative auto, then speculative always (and lookahead on a
+lookahead file), in one process; the greedy tokens of all must be identical (checked, printed)."""
 from __future__ import annotations
 
 import argparse
@@ -70,12 +70,14 @@ def main() -> int:
                    "auto": LlmRunner(prog, speculative=SpeculativeOptions(policy="auto")),
                    "always": LlmRunner(prog, speculative=SpeculativeOptions(policy="always"))}
         lay = runners["plain"].layout
+        if lay.mode == "lookahead":
+            runners["lookahead"] = LlmRunner(prog, speculative=SpeculativeOptions(mode="lookahead"))
         for set_name, prompts in prompt_sets(lay.vocab_size, lay.prompt_capacity).items():
             rows = {}
             for name, prompt in prompts.items():
                 n = min(args.new_tokens, lay.context_len - 1 - len(prompt))
                 row = {mode: run_one(r, profiler, prompt, n) for mode, r in runners.items()}
-                same = row["plain"]["tokens"] == row["auto"]["tokens"] == row["always"]["tokens"]
+                same = all(x["tokens"] == row["plain"]["tokens"] for x in row.values())
                 rows[name] = {"identical_tokens": same, **{m: {k: v for k, v in x.items() if k != "tokens"}
                                                            for m, x in row.items()}}
                 print(json.dumps({"set": set_name, "prompt": name, **rows[name]}), flush=True)
@@ -90,12 +92,13 @@ def summarize(rows: dict) -> dict:
     """Per mode: tokens per forward (all decoded tokens / all forwards) and cycles per decoded token
     (summed over the set), and each mode's cycles relative to plain."""
     res = {}
-    for mode in ("plain", "auto", "always"):
+    modes = list(next(iter(rows.values())))[1:]
+    for mode in modes:
         dec = sum(r[mode]["decoded"] for r in rows.values())
         fw = sum(r[mode]["forwards"] for r in rows.values())
         cyc = sum((r[mode]["cycles_per_token"] or 0) * r[mode]["decoded"] for r in rows.values())
         res[mode] = {"tokens_per_forward": round(dec / fw, 3), "cycles_per_token": round(cyc / dec)}
-    for mode in ("auto", "always"):
+    for mode in modes[1:]:
         res[mode]["cycles_vs_plain"] = round(res[mode]["cycles_per_token"] / res["plain"]["cycles_per_token"], 3)
     res["identical_tokens"] = all(r["identical_tokens"] for r in rows.values())
     return res
