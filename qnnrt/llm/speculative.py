@@ -78,12 +78,15 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 class DraftSwitch:
     """Whether to verify the draft at hand: the mean tokens the recent verifications yielded (or
-    would have: `watch`) times a plain forward's cost, against a verification's cost."""
+    would have: `watch`; a draft still being judged counts with what it has held so far, so a
+    long run of hits turns drafting on before it ends) times a plain forward's cost, against a
+    verification's cost."""
 
     def __init__(self, meter: CostMeter, verifier: str, plain: str) -> None:
         self.meter, self.verifier, self.plain = meter, verifier, plain
         self.outcomes: deque[int] = deque(maxlen=OUTCOMES_KEPT)
         self._watched: tuple[int, list[int]] | None = None   # (where in the sequence, the draft)
+        self._held_so_far = 0
         self.shadow_outcomes = 0
 
     def break_even(self) -> float | None:
@@ -93,15 +96,19 @@ class DraftSwitch:
         return None if verify is None or plain is None or plain <= 0 else verify / plain
 
     def pays(self) -> bool:
-        if len(self.outcomes) < 2:
+        judged = list(self.outcomes)
+        if self._watched is not None and self._held_so_far > 0:
+            judged.append(self._held_so_far + 1)     # the draft being judged holds so far: at least this
+        if not judged:
             return False
         even = self.break_even()
-        return even is None or sum(self.outcomes) / len(self.outcomes) > even
+        return even is None or sum(judged) / len(judged) > even
 
     def watch(self, at: int, draft: list[int]) -> None:
         """A draft not verified: judge it on the tokens plain decoding chooses from `at` on."""
         if self._watched is None:
             self._watched = (at, draft)
+            self._held_so_far = 0
 
     def settle(self, seq: Sequence[int]) -> None:
         """Score the watched draft once the sequence tells how much of it would have held."""
@@ -110,9 +117,8 @@ class DraftSwitch:
         at, draft = self._watched
         chosen = seq[at:at + len(draft)]
         held = common_prefix(draft, chosen)
-        even = self.break_even()
-        paid = even is not None and held + 1 > even    # already shown to pay: no need to wait
-        if held < len(chosen) or len(chosen) == len(draft) or paid:
+        self._held_so_far = held
+        if held < len(chosen) or len(chosen) == len(draft):
             self.outcomes.append(held + 1)
             self.shadow_outcomes += 1
             self._watched = None

@@ -267,6 +267,26 @@ def test_auto_drafts_only_where_the_measured_yield_pays_for_a_verification():
     assert model.calls["prefill_forward"] == 2        # the prompt's two windows only
 
 
+def test_a_draft_that_keeps_holding_turns_drafting_on_before_it_ends():
+    from qnnrt.llm.speculative import CostMeter, DraftSwitch
+    meter = CostMeter()
+    meter.add("verify", 4.0)
+    meter.add("plain", 1.0)
+    sw = DraftSwitch(meter, "verify", "plain")
+    seq = [9, 1, 2, 3]
+    sw.watch(len(seq), [4, 5, 6, 7, 8, 9, 10, 11])
+    for tok in (4, 5, 6):
+        seq.append(tok)
+        sw.settle(seq)
+        assert not sw.pays()               # 1 + 3 tokens held: not yet more than a verification costs
+    seq.append(7)
+    sw.settle(seq)
+    assert sw.pays() and not sw.outcomes   # 5 > 4, while the draft is still being judged
+    seq.append(0)
+    sw.settle(seq)
+    assert list(sw.outcomes) == [5] and sw.pays()
+
+
 def test_sampled_speculative_generation_is_reproducible_and_counts_every_token():
     prompt = [1, 2, 3, 1, 2]
     runs = []
