@@ -21,6 +21,16 @@ class LookupOptions:
             raise InputError(f"n-gram sizes: 1 <= min ({self.ngram_min}) <= max ({self.ngram_max}) required")
 
 
+def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two sequences share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class PromptLookup:
     """An index of where each n-gram of the sequence was last followed by a token, kept up to date
     as the sequence grows (each token is indexed once)."""

@@ -9,18 +9,10 @@ import numpy as np
 
 from qnnrt.errors import InputError
 
+from qnnrt.llm.drafting import shared_prefix
 from qnnrt.llm.kv_cache import KVCache
 from qnnrt.llm.loops import GenerationResult
 from qnnrt.llm.runner import LlmRunner
-
-
-def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class CachedGenerator:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from qnnrt.errors import InputError
-from qnnrt.llm.drafting import LookupOptions, PromptLookup
+from qnnrt.llm.drafting import LookupOptions, PromptLookup, shared_prefix
 from qnnrt.llm.errors import LayoutError
 from qnnrt.llm.kv_cache import KVCache
 from qnnrt.llm.layout import LlmLayout, MethodLayout
@@ -67,15 +67,6 @@ class CostMeter:
         self.seconds[method] = seconds if old is None else old + COST_SMOOTHING * (seconds - old)
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 class DraftSwitch:
     """Whether to verify the draft at hand: the mean tokens the recent verifications yielded (or
     would have: `watch`; a draft still being judged counts with what it has held so far, so a
@@ -116,7 +107,7 @@ class DraftSwitch:
             return
         at, draft = self._watched
         chosen = seq[at:at + len(draft)]
-        held = common_prefix(draft, chosen)
+        held = shared_prefix(draft, chosen)
         self._held_so_far = held
         if held < len(chosen) or len(chosen) == len(draft):
             self.outcomes.append(held + 1)
