@@ -62,7 +62,8 @@ def _sample_ms(vocab: int, steps: int) -> float:
     return statistics.median(out) * 1e3
 
 
-def one_round(path: str, mode: str, prompt: list[int], steps: int, shim: str = SHIM) -> dict:
+def one_round(path: str, mode: str, prompt: list[int], steps: int, shim: str = SHIM,
+              speculative: str = "off") -> dict:
     import qnnrt
     from qnnrt.llm import LlmRunner
     t0 = time.perf_counter()
@@ -70,6 +71,9 @@ def one_round(path: str, mode: str, prompt: list[int], steps: int, shim: str = S
     try:
         if mode == "before":
             runner = LlmRunner(prog)
+        elif speculative != "off":
+            from qnnrt.llm.speculative import SpeculativeOptions
+            runner = LlmRunner(prog, speculative=SpeculativeOptions(policy=speculative))
         else:
             runner = LlmRunner(prog, prepared=mode == "prepared", create_contexts=mode == "prepared")
         load_s = time.perf_counter() - t0
@@ -79,7 +83,7 @@ def one_round(path: str, mode: str, prompt: list[int], steps: int, shim: str = S
         row = {"mode": mode, "load_ms": load_s * 1e3, "ttft_ms": res.ttft_s * 1e3,
                "prefill_calls": res.prefill_calls,
                "decode_ms_median": statistics.median(res.decode_s) * 1e3, "decode_steps": len(res.decode_s),
-               "sample_ms": _sample_ms(lay.vocab_size, 200)}
+               "sample_ms": _sample_ms(lay.vocab_size, 200), "decode_forwards": res.decode_forwards}
         row["decode_host_ms"] = row["decode_ms_median"] - row["sample_ms"]
         if mode == "prepared":
             row["floor_ms"] = _floor_ms(runner, 200)
@@ -96,15 +100,21 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompt-len", type=int, default=37)
     ap.add_argument("--shim", default=SHIM, help="the anchor kit's libQnnHtp.so (where env.sh's kit is)")
+    ap.add_argument("--speculative", choices=["off", "auto", "always", "never"], default="off",
+                    help="prompt lookup with this draft policy (the prepared step); under the no-op backend "
+                         "the logits stay as the buffer was, so drafts of a repeated token hold: the host "
+                         "work of verifications, per token")
     args = ap.parse_args()
     _noop_env()
     from qnnrt.llm import LlmRunner
     if args.mode == "before" and "prepared" in inspect.signature(LlmRunner).parameters:
         sys.exit("--mode before: run with PYTHONPATH at a tree before the prepared step")
     prompt = [(7 * i + 3) % 500 + 1 for i in range(args.prompt_len)]
-    rows = [one_round(args.pte, args.mode, prompt, args.steps, args.shim) for _ in range(args.rounds)]
+    rows = [one_round(args.pte, args.mode, prompt, args.steps, args.shim, args.speculative)
+            for _ in range(args.rounds)]
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0] if isinstance(rows[0][k], float)}
-    print(json.dumps({"pte": args.pte, "mode": args.mode, "rounds": rows, "median": med,
+    print(json.dumps({"pte": args.pte, "mode": args.mode, "speculative": args.speculative, "rounds": rows,
+                      "median": med,
                       "prompt_tokens": len(prompt), "python": sys.version.split()[0],
                       "qnnrt": str(Path(__import__("qnnrt").__file__).parent)}, indent=1))
     return 0

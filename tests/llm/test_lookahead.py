@@ -16,7 +16,7 @@ from qnnrt import load
 from qnnrt.cli.main import main
 from qnnrt.errors import InputError
 from qnnrt.llm import LlmRunner
-from qnnrt.llm.kv_cache import KVCache, WindowTree
+from qnnrt.llm.kv_cache import KVCache, WindowTree, build_step_inputs
 from qnnrt.llm.layout import MethodLayout
 from qnnrt.llm.lookahead import CRand, LookaheadOptions, NgramPool, StepLayout
 from qnnrt.llm.speculative import SpeculativeOptions
@@ -68,7 +68,7 @@ def test_a_tree_call_writes_its_mask_and_positions_and_keeps_the_chosen_slots():
     tree = WindowTree.from_parents([-1, 0, 0, 2], [0, 1, 1, 2])
     cache = KVCache(lay)
     cache.n_past = 3
-    from qnnrt.llm.kv_cache import build_step_inputs
+
     inp = build_step_inputs(lay, m, cache, [5, 6, 7, 8], tree=tree)
     assert inp["input_pos"].tolist() == [[3, 4, 4, 5]]
     win = inp["atten_mask"][0, 0, :, -4:] == m.mask_open
@@ -164,3 +164,66 @@ def test_lookahead_on_a_hybrid_file_says_what_to_use(capfd):
     assert main(["llm", str(fix), "--prompt-tokens", "1,2,3", "--speculative", "lookahead", "--quiet"]) == 1
     err = capfd.readouterr().err
     assert "--model_mode lookahead" in err and "prompt-lookup" in err and "Traceback" not in err
+
+
+# -- bit for bit with ExecuTorch's own runtime ---------------------------------------------------------
+ET_IO = DATA / "executorch_io"
+
+
+def _et(method: str, kind: str) -> list[np.ndarray]:
+    files = sorted(ET_IO.glob(f"{method}_{kind}_*.npy"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+    return [np.load(f) for f in files]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["prefill_forward", "kv_forward"])
+def test_cli_run_is_bit_identical_to_executorch_on_its_own_inputs(method, tmp_path):
+    """ExecuTorch 1.5.1's runtime ran this file's methods on this simulator (the prompt's prefill,
+    then the first lookahead step with the inputs its runner builds): qnnrt's outputs for the same
+    inputs are the same bits."""
+    files = sorted(ET_IO.glob(f"{method}_input_*.npy"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+    out = tmp_path / "out"
+    assert main(["run", str(DATA / "model.pte"), "--method", method, "--inputs", ",".join(map(str, files)),
+                 "--output-dir", str(out), "--quiet"]) == 0
+    want = _et(method, "output")
+    assert len(want) == 9
+    for i, w in enumerate(want):
+        assert np.array_equal(np.load(out / f"output_{i}.npy"), w), (method, i)
+
+
+@pytest.mark.slow
+def test_the_first_lookahead_step_sends_what_executorchs_runner_sends_and_gets_its_logits(prog, ref):
+    """qnnrt's own first lookahead step after the prompt: the tokens, positions and mask pattern
+    ExecuTorch's runner built, and the same logits bit for bit (qnnrt's closed mask value is -255,
+    ExecuTorch's runner's -65535: both shut a column completely)."""
+    runner = LlmRunner(prog, speculative=LOOKAHEAD)
+    seen: list[np.ndarray] = []
+
+    class Capture(Recording):
+        def forward(self, method, cache, tokens, pad_token, tree=None):
+            raw = super().forward(method, cache, tokens, pad_token, tree)
+            if tree is not None:
+                seen.append(np.array(raw, copy=True))
+            return raw
+
+    rec = Capture(runner.steps)
+    runner.steps = rec
+    runner.generate(ref["fixture_prompt"], 2, eos_ids=[])
+    tokens, mask, pos = _et("kv_forward", "input")[:3]
+    n_past, sent, offsets = rec.sent[0]
+    assert sent == tokens[0].tolist() and [n_past + o for o in offsets][:4] == pos[0, :4].tolist()
+    m = runner.layout.decode
+    ours = build_step_inputs(runner.layout, m, _cache_at(runner, n_past), sent, tree=rec_tree(runner))[m.inputs[1].name]
+    used = 4                       # the window's slots: the first step has no guesses (their slots are stale)
+    assert np.array_equal(ours[..., :used, :] == m.mask_open, mask[..., :used, :] == 0.0)
+    assert np.array_equal(seen[0][:, :used], _et("kv_forward", "output")[0][:, :used])
+
+
+def _cache_at(runner: LlmRunner, n_past: int) -> KVCache:
+    cache = KVCache(runner.layout)
+    cache.n_past = n_past
+    return cache
+
+
+def rec_tree(runner: LlmRunner) -> WindowTree:
+    return StepLayout(LookaheadOptions().for_window(runner.layout.decode.ar_len), runner.layout.decode.ar_len).tree
