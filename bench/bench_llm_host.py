@@ -83,7 +83,8 @@ def one_round(path: str, mode: str, prompt: list[int], steps: int, shim: str = S
         row = {"mode": mode, "load_ms": load_s * 1e3, "ttft_ms": res.ttft_s * 1e3,
                "prefill_calls": res.prefill_calls,
                "decode_ms_median": statistics.median(res.decode_s) * 1e3, "decode_steps": len(res.decode_s),
-               "sample_ms": _sample_ms(lay.vocab_size, 200), "decode_forwards": res.decode_forwards}
+               "sample_ms": _sample_ms(lay.vocab_size, 200),
+               "decode_forwards": getattr(res, "decode_forwards", len(res.decode_s))}   # (a tree before #30)
         row["decode_host_ms"] = row["decode_ms_median"] - row["sample_ms"]
         if mode == "prepared":
             row["floor_ms"] = _floor_ms(runner, 200)
