@@ -226,8 +226,10 @@ def chat(runner, text, sampler, args) -> list[dict]:
         turn = g.result.report() | {"prompt_tokens": len(ids), "cached_tokens": g.reused,
                                     "finish_reason": g.finish_reason, "text": g.text}
         turns.append(turn)
-        print(f"  [{len(g.result.tokens)} tokens, {g.reused} of {len(ids)} prompt tokens reused, time to first "
-              f"token {g.result.ttft_s * 1e3:.1f} ms]", file=sys.stderr, flush=True)
+        spec = g.result.speculative
+        per_forward = f", {spec['tokens_per_forward']:.2f} per forward" if spec and spec["tokens_per_forward"] else ""
+        print(f"  [{len(g.result.tokens)} tokens{per_forward}, {g.reused} of {len(ids)} prompt tokens reused, time to "
+              f"first token {g.result.ttft_s * 1e3:.1f} ms]", file=sys.stderr, flush=True)
     return turns
 
 

@@ -227,3 +227,12 @@ def _cache_at(runner: LlmRunner, n_past: int) -> KVCache:
 
 def rec_tree(runner: LlmRunner) -> WindowTree:
     return StepLayout(LookaheadOptions().for_window(runner.layout.decode.ar_len), runner.layout.decode.ar_len).tree
+
+
+@pytest.mark.slow
+def test_lookahead_parameters_that_do_not_fit_the_window_are_a_clear_error(ref, capfd):
+    ids = ",".join(map(str, ref["fixture_prompt"]))
+    assert main(["llm", str(DATA / "model.pte"), "--prompt-tokens", ids, "--ngram", "4", "--window", "3",
+                 "--quiet"]) == 1
+    err = capfd.readouterr().err
+    assert "(window + gcap) x (ngram - 1) = 12 slots" in err and "has 8" in err and "Traceback" not in err
