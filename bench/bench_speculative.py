@@ -4,10 +4,11 @@ simulated cycles, what a device would feel; wall time on the simulator is not), 
 repetitive set (the prompt repeated, an edit of a quoted block, a summary quoting its input) and on
 plain prompts (random ids: nothing to quote but what the model itself repeats).
 
-    python bench/bench_speculative.py [--pte FIX/model.pte] [--new-tokens 64] [--json out.json]
+    python bench/bench_speculative.py [--pte FIX/model.pte] [--new-tokens 64] [--max-prompts K] [--json out.json]
 
 Each prompt runs plain, then speculative auto, then speculative always (and lookahead on a
-lookahead file), in one process; the greedy tokens of all must be identical (checked, printed)."""
+lookahead file), in one process; the greedy tokens of all must be identical (checked, printed).
+`--max-prompts K` runs only the first K prompts of each set (a big model on the simulator)."""
 from __future__ import annotations
 
 import argparse
@@ -61,10 +62,14 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pte", default=str(FIX / "model.pte"))
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--max-prompts", type=int, default=None,
+                    help="run only the first K prompts of each set (default: all)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     profiler = ExecutionProfiler("detailed")
-    out: dict = {"pte": args.pte, "new_tokens": args.new_tokens, "sets": {}}
+    if args.max_prompts is not None and args.max_prompts < 1:
+        ap.error("--max-prompts must be >= 1")
+    out: dict = {"pte": args.pte, "new_tokens": args.new_tokens, "max_prompts": args.max_prompts, "sets": {}}
     with load(args.pte, options=LoadOptions(profile_level="detailed", exec_profiler=profiler)) as prog:
         runners = {"plain": LlmRunner(prog),
                    "auto": LlmRunner(prog, speculative=SpeculativeOptions(policy="auto")),
@@ -74,7 +79,7 @@ def main() -> int:
             runners["lookahead"] = LlmRunner(prog, speculative=SpeculativeOptions(mode="lookahead"))
         for set_name, prompts in prompt_sets(lay.vocab_size, lay.prompt_capacity).items():
             rows = {}
-            for name, prompt in prompts.items():
+            for name, prompt in list(prompts.items())[:args.max_prompts]:
                 n = min(args.new_tokens, lay.context_len - 1 - len(prompt))
                 row = {mode: run_one(r, profiler, prompt, n) for mode, r in runners.items()}
                 same = all(x["tokens"] == row["plain"]["tokens"] for x in row.values())
