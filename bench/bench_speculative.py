@@ -5,10 +5,11 @@ repetitive set (the prompt repeated, an edit of a quoted block, a summary quotin
 plain prompts (random ids: nothing to quote but what the model itself repeats), and the plain prompts
 sampled at temperature 1 (seeded: text that rarely repeats, where drafts seldom hold).
 
-    python bench/bench_speculative.py [--pte FIX/model.pte] [--new-tokens 64] [--json out.json]
+    python bench/bench_speculative.py [--pte FIX/model.pte] [--new-tokens 64] [--max-prompts K] [--json out.json]
 
 Each prompt runs plain, then speculative auto, then speculative always (and lookahead on a
-lookahead file), in one process; the greedy tokens of all must be identical (checked, printed)."""
+lookahead file), in one process; the greedy tokens of all must be identical (checked, printed).
+`--max-prompts K` runs only the first K prompts of each set (a big model on the simulator)."""
 from __future__ import annotations
 
 import argparse
@@ -68,10 +69,14 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pte", default=str(FIX / "model.pte"))
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--max-prompts", type=int, default=None,
+                    help="run only the first K prompts of each set (default: all)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     profiler = ExecutionProfiler("detailed")
-    out: dict = {"pte": args.pte, "new_tokens": args.new_tokens, "sets": {}}
+    if args.max_prompts is not None and args.max_prompts < 1:
+        ap.error("--max-prompts must be >= 1")
+    out: dict = {"pte": args.pte, "new_tokens": args.new_tokens, "max_prompts": args.max_prompts, "sets": {}}
     with load(args.pte, options=LoadOptions(profile_level="detailed", exec_profiler=profiler)) as prog:
         runners = {"plain": LlmRunner(prog),
                    "auto": LlmRunner(prog, speculative=SpeculativeOptions(policy="auto")),
@@ -83,7 +88,7 @@ def main() -> int:
         sets["sampled"] = sets["plain"]
         for set_name, prompts in sets.items():
             rows = {}
-            for i, (name, prompt) in enumerate(prompts.items()):
+            for i, (name, prompt) in enumerate(list(prompts.items())[:args.max_prompts]):
                 n = min(args.new_tokens, lay.decode_limit - 1 - len(prompt))
                 seed = i if set_name == "sampled" else None
                 row = {mode: run_one(r, profiler, prompt, n, seed) for mode, r in runners.items()}
