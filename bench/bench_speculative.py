@@ -49,16 +49,13 @@ def prompt_sets(vocab: int, capacity: int) -> dict[str, dict[str, list[int]]]:
 
 def run_one(runner: LlmRunner, profiler: ExecutionProfiler, prompt: list[int], n: int,
             seed: int | None) -> dict:
-    runner.cycles = profiler.accel_cycles
-    before = dict(runner.calls)
+    runner.cycles = profiler
     sampler = Sampler(SamplingOptions(temperature=1.0, seed=seed)) if seed is not None else None
     res = runner.generate(prompt, n, eos_ids=[], sampler=sampler)
     r = res.report()
     s = r.get("speculative") or {}
-    calls = {m: c - before.get(m, 0) for m, c in runner.calls.items()}
-    calls[runner.layout.prefill.name] -= res.prefill_calls        # the decode phase's calls only
     return {"tokens": res.tokens, "forwards": res.decode_forwards, "decoded": len(res.decode_s),
-            "decode_calls": {m: c for m, c in calls.items() if c},
+            "decode_calls": res.decode_executions or {},
             "tokens_per_forward": len(res.decode_s) / res.decode_forwards if res.decode_forwards else None,
             "cycles_per_token": r.get("accel_cycles_per_decoded_token"),
             "verifications": s.get("verifications", 0), "accepted": s.get("accepted", 0),
@@ -98,7 +95,7 @@ def main() -> int:
                                                            for m, x in row.items()}}
                 print(json.dumps({"set": set_name, "prompt": name, **rows[name]}), flush=True)
             out["sets"][set_name] = {"prompts": rows}
-        floors = floor_cycles(profiler.to_json())
+        floors = profiler.floor_cycles()
     out["floor_cycles_per_call"] = floors
     for s in out["sets"].values():
         s["summary"] = summarize(s["prompts"], floors)
@@ -107,17 +104,6 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
-
-
-def floor_cycles(profile: dict) -> dict[str, float]:
-    """Per graph, the sum over its ops of each op's fewest cycles in any execution: the simulated
-    cost of one call without the stalls a loaded host adds (the same op on the same shapes costs
-    the same; measured here, an op's cycles vary 100x between calls on a busy machine)."""
-    floors: dict[str, float] = {}
-    for o in profile["ops"]:
-        if o["unit"] == "cycles" and o["min"] is not None:
-            floors[o["graph"]] = floors.get(o["graph"], 0.0) + float(o["min"])
-    return floors
 
 
 def summarize(rows: dict, floors: dict[str, float]) -> dict:

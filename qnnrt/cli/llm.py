@@ -99,7 +99,19 @@ def speculative_options(args, layout):
 def cycles_reader(profiler):
     """What the runner reads the profiled accelerator cycles through (QNN reports them at the
     detailed level only)."""
-    return profiler.accel_cycles if profiler is not None and profiler.level == "detailed" else None
+    return profiler if profiler is not None and profiler.level == "detailed" else None
+
+
+def add_floor_cycles(report: dict, profiler) -> None:
+    """The decode phase's cycles per token with each graph call at its graph's floor (its ops'
+    fewest cycles over the run): the simulated cost without a loaded host's stalls."""
+    ran = report.get("decode_executions")
+    if not ran or cycles_reader(profiler) is None or not report.get("n_generated", 0) > 1:
+        return
+    floors = profiler.floor_cycles()
+    if all(g in floors for g in ran):
+        total = sum(n * floors[g] for g, n in ran.items())
+        report["accel_cycles_floor_per_decoded_token"] = total / (report["n_generated"] - 1)
 
 
 def parse_token_ids(text: str, what: str = "--prompt-tokens") -> list[int]:
@@ -179,6 +191,7 @@ def run(args) -> int:
             res = runner.generate(ids, args.max_new_tokens, sampler=sampler, eos_ids=eos,
                                   seq_len=args.seq_len or None)
             report.update(res.report())
+            add_floor_cycles(report, profiler)
             report["prompt_token_ids"] = ids
             report["decode_ms"] = ({k: v for k, v in latency_stats([x * 1e3 for x in res.decode_s]).items()
                                     if k != "all"} | {"n": len(res.decode_s)}
@@ -302,8 +315,10 @@ def _print_summary(r: dict, profiler, args) -> None:
         if r.get("speculative"):
             print(speculative_line(r["speculative"]))
         if r.get("accel_cycles_per_decoded_token") is not None:
+            floor = r.get("accel_cycles_floor_per_decoded_token")
             print(f"  accelerator cycles per decoded token {r['accel_cycles_per_decoded_token']:,.0f} "
-                  f"(QNN's profile, decode phase)")
+                  f"(QNN's profile, decode phase)" + ("" if floor is None else
+                                                      f", {floor:,.0f} at each graph's floor"))
     res = r["residency"]
     print(f"  load {r['load_s'] * 1e3:.1f} ms; residency {res['policy']}: peak live {res['peak_live']}/"
           f"{res['contexts_total']}, creates {res['creates']}, evictions {res['evictions']}")

@@ -142,6 +142,16 @@ class DecodeStrategy(Protocol):
         ...
 
 
+class CycleCounter(Protocol):
+    """What QNN's profile has counted so far (profiling.ExecutionProfiler at the detailed level)."""
+
+    def accel_cycles(self) -> float:
+        ...
+
+    def executions(self) -> dict[str, int]:
+        ...
+
+
 class PlainDecoder:
     """One token per call of the decode method."""
 
@@ -183,6 +193,7 @@ class GenerationResult:
     decode_forwards: int = 0           # graph calls of the decode phase (plain steps and verifications)
     speculative: dict[str, Any] | None = None   # the speculative decoder's figures
     decode_cycles: float | None = None  # accelerator cycles of the decode phase (QNN's profile)
+    decode_executions: dict[str, int] | None = None   # graph -> its executions in the decode phase
 
     @property
     def ttft_s(self) -> float:
@@ -201,6 +212,8 @@ class GenerationResult:
         if self.decode_cycles is not None:
             r["decode_accel_cycles"] = self.decode_cycles
             r["accel_cycles_per_decoded_token"] = self.decode_cycles / len(d) if d else None
+        if self.decode_executions is not None:
+            r["decode_executions"] = dict(self.decode_executions)
         if self.speculative is not None:
             r["speculative"] = self.speculative
         return r
@@ -211,7 +224,7 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
              seq_len: int | None = None, pad_token: int = 0, cache: KVCache | None = None,
              on_token: Callable[[int], bool | None] | None = None, keep_logits: bool = False,
              clock: Callable[[], float] = time.perf_counter, strategy: DecodeStrategy = PLAIN,
-             context: Sequence[int] = (), cycles: Callable[[], float] | None = None) -> GenerationResult:
+             context: Sequence[int] = (), cycles: CycleCounter | None = None) -> GenerationResult:
     """Prefill ``prompt`` then decode until EOS, ``max_new_tokens`` or the sequence limit.
 
     seq_len (default: context length, clamped to it) bounds positions: at most seq_len - len(prompt)
@@ -220,7 +233,7 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
     on_token(token) returning True stops generation after that token (a stop string, a client gone).
     `strategy` makes the decoder (plain, or speculative: llm/speculative.py); `context` are the
     tokens the cache already holds (what a draft may quote besides the prompt); `cycles` reads
-    the accelerator cycles profiled so far (the decode phase's are reported).
+    what QNN's profile counted (the decode phase's cycles and graph executions are reported).
     """
     steps = as_steps(run, layout)
     sampler = sampler or Sampler()
@@ -241,7 +254,7 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
     prefill_calls = -(-len(prompt) // layout.prefill.ar_len)
     tok = sampler(logits)
     t1 = clock()
-    c1 = cycles() if cycles is not None else None
+    c1 = (cycles.accel_cycles(), cycles.executions()) if cycles is not None else None
     if keep_logits:
         kept.append(logits)
     out = [tok]
@@ -280,9 +293,13 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
                 break
         decoder.commit(cache, used)
         decode_s.extend([(clock() - ta) / used] * used)
-    c2 = cycles() if cycles is not None else None
-    return GenerationResult(prompt, out, reason, t1 - t0, prefill_calls, decode_s, kept, forwards,
-                            decoder.report(), None if c1 is None or c2 is None else c2 - c1)
+    result = GenerationResult(prompt, out, reason, t1 - t0, prefill_calls, decode_s, kept, forwards,
+                              decoder.report())
+    if cycles is not None and c1 is not None:
+        ran = cycles.executions()
+        result.decode_cycles = cycles.accel_cycles() - c1[0]
+        result.decode_executions = {g: n - c1[1].get(g, 0) for g, n in ran.items() if n > c1[1].get(g, 0)}
+    return result
 
 
 @dataclass

@@ -9,7 +9,8 @@ import numpy as np
 from qnnrt.llm.errors import LayoutError
 from qnnrt.llm.kv_cache import KVCache
 from qnnrt.llm.layout import DECODE_METHOD, PREFILL_METHOD, LlmLayout
-from qnnrt.llm.loops import PLAIN, DecodeStrategy, GenerationResult, GenericSteps, ScoreResult, Steps, generate, score
+from qnnrt.llm.loops import (PLAIN, CycleCounter, DecodeStrategy, GenerationResult, GenericSteps, ScoreResult,
+                             Steps, generate, score)
 from qnnrt.llm.prepared import PreparedSteps
 from qnnrt.llm.sampling import Sampler
 from qnnrt.llm.speculative import SpeculativeOptions, strategy_for
@@ -44,12 +45,12 @@ class LlmRunner:
     prefill, not loading.
 
     `speculative` decodes with drafts verified by the file's multi-token method (llm/speculative.py)
-    in every generation; `cycles` reads the accelerator cycles QNN's profile counted so far (the
-    decode phase's are reported per token)."""
+    in every generation; `cycles` reads what QNN's profile counted (the decode phase's cycles and
+    graph executions are reported)."""
 
     def __init__(self, program: Program, layout: LlmLayout | None = None, *, prepared: bool = True,
                  create_contexts: bool = True, speculative: SpeculativeOptions | None = None,
-                 cycles: Callable[[], float] | None = None):
+                 cycles: CycleCounter | None = None):
         self.program = program
         self.layout = layout or layout_of(program)
         self.calls: dict[str, int] = {}

@@ -213,6 +213,24 @@ class ExecutionProfiler:
         with self._lock:
             return float(sum(sum(g.m["cycles"].values) for g in self._graphs.values()))
 
+    def executions(self) -> dict[str, int]:
+        """Executions recorded so far per graph ("context/graph")."""
+        with self._lock:
+            return {f"{c}/{g}": st.executions for (c, g), st in self._graphs.items()}
+
+    def floor_cycles(self) -> dict[str, float]:
+        """Per graph ("context/graph"), the sum over its ops of each op's fewest cycles in any
+        execution so far: one call's simulated cost without the stalls a loaded host adds to the
+        simulator's counts (the same op on the same shapes costs the same; its profiled cycles do
+        not: bench/RESULTS.md, speculative decoding)."""
+        floors: dict[str, float] = {}
+        with self._lock:
+            for (ctx, graph, _op, _id, unit), st in self._ops.items():
+                if unit == "cycles" and st.values:
+                    key = f"{ctx}/{graph}"
+                    floors[key] = floors.get(key, 0.0) + min(st.values)
+        return floors
+
     def to_json(self) -> dict[str, Any]:
         """Per-graph, per-op, per-context aggregates; graphs and ops sorted by time, largest first."""
         with self._lock:

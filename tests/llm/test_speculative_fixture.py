@@ -90,6 +90,9 @@ def test_cli_reports_the_speculative_section_and_cycles(tmp_path, prompts, plain
     assert s["mode"] == "prompt-lookup" and s["forwards"] == r["decode_forwards"] < 23
     assert s["verifications"] >= 1 and sum(s["accepted_histogram"].values()) == s["verifications"]
     assert r["accel_cycles_per_decoded_token"] > 0
+    # each decode-phase call is one graph execution here; at its graph's floor it costs no more
+    assert sum(r["decode_executions"].values()) == r["decode_forwards"]
+    assert 0 < r["accel_cycles_floor_per_decoded_token"] <= r["accel_cycles_per_decoded_token"]
     assert r["method_calls"]["prefill_forward"] == 1 + s["verifications"]
 
 
