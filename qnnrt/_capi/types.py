@@ -264,7 +264,9 @@ class HtpDeviceCustomConfigV2(C.Structure):
 
 # ---- memory registration (QnnMem.h): shared buffers handed to QNN by file descriptor
 MEM_TYPE_ION = 1
+MEM_TYPE_CUSTOM = 2
 MEM_TYPE_DMA_BUF = 3
+HTP_MEM_SHARED_BUFFER = 1      # QnnHtpMem_Type_t: one fd, several tensors at offsets in it
 
 
 class MemShape(C.Structure):
@@ -283,6 +285,22 @@ class MemDescriptor(C.Structure):
     """Qnn_MemDescriptor_t: shape, data type, memory type, then ION fd / custom / DMA-BUF info."""
     _anonymous_ = ("u",)
     _fields_ = [("memShape", MemShape), ("dataType", u32), ("memType", u32), ("u", _MemInfoUnion)]
+
+
+class HtpSharedBufferConfig(C.Structure):
+    """QnnHtpMem_SharedBufferConfig_t: the allocation's fd and the tensor's offset in it."""
+    _fields_ = [("fd", i32), ("offset", u64)]
+
+
+class _HtpMemUnion(C.Union):
+    _fields_ = [("qurtAddress", u32), ("sharedBufferConfig", HtpSharedBufferConfig)]
+
+
+class HtpMemDescriptor(C.Structure):
+    """QnnMemHtp_Descriptor_t (HTP/QnnHtpMem.h), a MemDescriptor's customInfo for MEM_TYPE_CUSTOM:
+    memory type, the allocation's total size, then the shared-buffer config."""
+    _anonymous_ = ("u",)
+    _fields_ = [("type", u32), ("size", u64), ("u", _HtpMemUnion)]
 
 
 

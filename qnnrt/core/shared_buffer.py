@@ -3,10 +3,14 @@ writes it in place instead of copying every input and output between the CPU and
 
 `SharedMemory` is a program's rpcmem (ExecuTorch's SharedBuffer + QnnMemManager, in one object):
 - `array(shape, dtype)` allocates one rpcmem block per array (`RpcmemBlock`), the array at the
-  block's start, since QNN maps the block's file descriptor from its first byte;
-- `mem_handle(context, array, spec)` registers the array's block with that context once
-  (QNN_MEM_TYPE_ION, the tensor's shape and data type, as ExecuTorch's RegisterIonMem does) and
-  returns the Qnn_MemHandle_t a graph tensor of that context is bound to (`BoundCall.set_input_mem`).
+  block's start;
+- `mem_handle(context, array, spec)` registers `array` with that context once and returns the
+  Qnn_MemHandle_t a graph tensor of that context is bound to (`BoundCall.set_input_mem`): an array
+  at a block's start as QNN_MEM_TYPE_ION (the block's fd, as ExecuTorch's RegisterIonMem does), a
+  contiguous view further in (one layer of a fused KV cache) as QNN_MEM_TYPE_CUSTOM with the HTP's
+  shared-buffer descriptor (the fd, the block's size, the view's offset: several tensors in one
+  allocation, as ExecuTorch's RegisterCustomMem and ONNX Runtime's QNN EP do), so one copy can
+  write a slot of every layer.
   A handle belongs to its context: a re-created context registers again. A refused memRegister is
   said once (`refused`) and from then on every array is passed as a raw client buffer;
 - `close()` deregisters what is still registered, then frees every block (each QNN return code
@@ -85,24 +89,33 @@ class RpcmemBlock:
 
 
 class Registration:
-    """One block registered with one context: its mem handle, until `close` deregisters it."""
+    """One array registered with one context: its mem handle, until `close` deregisters it."""
 
-    def __init__(self, memory: SharedMemory, context: Context, block: RpcmemBlock,
+    def __init__(self, memory: SharedMemory, context: Context, block: RpcmemBlock, offset: int,
                  spec: TensorSpec):
         self.memory, self.context, self.name = memory, context, spec.name
         self._lock = threading.Lock()
         self._closed = True
         dims = (T.u32 * max(1, len(spec.shape)))(*spec.shape)
-        desc = T.MemDescriptor(memType=T.MEM_TYPE_ION, dataType=spec.data_type)
+        desc = T.MemDescriptor(dataType=spec.data_type)
         desc.memShape.numDim = len(spec.shape)
         desc.memShape.dimSize = dims
-        desc.ionFd = block.fd
+        htp = T.HtpMemDescriptor(type=T.HTP_MEM_SHARED_BUFFER, size=block.nbytes)
+        if offset:
+            htp.sharedBufferConfig.fd = block.fd
+            htp.sharedBufferConfig.offset = offset
+            desc.memType = T.MEM_TYPE_CUSTOM
+            desc.customInfo = C.cast(C.pointer(htp), C.c_void_p)
+        else:
+            desc.memType = T.MEM_TYPE_ION
+            desc.ionFd = block.fd
         handle = C.c_void_p()
         be = context.backend
         mark = be.log.mark()
         rc = be.api.memRegister(context.handle, C.byref(desc), 1, C.byref(handle))
         be.check(rc, "memRegister", mark, f"for tensor {spec.name!r} of {context.name}")
         self.mem_handle: int = handle.value or 0
+        self.at_offset = bool(offset)
         self._closed = False
         context.track_shared_buffer(self)
 
@@ -139,12 +152,14 @@ class SharedMemory:
         self._lock = threading.Lock()
         self._counts = threading.Lock()   # counters, also updated by a closing context
         self._blocks: dict[int, RpcmemBlock] = {}   # by start address
+        # per context, by the registered array's address
         self._registered: weakref.WeakKeyDictionary[Context, dict[int, Registration]] = \
             weakref.WeakKeyDictionary()
         self.refused = ""          # why memRegister is not used (said once), or ''
         self.allocations = 0       # blocks made
         self.frees = 0             # blocks given back
         self.registrations = 0     # memRegister calls that succeeded
+        self.registrations_at_offset = 0   # of them, views inside a block (the custom descriptor)
         self.deregistrations = 0   # memDeRegister calls that succeeded
         self.failed_deregistrations = 0
         self.closed = False
@@ -165,23 +180,37 @@ class SharedMemory:
             return block.array
 
     def free(self, array: np.ndarray) -> None:
-        """Give back the block of `array` before the program closes (deregistered first)."""
+        """Give back the block `array` starts (deregistering what was registered in it first)."""
         with self._lock:
             block = self._blocks.pop(array.ctypes.data, None)
             if block is None:
                 return
-            regs = [by_block.pop(block.base) for by_block in self._registered.values()
-                    if block.base in by_block]
+            inside = range(block.base, block.base + max(block.nbytes, 1))
+            regs = [by_array.pop(at) for by_array in self._registered.values()
+                    for at in [a for a in by_array if a in inside]]
         for r in regs:
             r.close()
         block.free()
         with self._lock:
             self.frees += 1
 
+    def _block_of(self, array: np.ndarray) -> tuple[RpcmemBlock, int] | None:
+        """The block `array` lies in, contiguous, and its offset there (None: not in one)."""
+        if not array.flags.c_contiguous:
+            return None
+        at = array.ctypes.data
+        block = self._blocks.get(at)
+        if block is not None:
+            return (block, 0) if array.nbytes <= block.nbytes else None
+        for b in self._blocks.values():
+            if b.base <= at and at + array.nbytes <= b.base + b.nbytes:
+                return b, at - b.base
+        return None
+
     def holds(self, array: np.ndarray) -> bool:
-        """Is `array` exactly one of this memory's blocks (so it can be bound as a mem handle)?"""
-        block = self._blocks.get(array.ctypes.data)
-        return block is not None and block.nbytes == array.nbytes and array.flags.c_contiguous
+        """Does `array` lie, contiguous, in one of this memory's blocks (so it can be bound as a
+        mem handle)?"""
+        return self._block_of(array) is not None
 
     def mem_handle(self, context: Context, array: np.ndarray, spec: TensorSpec) -> int | None:
         """The handle binding `array` into graphs of `context` (registered on first use), or None
@@ -189,16 +218,17 @@ class SharedMemory:
         with self._lock:
             if self.refused:
                 return None
-            block = self._blocks.get(array.ctypes.data)
-            if block is None:
+            found = self._block_of(array)
+            if found is None:
                 raise QnnrtError(f"the shared buffer of {spec.name!r} was freed; it cannot be "
                                  f"bound into {context.name}")
+            block, offset = found
             regs = self._registered.setdefault(context, {})
-            r = regs.get(block.base)
+            r = regs.get(array.ctypes.data)
             if r is not None and not r.closed:
                 return r.mem_handle
             try:
-                r = regs[block.base] = Registration(self, context, block, spec)
+                r = regs[array.ctypes.data] = Registration(self, context, block, offset, spec)
             except QnnError as e:
                 self.refused = (f"memRegister refused the shared buffer of {spec.name!r} in "
                                 f"{context.name} (QNN error {e.code}, {e.code_name}); graph I/O is "
@@ -207,6 +237,7 @@ class SharedMemory:
                 return None
         with self._counts:
             self.registrations += 1
+            self.registrations_at_offset += r.at_offset
         return r.mem_handle
 
     def deregistered(self, ok: bool) -> None:
@@ -223,6 +254,7 @@ class SharedMemory:
             made = {"buffers": self.allocations, "freed": self.frees, "live_bytes": live}
         with self._counts:
             return {**made, "registered": self.registrations,
+                    "registered_at_offset": self.registrations_at_offset,
                     "deregistered": self.deregistrations,
                     "failed_deregistrations": self.failed_deregistrations}
 
@@ -233,7 +265,7 @@ class SharedMemory:
             if self.closed:
                 return
             self.closed = True
-            regs = [r for by_block in list(self._registered.values()) for r in by_block.values()]
+            regs = [r for by_array in list(self._registered.values()) for r in by_array.values()]
             self._registered.clear()
             blocks = list(self._blocks.values())
             self._blocks.clear()

@@ -83,7 +83,9 @@ class PreparedSteps:
 
     def __init__(self, program: Program, layout: LlmLayout, calls: dict[str, int]) -> None:
         self.program, self.layout, self.calls = program, layout, calls
-        self.fused = program.shared_memory is None   # rpcmem: one block (mem handle) per cache
+        # one array per kind (one copy writes a token's entries of every layer); in rpcmem each
+        # layer's view is registered at its offset in the one block
+        self.fused = True
         methods = {layout.prefill.name: layout.prefill, layout.decode.name: layout.decode}
         self.buffers = {n: StepBuffers(program.buffer, layout, m, self.fused)
                         for n, m in methods.items()}

@@ -18,6 +18,7 @@ SIZES = {
     T.ProfileEventData: 24, T.ProfileExtendedEventData: 56, T.GraphInfo: 88,
     T.BinaryInfo: 144, T.BinaryInfoV1: 128, T.BinaryInfoV2: 136, T.BinaryInfoV3: 136,
     T.Version: 12, T.ApiVersion: 24, T.ClientBuffer: 16,
+    T.MemDescriptor: 48, T.HtpMemDescriptor: 32, T.HtpSharedBufferConfig: 16,
 }
 
 OFFSETS = [
@@ -28,6 +29,8 @@ OFFSETS = [
     (T.BinaryInfoV1, "graphs", 120), (T.HtpDeviceCustomConfigV1, "u", 4),
     (T.HtpDeviceCustomConfigV2, "u", 8), (T.GraphInfoV3, "startOpIndex", 72),
     (T.ProfileExtendedEventDataV1, "timestamp", 32),
+    (T.MemDescriptor, "memType", 28), (T.MemDescriptor, "u", 32),
+    (T.HtpMemDescriptor, "size", 8), (T.HtpMemDescriptor, "u", 16), (T.HtpSharedBufferConfig, "offset", 8),
 ]
 
 

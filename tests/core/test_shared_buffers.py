@@ -277,3 +277,38 @@ def test_multi_pd_programs_keep_raw_buffers_and_say_why(emulated, chain12):
     sb = report["shared_buffers"]
     assert sb["asked"] and not sb["on"] and sb["why"] == MULTI_PD_NO_SHARED_BUFFERS
     assert d["registered"] == 0 and d["rpcmem_live"] == 0
+
+
+FIX = Path("/work/shared/fixtures/executorch/llama_stories_fp16")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FIX.exists(), reason="ExecuTorch LLM fixture not available")
+def test_llm_decode_on_shared_buffers_fuses_the_caches_and_equals_the_raw_path(emulated):
+    """The prepared LLM step in rpcmem: the caches (and the new-entry outputs) are one block per
+    kind, each layer's view registered at its offset (the HTP shared-buffer descriptor), so one
+    copy writes a token's entries of every layer; tokens and logits bit for bit the raw path's."""
+    import json
+
+    from qnnrt.llm import LlmRunner
+    prompt = json.loads((FIX / "meta.json").read_text())["prompt"]
+    runs = {}
+    before = emulated.counts()
+    for name, opts in (("raw", {}), ("shared", {"shared_buffer": True, "backend_lib": str(emulated.folder)})):
+        with qnnrt.load(FIX / "model.pte", options=qnnrt.LoadOptions(vet=False, **opts)) as prog:
+            runner = LlmRunner(prog)
+            cache = runner.new_cache()
+            res = runner.generate(prompt, 12, eos_ids=[], keep_logits=True, cache=cache)
+            if name == "shared":
+                sm = prog.shared_memory
+                assert sm is not None and cache.k_all is not None and cache.v_all is not None
+                assert all(sm.holds(a) for a in (cache.k_all, cache.v_all, *cache.k, *cache.v))
+                counts = sm.counts()
+        runs[name] = res
+    d = _delta(emulated.counts(), before)
+    assert runs["shared"].tokens == runs["raw"].tokens
+    assert all(np.array_equal(a, b) for a, b in zip(runs["shared"].logits, runs["raw"].logits))
+    L = runner.layout.n_layers
+    # per method: k and v caches and k and v outputs of layers 1.. sit at an offset in their block
+    assert d["registered_at_offset"] == counts["registered_at_offset"] >= 2 * 4 * (L - 1)
+    assert d["registered"] == d["deregistered"] > 0 and d["freed_with_live"] == 0 and d["rpcmem_live"] == 0

@@ -7,8 +7,10 @@
  *   QNNRT_MEM_SHIM_REFUSE  if set and not empty, memRegister refuses (QNN_MEM_ERROR_UNSUPPORTED_MEMTYPE)
  *   QNNRT_MEM_SHIM_NOOP    if set and not empty, graphExecute binds as usual but runs nothing
  *
- * memRegister takes QNN_MEM_TYPE_ION descriptors: it maps the fd (shared, so it is the memory the
- * client wrote) and checks the shape and data type fit in it. A handle is valid only on graphs of
+ * memRegister takes QNN_MEM_TYPE_ION descriptors (the tensor at the start of the fd's memory) and
+ * QNN_MEM_TYPE_CUSTOM ones with an HTP shared-buffer descriptor (QnnHtpMem.h: the fd, its total size
+ * and the tensor's offset in it: several tensors in one allocation): it maps the fd (shared, so it
+ * is the memory the client wrote) and checks the shape and data type fit at the offset. A handle is valid only on graphs of
  * the context it was registered with (graphRetrieve is watched to know a graph's context);
  * anything else is QNN_MEM_ERROR_INVALID_HANDLE, as is deregistering an unknown handle. A context
  * freed with registrations still live counts them (qnnrt_mem_freed_with_live) and drops them.
@@ -32,6 +34,8 @@
 #define FN_TABLE_OFFSET 40 /* backendId, providerName, apiVersion, then the function table */
 #define MAX_PROVIDERS 8
 #define MEM_TYPE_ION 1
+#define MEM_TYPE_CUSTOM 2
+#define HTP_MEM_SHARED_BUFFER 1
 #define TENSORMEMTYPE_RAW 0
 #define TENSORMEMTYPE_MEMHANDLE 1
 #define MEM_ERROR_INVALID_ARGUMENT 8000
@@ -62,10 +66,21 @@ typedef struct {
   } u;
 } MemDescriptor;
 
+/* QnnMemHtp_Descriptor_t (HTP/QnnHtpMem.h), the shared-buffer member of its union */
+typedef struct {
+  uint32_t type;
+  uint64_t size;
+  struct {
+    int32_t fd;
+    uint64_t offset;
+  } shared;
+} HtpMemDescriptor;
+
 struct registration {
   uintptr_t id;
   void* context;
-  void* data;
+  void* base;   /* the fd's mapping */
+  void* data;   /* base + the tensor's offset */
   size_t mapped;
   uint32_t bytes;
   struct registration* next;
@@ -83,7 +98,8 @@ static struct registration* registrations;
 static struct graph_of* graphs;
 static uintptr_t next_id = 0x1000;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static long registered, deregistered, live, executes_with_handles, bound_tensors, freed_with_live;
+static long registered, deregistered, live, executes_with_handles, bound_tensors, freed_with_live,
+    registered_at_offset;
 static unsigned char copies[MAX_PROVIDERS][IFACE_BYTES];
 static const void* list[MAX_PROVIDERS];
 
@@ -104,7 +120,7 @@ static size_t element_bytes(uint32_t data_type) {
 }
 
 static void drop(struct registration* r) {
-  munmap(r->data, r->mapped);
+  munmap(r->base, r->mapped);
   free(r);
   --live;
 }
@@ -114,13 +130,26 @@ static ErrorHandle shim_register(void* context, const MemDescriptor* descs, uint
   if (!descs || !handles) return MEM_ERROR_INVALID_ARGUMENT;
   for (uint32_t i = 0; i < n; ++i) {
     const MemDescriptor* d = &descs[i];
-    if (d->memType != MEM_TYPE_ION) return MEM_ERROR_UNSUPPORTED_MEMTYPE;
+    int32_t fd;
+    uint64_t offset = 0;
+    if (d->memType == MEM_TYPE_ION) {
+      fd = d->u.ionFd;
+    } else if (d->memType == MEM_TYPE_CUSTOM) {
+      const HtpMemDescriptor* h = d->u.customInfo;
+      if (!h || h->type != HTP_MEM_SHARED_BUFFER) return MEM_ERROR_UNSUPPORTED_MEMTYPE;
+      fd = h->shared.fd;
+      offset = h->shared.offset;
+    } else {
+      return MEM_ERROR_UNSUPPORTED_MEMTYPE;
+    }
     size_t bytes = element_bytes(d->dataType);
     for (uint32_t k = 0; k < d->memShape.numDim; ++k) bytes *= d->memShape.dimSize[k];
     struct stat st;
-    if (bytes == 0 || fstat(d->u.ionFd, &st) != 0) return MEM_ERROR_INVALID_ARGUMENT;
-    if ((size_t)st.st_size < bytes) return MEM_ERROR_INVALID_SHAPE;
-    void* p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, d->u.ionFd, 0);
+    if (bytes == 0 || fstat(fd, &st) != 0) return MEM_ERROR_INVALID_ARGUMENT;
+    if ((uint64_t)st.st_size < offset || (uint64_t)st.st_size - offset < bytes) return MEM_ERROR_INVALID_SHAPE;
+    if (d->memType == MEM_TYPE_CUSTOM && ((const HtpMemDescriptor*)d->u.customInfo)->size > (uint64_t)st.st_size)
+      return MEM_ERROR_INVALID_ARGUMENT;
+    void* p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return MEM_ERROR_MAPPING;
     struct registration* r = malloc(sizeof *r);
     if (!r) {
@@ -128,9 +157,11 @@ static ErrorHandle shim_register(void* context, const MemDescriptor* descs, uint
       return MEM_ERROR_MAPPING;
     }
     pthread_mutex_lock(&lock);
-    *r = (struct registration){next_id++, context, p, (size_t)st.st_size, (uint32_t)bytes, registrations};
+    *r = (struct registration){next_id++, context, p, (char*)p + offset, (size_t)st.st_size, (uint32_t)bytes,
+                               registrations};
     registrations = r;
     ++registered;
+    registered_at_offset += offset > 0;
     ++live;
     pthread_mutex_unlock(&lock);
     handles[i] = (void*)r->id;
@@ -258,10 +289,11 @@ COUNTER(qnnrt_mem_live, live)
 COUNTER(qnnrt_mem_executes_with_handles, executes_with_handles)
 COUNTER(qnnrt_mem_bound_tensors, bound_tensors)
 COUNTER(qnnrt_mem_freed_with_live, freed_with_live)
+COUNTER(qnnrt_mem_registered_at_offset, registered_at_offset)
 
 __attribute__((visibility("default"))) void qnnrt_mem_reset(void) {
   pthread_mutex_lock(&lock);
-  registered = deregistered = executes_with_handles = bound_tensors = freed_with_live = 0;
+  registered = deregistered = executes_with_handles = bound_tensors = freed_with_live = registered_at_offset = 0;
   pthread_mutex_unlock(&lock);
 }
 
