@@ -152,8 +152,9 @@ class SharedMemory:
         self._lock = threading.Lock()
         self._counts = threading.Lock()   # counters, also updated by a closing context
         self._blocks: dict[int, RpcmemBlock] = {}   # by start address
-        # per context, by the registered array's address
-        self._registered: weakref.WeakKeyDictionary[Context, dict[int, Registration]] = \
+        # per context, by the registered array's (address, bytes): a layer's view at a block's
+        # start is not the whole block
+        self._registered: weakref.WeakKeyDictionary[Context, dict[tuple[int, int], Registration]] = \
             weakref.WeakKeyDictionary()
         self.refused = ""          # why memRegister is not used (said once), or ''
         self.allocations = 0       # blocks made
@@ -186,8 +187,8 @@ class SharedMemory:
             if block is None:
                 return
             inside = range(block.base, block.base + max(block.nbytes, 1))
-            regs = [by_array.pop(at) for by_array in self._registered.values()
-                    for at in [a for a in by_array if a in inside]]
+            regs = [by_array.pop(key) for by_array in self._registered.values()
+                    for key in [k for k in by_array if k[0] in inside]]
         for r in regs:
             r.close()
         block.free()
@@ -224,11 +225,12 @@ class SharedMemory:
                                  f"bound into {context.name}")
             block, offset = found
             regs = self._registered.setdefault(context, {})
-            r = regs.get(array.ctypes.data)
+            key = (array.ctypes.data, array.nbytes)
+            r = regs.get(key)
             if r is not None and not r.closed:
                 return r.mem_handle
             try:
-                r = regs[array.ctypes.data] = Registration(self, context, block, offset, spec)
+                r = regs[key] = Registration(self, context, block, offset, spec)
             except QnnError as e:
                 self.refused = (f"memRegister refused the shared buffer of {spec.name!r} in "
                                 f"{context.name} (QNN error {e.code}, {e.code_name}); graph I/O is "
