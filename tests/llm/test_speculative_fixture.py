@@ -113,7 +113,7 @@ def test_quantized_file_speculative_equals_plain(tiny, tmp_path):
         run = LlmRunner(p, speculative=SpeculativeOptions(policy="always"))
         assert run.layout.quantized
         b = run.generate(prompt, 9, eos_ids=[])
-        assert b.tokens == a.tokens and b.speculative["tokens"] == 8
+        assert b.tokens == a.tokens and b.speculative["tokens"] == 8 and b.speculative["verifications"] >= 1
 
 
 def test_kv_only_file_cannot_speculate_and_the_cli_says_why(tiny, tmp_path, capfd):
@@ -125,3 +125,16 @@ def test_kv_only_file_cannot_speculate_and_the_cli_says_why(tiny, tmp_path, capf
     assert main(["llm", str(pte), "--prompt-tokens", "1,2,3", "--speculative", "prompt-lookup", "--quiet"]) == 1
     err = capfd.readouterr().err
     assert "speculative decoding" in err and "kv_forward" in err and "Traceback" not in err
+
+
+def test_speculation_with_the_prefill_context_in_a_pd_worker_equals_plain(tiny, tmp_path):
+    """Multi-PD: the verifier's context in a worker process reads the arena caches; drafts,
+    acceptance and commits are this process's, so the output is plain decoding's."""
+    from tests.helpers.llm_pte import write_pte
+    model, binaries = tiny
+    with load(str(write_pte(model, binaries, tmp_path / "m.pte", float_io=True)), residency="multi-pd:2") as p:
+        assert sorted(p.host_of(k) for k in p.binaries) == [0, 1]
+        prompt = [30, 20, 22, 30, 20, 22]
+        a = LlmRunner(p).generate(prompt, 9, eos_ids=[])
+        b = LlmRunner(p, speculative=SpeculativeOptions(policy="always")).generate(prompt, 9, eos_ids=[])
+        assert b.tokens == a.tokens and b.speculative["tokens"] == 8 and b.speculative["verifications"] >= 1
