@@ -138,3 +138,22 @@ def test_speculation_with_the_prefill_context_in_a_pd_worker_equals_plain(tiny, 
         a = LlmRunner(p).generate(prompt, 9, eos_ids=[])
         b = LlmRunner(p, speculative=SpeculativeOptions(policy="always")).generate(prompt, 9, eos_ids=[])
         assert b.tokens == a.tokens and b.speculative["tokens"] == 8 and b.speculative["verifications"] >= 1
+
+
+def test_rejected_drafts_leave_the_cache_as_a_run_that_never_drafted(prog, prompts):
+    """On the real graphs: after a speculative run with rejected drafts, the slots past n_past were
+    never written, and the kept entries are those of plain decoding through the verifier (equal
+    within the window rows' fp16 rounding)."""
+    caches = {}
+    for policy in ("never", "always"):
+        runner = LlmRunner(prog, speculative=SpeculativeOptions(policy=policy, plain_via_verifier=True))
+        cache = runner.new_cache()
+        res = runner.generate(prompts["fixture"], 24, eos_ids=[], cache=cache)
+        caches[policy] = (cache, res)
+    (a, ra), (b, rb) = caches["never"], caches["always"]
+    assert rb.speculative["drafted"] > rb.speculative["accepted"]        # some drafts were rejected
+    assert ra.tokens == rb.tokens and a.n_past == b.n_past
+    n = b.n_past
+    assert a.k_all is not None and b.k_all is not None and a.v_all is not None and b.v_all is not None
+    assert not np.any(b.k_all[..., n:]) and not np.any(b.v_all[:, :, :, n:, :])
+    assert float(np.abs(a.k_all - b.k_all).max()) <= 2e-3 and float(np.abs(a.v_all - b.v_all).max()) <= 2e-3
