@@ -11,13 +11,13 @@ The file records T but not N, W and G (ExecuTorch's runner takes them on its com
 `LookaheadOptions.for_window` picks what fills T, and the user may give others that fit."""
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from qnnrt.errors import InputError
+from qnnrt.llm.decode_stats import DecodeStats
 from qnnrt.llm.kv_cache import KVCache, WindowTree
 from qnnrt.llm.layout import LlmLayout, MethodLayout
 from qnnrt.llm.loops import Block, Decoder, Steps, row_of
@@ -139,24 +139,6 @@ class StepLayout:
         self.last_level = W * (N - 2)          # first slot of the deepest level
 
 
-@dataclass
-class LookaheadStats:
-    forwards: int = 0
-    tokens: int = 0
-    drafted: int = 0                   # guess tokens offered (n-grams x (N - 1))
-    accepted_per_forward: Counter = field(default_factory=Counter)   # guess tokens confirmed per call
-
-    def report(self, o: LookaheadOptions) -> dict[str, Any]:
-        accepted = sum(k * v for k, v in self.accepted_per_forward.items())
-        return {"mode": "lookahead", "policy": "always", "ngram": o.ngram, "window": o.window, "gcap": o.gcap,
-                "forwards": self.forwards, "plain_forwards": 0, "verifications": self.forwards,
-                "tokens": self.tokens,
-                "tokens_per_forward": self.tokens / self.forwards if self.forwards else None,
-                "drafted": self.drafted, "accepted": accepted,
-                "acceptance_rate": accepted / self.drafted if self.drafted else None,
-                "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_per_forward.items())}}
-
-
 class LookaheadDecoder:
     """One generation's lookahead steps over the file's decode method."""
 
@@ -165,8 +147,9 @@ class LookaheadDecoder:
         self.steps, self.layout, self.sampler, self.eos = steps, layout, sampler, eos
         self.state, self.at = state, step_layout
         self.method: MethodLayout = layout.decode
-        self.stats = LookaheadStats()
+        self.stats = DecodeStats("lookahead")
         self._selected: list[int] = []
+        self._offered = 0                   # guess tokens offered to the last step
 
     def _inputs(self, cur: int) -> tuple[list[int], list[tuple[int, ...]]]:
         o, st = self.state.options, self.state
@@ -206,11 +189,7 @@ class LookaheadDecoder:
             if not active or tok in self.eos or len(out) >= room:
                 break
             slot = self.at.guess_base + active[0] * (o.ngram - 1) + v
-        st = self.stats
-        st.forwards += 1
-        st.tokens += len(out)
-        st.drafted += len(guesses) * (o.ngram - 1)
-        st.accepted_per_forward[len(out) - 1] += 1
+        self._offered = len(guesses) * (o.ngram - 1)
         return Block(out, rows)
 
     def _advance_window(self, raw: np.ndarray) -> None:
@@ -225,9 +204,11 @@ class LookaheadDecoder:
 
     def commit(self, cache: KVCache, n: int) -> None:
         self.steps.commit(self.method, cache, n, self._selected)
+        self.stats.kept(n, True, self._offered, len(self._selected) - 1)   # slot 0's token is no guess
 
     def report(self) -> dict[str, Any]:
-        return self.stats.report(self.state.options)
+        o = self.state.options
+        return self.stats.report(policy="always", ngram=o.ngram, window=o.window, gcap=o.gcap)
 
 
 class Lookahead:

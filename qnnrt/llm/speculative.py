@@ -13,13 +13,14 @@ checked against the tokens plain decoding then chose: no graph call). So plain c
 rarely hold, runs plain decode calls; a text that quotes itself turns drafting on."""
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from qnnrt.errors import InputError
+from qnnrt.llm.decode_stats import DecodeStats
 from qnnrt.llm.drafting import LookupOptions, PromptLookup, shared_prefix
 from qnnrt.llm.errors import LayoutError
 from qnnrt.llm.kv_cache import KVCache
@@ -95,6 +96,10 @@ class DraftSwitch:
         even = self.break_even()
         return even is None or sum(judged) / len(judged) > even
 
+    def verified(self, tokens: int) -> None:
+        """A verification yielded `tokens` (accepted drafts and the one after them)."""
+        self.outcomes.append(tokens)
+
     def watch(self, at: int, draft: list[int]) -> None:
         """A draft not verified: judge it on the tokens plain decoding chooses from `at` on."""
         if self._watched is None:
@@ -113,30 +118,6 @@ class DraftSwitch:
             self.outcomes.append(held + 1)
             self.shadow_outcomes += 1
             self._watched = None
-
-
-@dataclass
-class SpeculationStats:
-    """One generation's speculative figures (the report's `speculative` section)."""
-    mode: str
-    policy: str
-    plain_forwards: int = 0
-    verifications: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    tokens: int = 0
-    accepted_per_verification: Counter = field(default_factory=Counter)
-
-    def report(self, meter: CostMeter, switch: DraftSwitch) -> dict[str, Any]:
-        forwards = self.plain_forwards + self.verifications
-        return {"mode": self.mode, "policy": self.policy, "forwards": forwards,
-                "plain_forwards": self.plain_forwards, "verifications": self.verifications,
-                "tokens": self.tokens, "tokens_per_forward": self.tokens / forwards if forwards else None,
-                "drafted": self.drafted, "accepted": self.accepted,
-                "acceptance_rate": self.accepted / self.drafted if self.drafted else None,
-                "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_per_verification.items())},
-                "shadow_drafts_judged": switch.shadow_outcomes,
-                "forward_ms": {m: round(s * 1e3, 4) for m, s in sorted(meter.seconds.items())}}
 
 
 def verify_token(sampler: Callable[[np.ndarray], int], row: np.ndarray, draft: int) -> int:
@@ -159,14 +140,18 @@ class SpeculativeDecoder:
         self.max_draft = min(options.max_draft or verifier.ar_len - 1, verifier.ar_len - 1)
         self.drafter = PromptLookup(options.lookup)
         self.switch = DraftSwitch(meter, verifier.name, self.plain.name)
-        self.stats = SpeculationStats(options.mode, options.policy)
+        self.stats = DecodeStats(options.mode)
         self._last: MethodLayout = self.plain
+        self._pending = (False, 0, 0)       # the last forward: verification?, drafted, accepted
+
+    def _verifier_slots(self, cache: KVCache) -> int:
+        """Tokens a verifier call at cache.n_past may keep (its cache holds C - T entries)."""
+        return self.layout.context_len - self.verifier.ar_len - cache.n_past
 
     def _room_for_draft(self, cache: KVCache, room: int) -> int:
         """Draft tokens that fit: the tokens still wanted less one (the verifier adds one of its
         own), the window, and the verifier's cache slots."""
-        slots = self.layout.context_len - self.verifier.ar_len - cache.n_past - 1
-        return min(room - 1, self.max_draft, slots)
+        return min(room - 1, self.max_draft, self._verifier_slots(cache) - 1)
 
     def forward(self, cache: KVCache, seq: Sequence[int], room: int) -> Block:
         self.switch.settle(seq)
@@ -175,9 +160,7 @@ class SpeculativeDecoder:
         if draft and policy == "auto" and not self.switch.pays():
             self.switch.watch(len(seq), draft)
             draft = []
-        block = self._verify(cache, seq, draft) if draft else self._plain(cache, seq)
-        self.stats.tokens += len(block.tokens)
-        return block
+        return self._verify(cache, seq, draft) if draft else self._plain(cache, seq)
 
     def _run(self, method: MethodLayout, cache: KVCache, tokens: list[int]) -> np.ndarray:
         t0 = self.clock()
@@ -187,9 +170,11 @@ class SpeculativeDecoder:
         return raw
 
     def _plain(self, cache: KVCache, seq: Sequence[int]) -> Block:
-        raw = self._run(self.plain, cache, [int(seq[-1])])
+        # through the verifier while its cache slots last (plain_via_verifier), then the decode method
+        method = self.plain if self._verifier_slots(cache) >= 1 else self.layout.decode
+        raw = self._run(method, cache, [int(seq[-1])])
         row = row_of(self.layout, raw[0, 0])
-        self.stats.plain_forwards += 1
+        self._pending = (False, 0, 0)
         return Block([self.sampler(row)], [row])
 
     def _verify(self, cache: KVCache, seq: Sequence[int], draft: list[int]) -> Block:
@@ -208,19 +193,18 @@ class SpeculativeDecoder:
             rows.append(row)
             if i == len(draft) or tok != draft[i] or tok in self.eos:
                 break
-        st = self.stats
-        st.verifications += 1
-        st.drafted += len(draft)
-        st.accepted += accepted
-        st.accepted_per_verification[accepted] += 1
-        self.switch.outcomes.append(len(tokens))
+        self._pending = (True, len(draft), accepted)
+        self.switch.verified(len(tokens))
         return Block(tokens, rows)
 
     def commit(self, cache: KVCache, n: int) -> None:
         self.steps.commit(self._last, cache, n)
+        self.stats.kept(n, *self._pending)
 
     def report(self) -> dict[str, Any]:
-        return self.stats.report(self.meter, self.switch)
+        return self.stats.report(policy=self.options.policy) | {
+            "shadow_drafts_judged": self.switch.shadow_outcomes,
+            "forward_ms": {m: round(s * 1e3, 4) for m, s in sorted(self.meter.seconds.items())}}
 
 
 def verifier_of(layout: LlmLayout) -> MethodLayout:

@@ -131,6 +131,16 @@ def test_lookahead_follows_executorchs_runner_step_by_step(prog, ref, which):
 
 
 @pytest.mark.slow
+def test_a_stop_inside_a_lookahead_step_counts_only_the_tokens_kept(prog, ref):
+    from tests.llm.test_speculative import _stop_after
+    res = LlmRunner(prog, speculative=LOOKAHEAD).generate(ref["fixture_prompt"], 40, eos_ids=[],
+                                                          on_token=_stop_after(21))
+    s = res.speculative
+    assert res.tokens == ref["fixture_greedy_64"][:21] and res.stop_reason == "stopped"
+    assert s["tokens"] == len(res.decode_s) == 20 and s["accepted"] <= s["tokens"]
+
+
+@pytest.mark.slow
 def test_plain_decoding_of_a_lookahead_file_and_prompt_lookup_on_its_window(prog, ref):
     plain = LlmRunner(prog).generate(ref["repetitive_prompt"], 24, eos_ids=[])
     assert plain.tokens == ref["repetitive_greedy_64"][:24] and plain.decode_forwards == 23

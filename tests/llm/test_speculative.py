@@ -242,6 +242,29 @@ def test_a_stop_inside_a_block_keeps_only_the_entries_of_the_tokens_kept():
         assert np.array_equal(sc.k_all, pc.k_all)
 
 
+def test_the_report_counts_only_the_tokens_kept_when_a_stop_cuts_a_block():
+    prompt = [1, 2, 1, 2, 1, 2]
+    table = _table(0, True)
+    for stop_after in (2, 3, 5):
+        spec, _ = _run(ToyModel(table), prompt, 20, _speculation(policy="always"), eos_ids=[],
+                       on_token=_stop_after(stop_after))
+        s = spec.speculative
+        assert s["tokens"] == len(spec.decode_s) == stop_after - 1
+        assert s["accepted"] <= s["tokens"] and s["forwards"] == spec.decode_forwards
+
+
+@pytest.mark.parametrize("policy", ["never", "always", "auto"])
+def test_plain_through_the_verifier_hands_over_to_the_decode_method_at_its_last_slot(policy):
+    """The verifier's cache holds C - T entries; past them its undrafted steps go through the
+    decode method, to the end of the context, as plain decoding does."""
+    prompt = [1, 2, 3]
+    plain, pc = _run(ToyModel(_table(1, True)), prompt, 100, eos_ids=[])
+    model = ToyModel(_table(1, True))
+    spec, sc = _run(model, prompt, 100, _speculation(policy=policy, plain_via_verifier=True), eos_ids=[])
+    assert spec.tokens == plain.tokens and spec.stop_reason == "context" and sc.n_past == pc.n_past
+    assert model.calls["kv_forward"] > 0
+
+
 def test_an_eos_inside_a_draft_ends_the_generation_there():
     table = _table(0, True)
     table[1, 2], table[2, 3] = 3, 5      # ... 1 2 -> 3, then 2 3 -> the EOS
