@@ -61,38 +61,45 @@ def add_speculative_options(p) -> None:
                         "sampler itself would choose (greedy output unchanged; sampling keeps its distribution); "
                         "lookahead: ExecuTorch's lookahead decoding, for files exported with --model_mode "
                         "lookahead; auto (default): lookahead for such a file, else off")
-    g.add_argument("--draft-max", type=int, default=0,
-                   help="most tokens per draft (default 0: the verifier's window less one)")
-    g.add_argument("--draft-policy", choices=("auto", "always", "never"), default="auto",
-                   help="auto (default): draft while the tokens a verification yields pay for its measured "
-                        "cost over plain decode calls; always: whenever a draft exists; never: plain")
-    g.add_argument("--draft-ngram", type=int, default=3,
+    g.add_argument("--draft-max", type=int, default=None,
+                   help="prompt-lookup: most tokens per draft (default: the verifier's window less one)")
+    g.add_argument("--draft-policy", choices=("auto", "always", "never"), default=None,
+                   help="prompt-lookup: auto (default): draft while the tokens a verification yields pay for "
+                        "its measured cost over plain decode calls; always: whenever a draft exists; never: plain")
+    g.add_argument("--draft-ngram", type=int, default=None,
                    help="prompt-lookup: longest n-gram matched (default 3; shorter ones are tried down to 1)")
-    g.add_argument("--ngram", type=int, default=0,
+    g.add_argument("--ngram", type=int, default=None,
                    help="lookahead: n-gram size N (default 3; the file does not record it)")
-    g.add_argument("--window", type=int, default=0,
-                   help="lookahead: window W (default: what fills the decode method's slots)")
-    g.add_argument("--gcap", type=int, default=0,
-                   help="lookahead: n-grams verified per step G (default: as the window)")
+    g.add_argument("--window", type=int, default=None,
+                   help="lookahead: window W (default: with gcap, half the decode method's slots per level)")
+    g.add_argument("--gcap", type=int, default=None,
+                   help="lookahead: n-grams verified per step G (default: as the window's default; 0: none)")
+
+
+DRAFT_FLAGS = {"draft_max": "--draft-max", "draft_policy": "--draft-policy", "draft_ngram": "--draft-ngram"}
+LOOKAHEAD_FLAGS = {"ngram": "--ngram", "window": "--window", "gcap": "--gcap"}
 
 
 def speculative_options(args, layout):
-    """SpeculativeOptions from the flags for this file (None: plain decoding)."""
+    """SpeculativeOptions from the flags for this file (None: plain decoding). A flag of another
+    mode than the one this run decodes with is an error, not ignored; the values are checked by
+    the options themselves."""
     from qnnrt.llm.drafting import LookupOptions
     from qnnrt.llm.lookahead import LookaheadOptions
     from qnnrt.llm.speculative import SpeculativeOptions
     mode = args.speculative
     if mode == "auto":
         mode = "lookahead" if layout.mode == "lookahead" else "off"
+    applies = DRAFT_FLAGS if mode == "prompt-lookup" else LOOKAHEAD_FLAGS if mode == "lookahead" else {}
+    for key, flag in {**DRAFT_FLAGS, **LOOKAHEAD_FLAGS}.items():
+        if getattr(args, key) is not None and key not in applies:
+            which = "prompt-lookup" if key in DRAFT_FLAGS else "lookahead"
+            raise QnnrtError(f"{flag} applies to --speculative {which}; this run decodes "
+                             f"{'plainly' if mode == 'off' else 'with ' + mode} ({layout.mode} file)")
     if mode == "off":
         return None
-    if args.draft_max < 0:
-        raise QnnrtError("--draft-max must be >= 0 (0: the verifier's window)")
-    if args.draft_ngram < 1:
-        raise QnnrtError("--draft-ngram must be >= 1")
-    if min(args.ngram, args.window, args.gcap) < 0:
-        raise QnnrtError("--ngram, --window and --gcap must be >= 0 (0: the default)")
-    return SpeculativeOptions(mode, args.draft_max, args.draft_policy, LookupOptions(ngram_max=args.draft_ngram),
+    lookup = LookupOptions() if args.draft_ngram is None else LookupOptions(ngram_max=args.draft_ngram)
+    return SpeculativeOptions(mode, args.draft_max or 0, args.draft_policy or "auto", lookup,
                               lookahead=LookaheadOptions(args.ngram, args.window, args.gcap))
 
 
@@ -161,7 +168,8 @@ def run(args) -> int:
     prog, profiler = open_program(args, default_mode="burst")   # what qnn_llama_runner votes
     report: dict[str, Any] = {"path": str(args.path)}
     try:
-        runner = LlmRunner(prog, speculative=speculative_options(args, layout_of(prog)),
+        layout = layout_of(prog)
+        runner = LlmRunner(prog, layout, speculative=speculative_options(args, layout),
                            cycles=cycles_reader(profiler))
         lay = runner.layout
         report["layout"] = lay.describe()

@@ -105,7 +105,8 @@ def run(args) -> int:
     runner: LlmRunner | None = None
     emb_prog = None
     try:
-        runner = LlmRunner(prog, speculative=speculative_options(args, layout_of(prog)),
+        layout = layout_of(prog)
+        runner = LlmRunner(prog, layout, speculative=speculative_options(args, layout),
                            cycles=cycles_reader(profiler))
         text = TextModel.of(tokenizer, runner.layout)
         embedder = None

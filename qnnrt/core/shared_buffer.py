@@ -92,7 +92,7 @@ class Registration:
     """One array registered with one context: its mem handle, until `close` deregisters it."""
 
     def __init__(self, memory: SharedMemory, context: Context, block: RpcmemBlock, offset: int,
-                 spec: TensorSpec):
+                 nbytes: int, spec: TensorSpec):
         self.memory, self.context, self.name = memory, context, spec.name
         self._lock = threading.Lock()
         self._closed = True
@@ -101,7 +101,8 @@ class Registration:
         desc.memShape.numDim = len(spec.shape)
         desc.memShape.dimSize = dims
         htp = T.HtpMemDescriptor(type=T.HTP_MEM_SHARED_BUFFER, size=block.nbytes)
-        if offset:
+        self.view = offset > 0 or nbytes < block.nbytes
+        if self.view:
             htp.sharedBufferConfig.fd = block.fd
             htp.sharedBufferConfig.offset = offset
             desc.memType = T.MEM_TYPE_CUSTOM
@@ -115,7 +116,6 @@ class Registration:
         rc = be.api.memRegister(context.handle, C.byref(desc), 1, C.byref(handle))
         be.check(rc, "memRegister", mark, f"for tensor {spec.name!r} of {context.name}")
         self.mem_handle: int = handle.value or 0
-        self.at_offset = bool(offset)
         self._closed = False
         context.track_shared_buffer(self)
 
@@ -160,7 +160,7 @@ class SharedMemory:
         self.allocations = 0       # blocks made
         self.frees = 0             # blocks given back
         self.registrations = 0     # memRegister calls that succeeded
-        self.registrations_at_offset = 0   # of them, views inside a block (the custom descriptor)
+        self.registered_views = 0  # of them, parts of a block (the custom descriptor)
         self.deregistrations = 0   # memDeRegister calls that succeeded
         self.failed_deregistrations = 0
         self.closed = False
@@ -230,7 +230,7 @@ class SharedMemory:
             if r is not None and not r.closed:
                 return r.mem_handle
             try:
-                r = regs[key] = Registration(self, context, block, offset, spec)
+                r = regs[key] = Registration(self, context, block, offset, array.nbytes, spec)
             except QnnError as e:
                 self.refused = (f"memRegister refused the shared buffer of {spec.name!r} in "
                                 f"{context.name} (QNN error {e.code}, {e.code_name}); graph I/O is "
@@ -239,7 +239,7 @@ class SharedMemory:
                 return None
         with self._counts:
             self.registrations += 1
-            self.registrations_at_offset += r.at_offset
+            self.registered_views += r.view
         return r.mem_handle
 
     def deregistered(self, ok: bool) -> None:
@@ -256,7 +256,7 @@ class SharedMemory:
             made = {"buffers": self.allocations, "freed": self.frees, "live_bytes": live}
         with self._counts:
             return {**made, "registered": self.registrations,
-                    "registered_at_offset": self.registrations_at_offset,
+                    "registered_views": self.registered_views,
                     "deregistered": self.deregistrations,
                     "failed_deregistrations": self.failed_deregistrations}
 

@@ -224,14 +224,9 @@ def build_step_inputs(layout: LlmLayout, method: MethodLayout, cache: KVCache, t
     """Inputs of one call of ``method`` at cache.n_past with up to T tokens (right-padded), the
     slots a causal chain or laid out by `tree`."""
     T = method.ar_len
-    n = len(tokens)
-    if not 1 <= n <= T:
-        raise InputError(f"{method.name}: {n} tokens for a window of {T}")
-    if cache.n_past + room_needed(n, tree) > layout.context_len - T:
-        raise ContextLengthError(f"{method.name}: {n} tokens at position {cache.n_past} exceed its "
-                                 f"{layout.context_len - T} cache slots (context {layout.context_len}, window {T})")
+    check_call(layout, method, cache.n_past, len(tokens), tree)
     tok = np.full((1, T), pad_token, dtype=method.token_dtype)
-    tok[0, :n] = np.asarray(tokens, dtype=np.int64)
+    tok[0, :len(tokens)] = np.asarray(tokens, dtype=np.int64)
     pos = (cache.n_past + window_offsets(T, tree)).astype(method.inputs[2].dtype)[None, :]
     mask = build_mask(method, layout.context_len, cache.n_past, tree)
     ks, vs = cache.inputs(method)
@@ -244,10 +239,16 @@ def window_offsets(T: int, tree: WindowTree | None) -> np.ndarray:
     return np.arange(T, dtype=np.int64) if tree is None else np.asarray(tree.offsets, dtype=np.int64)
 
 
-def room_needed(n: int, tree: WindowTree | None) -> int:
-    """Cache slots a call of n tokens needs free: one per token, or for a tree only its first
-    slot's (the caller keeps at most the slots left: `KVCache.put` checks)."""
-    return n if tree is None else 1
+def check_call(layout: LlmLayout, method: MethodLayout, n_past: int, n: int, tree: WindowTree | None) -> None:
+    """A call of n tokens at n_past fits the window and the method's C - T cache slots: one per
+    token, or for a tree only its first slot's (the caller keeps at most the slots left:
+    `KVCache.put` checks)."""
+    T = method.ar_len
+    if not 1 <= n <= T:
+        raise InputError(f"{method.name}: {n} tokens for a window of {T}")
+    if n_past + (n if tree is None else 1) > layout.context_len - T:
+        raise ContextLengthError(f"{method.name}: {n} tokens at position {n_past} exceed its "
+                                 f"{layout.context_len - T} cache slots (context {layout.context_len}, window {T})")
 
 
 def split_outputs(layout: LlmLayout, method: MethodLayout, outputs) -> tuple[np.ndarray, list, list]:

@@ -25,24 +25,33 @@ from qnnrt.llm.loops import Block, Decoder, Steps, row_of
 
 @dataclass(frozen=True)
 class LookaheadOptions:
-    """N (n-gram size, levels + 1), W (window columns), G (n-grams verified per step); 0: the
-    largest that fit the file's window with N = 3 and W = G, as ExecuTorch's export sizes it."""
-    ngram: int = 0
-    window: int = 0
-    gcap: int = 0
+    """N (n-gram size, levels + 1), W (window columns), G (n-grams verified per step); None: N = 3
+    and W = G filling the file's window, as ExecuTorch's export sizes it."""
+    ngram: int | None = None
+    window: int | None = None
+    gcap: int | None = None
 
-    def for_window(self, T: int) -> LookaheadOptions:
-        n = self.ngram or 3
+    def for_window(self, T: int) -> LookaheadParams:
+        """The parameters for a decode method of T slots (InputError when they do not fit)."""
+        n = 3 if self.ngram is None else self.ngram
         if n < 2:
-            raise InputError(f"--ngram {n}: at least 2")
+            raise InputError(f"lookahead ngram {n}: at least 2")
         half = max(1, T // (2 * (n - 1)))
-        o = LookaheadOptions(n, self.window or half, self.gcap or half)
+        o = LookaheadParams(n, half if self.window is None else self.window, half if self.gcap is None else self.gcap)
         if o.window < 1 or o.gcap < 0:
-            raise InputError(f"--window {o.window} / --gcap {o.gcap}: window >= 1 and gcap >= 0")
+            raise InputError(f"lookahead window {o.window} / gcap {o.gcap}: window >= 1 and gcap >= 0")
         if o.slots > T:
             raise InputError(f"lookahead ngram {o.ngram}, window {o.window}, gcap {o.gcap} needs "
                              f"(window + gcap) x (ngram - 1) = {o.slots} slots; the file's decode method has {T}")
         return o
+
+
+@dataclass(frozen=True)
+class LookaheadParams:
+    """N, W and G as a run uses them."""
+    ngram: int
+    window: int
+    gcap: int
 
     @property
     def slots(self) -> int:
@@ -101,7 +110,7 @@ class NgramPool:
 class LookaheadState:
     """What lives for the runner's life, as in ExecuTorch's runner: the window (made from the
     first prompt) and the pool."""
-    options: LookaheadOptions
+    options: LookaheadParams
     pool: NgramPool
     window: list[list[int]] = field(default_factory=list)     # [N-1][W]
     rand: CRand = field(default_factory=CRand)
@@ -121,7 +130,7 @@ class StepLayout:
     sees its parent chain: level 0 the columns left of it, a deeper level its column above it, a
     guess slot 0 and its own earlier tokens. Spare slots see only themselves."""
 
-    def __init__(self, o: LookaheadOptions, T: int) -> None:
+    def __init__(self, o: LookaheadParams, T: int) -> None:
         N, W = o.ngram, o.window
         parents, offsets = [-1] * T, [0] * T
         for i in range(N - 1):

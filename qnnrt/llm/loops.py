@@ -326,9 +326,10 @@ def score(run: RunFn | Steps, layout: LlmLayout, tokens: Sequence[int], *, n_pre
     if len(toks) < 2:
         raise InputError("scoring needs at least 2 tokens")
     cache = cache or KVCache(layout)
-    if cache.n_past + len(toks) > layout.context_len:
-        raise ContextLengthError(f"{len(toks)} tokens at position {cache.n_past} exceed the context length "
-                                 f"{layout.context_len}")
+    if cache.n_past + len(toks) > layout.decode_limit:
+        raise ContextLengthError(f"{len(toks)} tokens at position {cache.n_past} exceed the {layout.decode_limit} "
+                                 f"a score can reach (context {layout.context_len}, decode window "
+                                 f"{layout.decode.ar_len})")
     if n_prefill is None:
         n_prefill = min(len(toks) - 1, layout.prompt_capacity - cache.n_past)
     if not 1 <= n_prefill <= len(toks) - 1:

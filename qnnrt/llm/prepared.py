@@ -11,9 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from qnnrt.errors import InputError
-from qnnrt.llm.errors import ContextLengthError
-from qnnrt.llm.kv_cache import Alloc, KVCache, WindowTree, build_mask, room_needed, window_visibility
+from qnnrt.llm.kv_cache import Alloc, KVCache, WindowTree, build_mask, check_call, window_visibility
 from qnnrt.llm.layout import LlmLayout, MethodLayout
 from qnnrt.runtime.plan import CallerArrays
 from qnnrt.runtime.program import PreparedMethod, Program
@@ -113,14 +111,8 @@ class PreparedSteps:
         """Run `method` on up to T tokens at cache.n_past (laid out by `tree` when given); returns
         the raw logits [1, T, V], a buffer the next call overwrites. The new K/V entries wait in
         the method's buffers for `commit`."""
-        n, T = len(tokens), method.ar_len
-        if not 1 <= n <= T:
-            raise InputError(f"{method.name}: {n} tokens for a window of {T}")
         p = cache.n_past
-        if p + room_needed(n, tree) > self.layout.context_len - T:
-            raise ContextLengthError(f"{method.name}: {n} tokens at position {p} exceed its "
-                                     f"{self.layout.context_len - T} cache slots (context "
-                                     f"{self.layout.context_len}, window {T})")
+        check_call(self.layout, method, p, len(tokens), tree)
         run = self.prepare(cache)[method.name]
         b = self.buffers[method.name]
         cache.sync(method)

@@ -232,6 +232,9 @@ class Speculation:
     def __init__(self, layout: LlmLayout, options: SpeculativeOptions) -> None:
         self.layout, self.options = layout, options
         self.verifier = verifier_of(layout)
+        if options.max_draft > self.verifier.ar_len - 1:
+            raise InputError(f"a draft of {options.max_draft} tokens does not fit: {self.verifier.name} verifies "
+                             f"{self.verifier.ar_len - 1} beside the last token")
         self.meter = CostMeter()
 
     def decoder(self, steps: Steps, layout: LlmLayout, sampler: Callable[[np.ndarray], int],

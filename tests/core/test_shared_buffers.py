@@ -309,6 +309,8 @@ def test_llm_decode_on_shared_buffers_fuses_the_caches_and_equals_the_raw_path(e
     assert runs["shared"].tokens == runs["raw"].tokens
     assert all(np.array_equal(a, b) for a, b in zip(runs["shared"].logits, runs["raw"].logits))
     L = runner.layout.n_layers
-    # per method: k and v caches and k and v outputs of layers 1.. sit at an offset in their block
-    assert d["registered_at_offset"] == counts["registered_at_offset"] >= 2 * 4 * (L - 1)
+    # per method: the k and v caches and outputs are layer views of one block per kind, all
+    # registered with the custom descriptor; those of layers 1.. at an offset
+    assert d["registered_custom"] == counts["registered_views"] >= 2 * 4 * L
+    assert d["registered_at_offset"] >= 2 * 4 * (L - 1)
     assert d["registered"] == d["deregistered"] > 0 and d["freed_with_live"] == 0 and d["rpcmem_live"] == 0

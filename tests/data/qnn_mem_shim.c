@@ -99,7 +99,7 @@ static struct graph_of* graphs;
 static uintptr_t next_id = 0x1000;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static long registered, deregistered, live, executes_with_handles, bound_tensors, freed_with_live,
-    registered_at_offset;
+    registered_custom, registered_at_offset;
 static unsigned char copies[MAX_PROVIDERS][IFACE_BYTES];
 static const void* list[MAX_PROVIDERS];
 
@@ -161,6 +161,7 @@ static ErrorHandle shim_register(void* context, const MemDescriptor* descs, uint
                                registrations};
     registrations = r;
     ++registered;
+    registered_custom += d->memType == MEM_TYPE_CUSTOM;
     registered_at_offset += offset > 0;
     ++live;
     pthread_mutex_unlock(&lock);
@@ -289,11 +290,13 @@ COUNTER(qnnrt_mem_live, live)
 COUNTER(qnnrt_mem_executes_with_handles, executes_with_handles)
 COUNTER(qnnrt_mem_bound_tensors, bound_tensors)
 COUNTER(qnnrt_mem_freed_with_live, freed_with_live)
+COUNTER(qnnrt_mem_registered_custom, registered_custom)
 COUNTER(qnnrt_mem_registered_at_offset, registered_at_offset)
 
 __attribute__((visibility("default"))) void qnnrt_mem_reset(void) {
   pthread_mutex_lock(&lock);
-  registered = deregistered = executes_with_handles = bound_tensors = freed_with_live = registered_at_offset = 0;
+  registered = deregistered = executes_with_handles = bound_tensors = freed_with_live = registered_custom =
+      registered_at_offset = 0;
   pthread_mutex_unlock(&lock);
 }
 

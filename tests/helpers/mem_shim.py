@@ -19,7 +19,7 @@ import pytest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SHIM_COUNTERS = ("registered", "deregistered", "live", "executes_with_handles", "bound_tensors",
-                 "freed_with_live", "registered_at_offset")
+                 "freed_with_live", "registered_custom", "registered_at_offset")
 RPCMEM_COUNTERS = ("allocs", "frees", "live")
 
 

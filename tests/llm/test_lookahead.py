@@ -18,7 +18,7 @@ from qnnrt.errors import InputError
 from qnnrt.llm import LlmRunner
 from qnnrt.llm.kv_cache import KVCache, WindowTree, build_step_inputs
 from qnnrt.llm.layout import MethodLayout
-from qnnrt.llm.lookahead import CRand, LookaheadOptions, NgramPool, StepLayout
+from qnnrt.llm.lookahead import CRand, LookaheadOptions, LookaheadParams, NgramPool, StepLayout
 from qnnrt.llm.speculative import SpeculativeOptions
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "llm" / "lookahead_stories"
@@ -32,7 +32,7 @@ def test_c_rand_is_glibc_rand_for_an_unseeded_process():
 
 
 def test_step_layout_for_ngram_3_window_2_gcap_2():
-    at = StepLayout(LookaheadOptions(3, 2, 2), 8)
+    at = StepLayout(LookaheadParams(3, 2, 2), 8)
     assert at.tree.offsets == (0, 1, 1, 2, 1, 2, 1, 2)
     want = np.array([[1, 0, 0, 0, 0, 0, 0, 0],     # the current token
                      [1, 1, 0, 0, 0, 0, 0, 0],     # level 0, column 1
@@ -47,8 +47,9 @@ def test_step_layout_for_ngram_3_window_2_gcap_2():
 
 
 def test_options_fill_the_window_and_refuse_what_does_not_fit():
-    assert LookaheadOptions().for_window(8) == LookaheadOptions(3, 2, 2)
-    assert LookaheadOptions().for_window(16) == LookaheadOptions(3, 4, 4)
+    assert LookaheadOptions().for_window(8) == LookaheadParams(3, 2, 2)
+    assert LookaheadOptions().for_window(16) == LookaheadParams(3, 4, 4)
+    assert LookaheadOptions(gcap=0).for_window(8) == LookaheadParams(3, 2, 0)     # no guesses: Jacobi only
     assert LookaheadOptions(ngram=5, window=1, gcap=1).for_window(8).slots == 8
     with pytest.raises(InputError, match="needs"):
         LookaheadOptions(3, 4, 2).for_window(8)
@@ -164,6 +165,23 @@ def test_cli_decodes_a_lookahead_file_with_lookahead_by_default(tmp_path, ref):
     assert main(["llm", str(DATA / "model.pte"), "--prompt-tokens", ids, "--max-new-tokens", "4",
                  "--speculative", "off", "--report", str(rep), "--quiet"]) == 0
     assert "speculative" not in json.loads(rep.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags,says", [
+    (["--ngram", "3"], "--ngram applies to --speculative lookahead; this run decodes plainly"),
+    (["--speculative", "prompt-lookup", "--gcap", "1"], "--gcap applies to --speculative lookahead"),
+    (["--draft-policy", "always"], "--draft-policy applies to --speculative prompt-lookup"),
+    (["--speculative", "prompt-lookup", "--draft-max", "99"], "a draft of 99 tokens does not fit"),
+    (["--speculative", "prompt-lookup", "--draft-ngram", "0"], "n-gram sizes"),
+])
+def test_speculative_flags_that_do_not_apply_or_fit_are_clear_errors(flags, says, capfd):
+    fix = Path("/work/shared/fixtures/executorch/llama_stories_fp16/model.pte")
+    if not fix.exists():
+        pytest.skip("ExecuTorch LLM fixture not available")
+    assert main(["llm", str(fix), "--prompt-tokens", "1,2,3", *flags, "--quiet"]) == 1
+    err = capfd.readouterr().err
+    assert says in err and "Traceback" not in err
 
 
 @pytest.mark.slow
