@@ -44,6 +44,9 @@ class LlmRunner:
     created here, as the residency policy allows (`create_contexts`), so the first token measures
     prefill, not loading.
 
+    A runner runs one generation at a time: its step buffers, measured costs and lookahead state
+    are its own (serve's engine thread is its one caller).
+
     `speculative` decodes with drafts verified by the file's multi-token method (llm/speculative.py)
     in every generation; `cycles` reads what QNN's profile counted (the decode phase's cycles and
     graph executions are reported)."""
