@@ -164,11 +164,11 @@ def write_atomic(path: str | os.PathLike, data: Chunks, what: str = "output", du
              else memoryview(c) for c in chunks]
     total = sum(v.nbytes for v in views)
     directory = os.path.dirname(full)
+    prefix = f".{os.path.basename(full)}.{TEMP_TAG}{os.getpid()}."
     tmp = None
     done = 0
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(full)}.{TEMP_TAG}{os.getpid()}.",
-                                   suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
         try:
             if hasattr(os, "fchmod"):
                 os.fchmod(fd, _FILE_MODE)
@@ -195,6 +195,10 @@ def write_atomic(path: str | os.PathLike, data: Chunks, what: str = "output", du
                          f"{format_bytes(done)} of {format_bytes(total)}; nothing was written there"
                          + (". The disk is full: free some space or choose another path." if full_disk
                             else ". Check that the directory is writable and has free space.")) from e
+    except BaseException:
+        if tmp is None:     # stopped inside mkstemp (a stop signal): the file may exist unnamed here
+            _remove_temps_named(directory, prefix)
+        raise
     finally:
         if tmp is not None:
             try:
@@ -202,6 +206,17 @@ def write_atomic(path: str | os.PathLike, data: Chunks, what: str = "output", du
             except OSError:
                 pass
     return full
+
+
+def _remove_temps_named(directory: str, prefix: str) -> None:
+    """Remove this process's temp files for one path (`prefix` holds the name and the pid)."""
+    import glob
+    for p in glob.glob(os.path.join(glob.escape(directory), glob.escape(prefix) + "*.tmp")):
+        try:
+            if not os.path.islink(p):
+                os.unlink(p)
+        except OSError:
+            pass
 
 
 def write_array(path: str | os.PathLike, arr: Any, npy: bool | None = None, what: str = "output",

@@ -128,6 +128,26 @@ def test_enospc_in_write_atomic_leaves_nothing(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
 
 
+def test_a_stop_inside_the_temp_files_creation_leaves_nothing(tmp_path, monkeypatch):
+    """A stop signal (KeyboardInterrupt in the worker) landing after mkstemp made the file but
+    before its name came back: the temp file is found by its name and removed (a stopped run left
+    `.output_2_0.raw.qnnrt<pid>.<random>.tmp` behind before)."""
+    import tempfile
+    target = tmp_path / "output_0.raw"
+    other = tmp_path / f".other.raw.{fileio.TEMP_TAG}{os.getpid()}.keep.tmp"     # another path's: kept
+    other.write_text("x")
+    real = tempfile.mkstemp
+
+    def mkstemp(**kw):
+        fd, _name = real(**kw)
+        os.close(fd)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    with pytest.raises(KeyboardInterrupt):
+        fileio.write_atomic(target, b"abc")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--report", "--profile-path", "--heap-profiling-path", "--output-dir"])
 def test_read_only_targets_fail_before_load(read_only_dir, flag):
