@@ -8,6 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+@dataclass(frozen=True)
+class ForwardGuesses:
+    """What one forward checked: guessed tokens offered, and how many of them held."""
+    drafted: int = 0
+    accepted: int = 0
+
+
 @dataclass
 class DecodeStats:
     mode: str
@@ -18,16 +25,16 @@ class DecodeStats:
     tokens: int = 0                     # tokens kept from all forwards
     accepted_per_verification: Counter = field(default_factory=Counter)
 
-    def kept(self, n: int, verification: bool, drafted: int, accepted: int) -> None:
-        """A forward whose first n tokens the loop kept; `accepted` of its guesses held (only
-        those among the n count)."""
+    def kept(self, n: int, guesses: ForwardGuesses | None) -> None:
+        """A forward whose first n tokens the loop kept (`guesses`: what it checked, None for a
+        plain forward); only the held guesses among those n count."""
         self.tokens += n
-        if not verification:
+        if guesses is None:
             self.plain_forwards += 1
             return
-        held = min(accepted, n)
+        held = min(guesses.accepted, n)
         self.verifications += 1
-        self.drafted += drafted
+        self.drafted += guesses.drafted
         self.accepted += held
         self.accepted_per_verification[held] += 1
 

@@ -121,14 +121,14 @@ class KVCache:
 
     def inputs(self, method: MethodLayout) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The method's cache inputs: its first C-T slots (contiguous arrays)."""
-        n = self.layout.context_len - method.ar_len
+        n = self.layout.cache_slots(method)
         return ([np.ascontiguousarray(k[..., :n]) for k in self.k],
                 [np.ascontiguousarray(v[:, :, :n, :]) for v in self.v])
 
     def arrays(self, method: MethodLayout) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The arrays `method` reads its caches from in place: the logical caches when its window
         leaves all their slots, else its mirror (made on first use; `sync` before each call)."""
-        n = self.layout.context_len - method.ar_len
+        n = self.layout.cache_slots(method)
         if n == self.layout.max_cache_len:
             return self.k, self.v
         m = self._mirrors.get(method.name)
@@ -158,7 +158,7 @@ class KVCache:
         """`update` for outputs known to be of the cache dtype (a prepared step's buffers); with
         the outputs fused too (`k_out_all` [L, ...]), one copy per kind. `slots`: the window slots
         whose entries to keep, in order (default: the first n_update)."""
-        cap = self.layout.context_len - method.ar_len
+        cap = self.layout.cache_slots(method)
         if not 0 <= n_update <= method.ar_len:
             raise InputError(f"n_update {n_update} outside [0, {method.ar_len}]")
         p = self.n_past
@@ -246,9 +246,10 @@ def check_call(layout: LlmLayout, method: MethodLayout, n_past: int, n: int, tre
     T = method.ar_len
     if not 1 <= n <= T:
         raise InputError(f"{method.name}: {n} tokens for a window of {T}")
-    if n_past + (n if tree is None else 1) > layout.context_len - T:
+    slots = layout.cache_slots(method)
+    if n_past + (n if tree is None else 1) > slots:
         raise ContextLengthError(f"{method.name}: {n} tokens at position {n_past} exceed its "
-                                 f"{layout.context_len - T} cache slots (context {layout.context_len}, window {T})")
+                                 f"{slots} cache slots (context {layout.context_len}, window {T})")
 
 
 def split_outputs(layout: LlmLayout, method: MethodLayout, outputs) -> tuple[np.ndarray, list, list]:

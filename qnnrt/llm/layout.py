@@ -97,16 +97,20 @@ class LlmLayout:
     def max_cache_len(self) -> int:
         return self.context_len - min(self.prefill.ar_len, self.decode.ar_len)
 
+    def cache_slots(self, method: MethodLayout) -> int:
+        """The cache entries `method` reads (its cache inputs): C - T."""
+        return self.context_len - method.ar_len
+
     @property
     def decode_limit(self) -> int:
         """The longest sequence decoding reaches: the token at position p is decoded with p cache
         entries, and the decode method holds C - T of them (ExecuTorch stops at pos > C - T)."""
-        return self.context_len - self.decode.ar_len + 1
+        return self.cache_slots(self.decode) + 1
 
     @property
     def prompt_capacity(self) -> int:
         """Max n_past + prompt tokens the prompt processor can take (ExecuTorch: C - T_prefill)."""
-        return self.context_len - self.prefill.ar_len
+        return self.cache_slots(self.prefill)
 
     @property
     def quantized(self) -> bool:

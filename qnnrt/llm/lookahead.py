@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from qnnrt.errors import InputError
-from qnnrt.llm.decode_stats import DecodeStats
+from qnnrt.llm.decode_stats import DecodeStats, ForwardGuesses
 from qnnrt.llm.kv_cache import KVCache, WindowTree
 from qnnrt.llm.layout import LlmLayout, MethodLayout
 from qnnrt.llm.loops import Block, Decoder, Steps, row_of
@@ -158,7 +158,7 @@ class LookaheadDecoder:
         self.method: MethodLayout = layout.decode
         self.stats = DecodeStats("lookahead")
         self._selected: list[int] = []
-        self._offered = 0                   # guess tokens offered to the last step
+        self._checked = ForwardGuesses()    # what the last step verified
 
     def _inputs(self, cur: int) -> tuple[list[int], list[tuple[int, ...]]]:
         o, st = self.state.options, self.state
@@ -180,7 +180,7 @@ class LookaheadDecoder:
         tokens, guesses = self._inputs(int(seq[-1]))
         raw = self.steps.forward(self.method, cache, tokens, 0, self.at.tree)
         # no more than the tokens wanted, nor than the cache slots left to keep their entries
-        room = min(room, self.layout.context_len - self.method.ar_len - cache.n_past)
+        room = min(room, self.layout.cache_slots(self.method) - cache.n_past)
         out: list[int] = []
         rows: list[np.ndarray] = []
         self._selected = []
@@ -198,7 +198,8 @@ class LookaheadDecoder:
             if not active or tok in self.eos or len(out) >= room:
                 break
             slot = self.at.guess_base + active[0] * (o.ngram - 1) + v
-        self._offered = len(guesses) * (o.ngram - 1)
+        # the guesses that held are the inputs of the chosen slots after slot 0
+        self._checked = ForwardGuesses(len(guesses) * (o.ngram - 1), len(self._selected) - 1)
         return Block(out, rows)
 
     def _advance_window(self, raw: np.ndarray) -> None:
@@ -213,7 +214,7 @@ class LookaheadDecoder:
 
     def commit(self, cache: KVCache, n: int) -> None:
         self.steps.commit(self.method, cache, n, self._selected)
-        self.stats.kept(n, True, self._offered, len(self._selected) - 1)   # slot 0's token is no guess
+        self.stats.kept(n, self._checked)
 
     def report(self) -> dict[str, Any]:
         o = self.state.options

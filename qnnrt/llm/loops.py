@@ -337,9 +337,7 @@ def score(run: RunFn | Steps, layout: LlmLayout, tokens: Sequence[int], *, n_pre
     steps = as_steps(run, layout)
     rows: list[np.ndarray] = []
     prefill(steps, layout, cache, toks[:n_prefill], pad_token=pad_token, all_logits=rows)
-    for t in toks[n_prefill:-1]:
-        if cache.n_past + 1 > layout.context_len - 1:
-            raise ContextLengthError(f"{len(toks)} tokens exceed the context length {layout.context_len}")
+    for t in toks[n_prefill:-1]:       # within the decode method's slots: checked above
         rows.append(decode_step(steps, layout, cache, t))
     lp = [float(log_softmax(r)[t]) for r, t in zip(rows, toks[1:])]
     return ScoreResult(toks, lp, rows, n_prefill)

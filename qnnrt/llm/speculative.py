@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from qnnrt.errors import InputError
-from qnnrt.llm.decode_stats import DecodeStats
+from qnnrt.llm.decode_stats import DecodeStats, ForwardGuesses
 from qnnrt.llm.drafting import LookupOptions, PromptLookup, shared_prefix
 from qnnrt.llm.errors import LayoutError
 from qnnrt.llm.kv_cache import KVCache
@@ -142,11 +142,11 @@ class SpeculativeDecoder:
         self.switch = DraftSwitch(meter, verifier.name, self.plain.name)
         self.stats = DecodeStats(options.mode)
         self._last: MethodLayout = self.plain
-        self._pending = (False, 0, 0)       # the last forward: verification?, drafted, accepted
+        self._checked: ForwardGuesses | None = None   # what the last forward verified (None: plain)
 
     def _verifier_slots(self, cache: KVCache) -> int:
         """Tokens a verifier call at cache.n_past may keep (its cache holds C - T entries)."""
-        return self.layout.context_len - self.verifier.ar_len - cache.n_past
+        return self.layout.cache_slots(self.verifier) - cache.n_past
 
     def _room_for_draft(self, cache: KVCache, room: int) -> int:
         """Draft tokens that fit: the tokens still wanted less one (the verifier adds one of its
@@ -174,7 +174,7 @@ class SpeculativeDecoder:
         method = self.plain if self._verifier_slots(cache) >= 1 else self.layout.decode
         raw = self._run(method, cache, [int(seq[-1])])
         row = row_of(self.layout, raw[0, 0])
-        self._pending = (False, 0, 0)
+        self._checked = None
         return Block([self.sampler(row)], [row])
 
     def _verify(self, cache: KVCache, seq: Sequence[int], draft: list[int]) -> Block:
@@ -193,13 +193,13 @@ class SpeculativeDecoder:
             rows.append(row)
             if i == len(draft) or tok != draft[i] or tok in self.eos:
                 break
-        self._pending = (True, len(draft), accepted)
+        self._checked = ForwardGuesses(len(draft), accepted)
         self.switch.verified(len(tokens))
         return Block(tokens, rows)
 
     def commit(self, cache: KVCache, n: int) -> None:
         self.steps.commit(self._last, cache, n)
-        self.stats.kept(n, *self._pending)
+        self.stats.kept(n, self._checked)
 
     def report(self) -> dict[str, Any]:
         return self.stats.report(policy=self.options.policy) | {
