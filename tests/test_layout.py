@@ -28,7 +28,7 @@ LAYERS = {
     "serve": {"llm"},                   # HTTP in front of the LLM runner
     "cli": {"*"},
 }
-SHARED = {"errors", "soc", "units", "fileio", "progress", "spawn"}  # beneath every layer
+SHARED = {"errors", "soc", "units", "fileio", "progress", "spawn", "install"}  # beneath every layer
 # modules, not packages: loader.py chooses between runtime/ and executorch/, below the CLI only
 # and the shared modules import only each other
 MODULES = {"loader": {"core", "formats", "profiling", "runtime", "executorch"},

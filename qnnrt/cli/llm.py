@@ -16,6 +16,7 @@ from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, lat
                            print_performance, print_recoveries, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.fileio import check_output_path, write_atomic
+from qnnrt.llm.text import INSTALL_HINT
 from qnnrt.units import format_bytes
 
 
@@ -32,7 +33,7 @@ def add_parser(sub) -> None:
                      help="an interactive multi-turn chat in the terminal through the tokenizer's chat "
                           "template (needs --tokenizer; an empty line or end of input ends it)")
     p.add_argument("--tokenizer", help="a Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json, "
-                                       "chat_template.jinja) or a tokenizer.json (pip install 'qnnrt[llm]')")
+                                       "chat_template.jinja) or a tokenizer.json (" + INSTALL_HINT + ")")
     p.add_argument("--system", help="--chat: the system message")
     p.add_argument("--max-new-tokens", type=int, default=32, help="default 32")
     p.add_argument("--seq-len", type=int, default=0,

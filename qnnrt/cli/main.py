@@ -14,6 +14,7 @@ import sys
 
 from qnnrt._capi.types import LogLevel
 from qnnrt.errors import QnnrtError
+from qnnrt.install import SOURCE_TREE
 
 
 def _setup_logging(name: str) -> None:
@@ -70,8 +71,9 @@ def _main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
     except ImportError as e:  # a broken install: say what is missing, never drop the command
+        reinstall = f"pip install -e '{SOURCE_TREE}'" if SOURCE_TREE is not None else "pip install qnnrt"
         print(f"qnnrt: error: a qnnrt command failed to import ({e}); reinstall qnnrt "
-              f"(pip install -e .) and its dependencies", file=sys.stderr)
+              f"({reinstall}) and its dependencies", file=sys.stderr)
         return 1
     try:
         args = parser.parse_args(argv)

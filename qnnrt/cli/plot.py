@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from qnnrt.errors import QnnrtError
+from qnnrt.install import extra_hint
 
 __all__ = ["plot_report", "add_parser", "run_plot"]
 
@@ -39,7 +40,7 @@ def _figure_class() -> Any:
         from matplotlib.figure import Figure
     except ImportError as e:
         raise QnnrtError("`qnnrt plot` needs matplotlib, which is not installed. "
-                         "Install it with: pip install qnnrt[plot]") from e
+                         f"Install it with: {extra_hint('plot', 'matplotlib')}") from e
     return Figure
 
 
@@ -213,7 +214,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("plot", help="draw heap timeline, latency histogram and graph times of a run report",
                               description="Draw a run report (from `qnnrt run --report r.json`) as a PNG: "
                                           "heap across the context lifecycle, latency histogram, per-graph "
-                                          "QNN time. Needs matplotlib (pip install qnnrt[plot]).")
+                                          f"QNN time. Needs matplotlib ({extra_hint('plot', 'matplotlib')}).")
     p.add_argument("report", help="run report JSON written by `qnnrt run --report`")
     p.add_argument("-o", "--output", default=None, help="PNG to write (default: REPORT with .png)")
     p.set_defaults(func=run_plot)

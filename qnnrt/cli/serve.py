@@ -14,9 +14,10 @@ from qnnrt.cli.llm import add_speculative_options, cycles_reader, speculative_op
 from qnnrt.cli.process import Stopped, stop_signals
 from qnnrt.cli.run import add_profiles, add_runtime_options, check_targets, open_program, write_report
 from qnnrt.errors import QnnrtError
+from qnnrt.install import extra_hint
 from qnnrt.units import parse_size
 
-SERVE_HINT = "pip install 'qnnrt[serve]'"
+SERVE_HINT = extra_hint("serve", "starlette uvicorn tokenizers jinja2 llguidance")
 API_KEY_ENV = "QNNRT_API_KEY"
 
 

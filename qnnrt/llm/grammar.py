@@ -12,10 +12,11 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from qnnrt.install import extra_hint
 from qnnrt.llm.errors import GrammarError
 from qnnrt.llm.text import TextTokenizer
 
-INSTALL_HINT = "pip install 'qnnrt[serve]' (or pip install llguidance)"
+INSTALL_HINT = extra_hint("serve", "llguidance")
 # JSON as a small model should write it: no free whitespace (a model may otherwise fill its budget
 # with it), OpenAI's separators
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from qnnrt.install import extra_hint
 from qnnrt.llm.errors import TokenizerError
 from qnnrt.llm.layout import LlmLayout
 
-INSTALL_HINT = "pip install 'qnnrt[llm]' (or pip install tokenizers jinja2)"
+INSTALL_HINT = extra_hint("llm", "tokenizers jinja2")
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -146,6 +146,8 @@ class Service:
                   f"qnnrt_decode_seconds_sum {t['decode_s_sum']:.6f}",
                   f"qnnrt_decode_tokens_total {int(t['decode_tokens'])}",
                   f"qnnrt_decode_forwards_total {int(t['decode_forwards'])}",
+                  f"qnnrt_draft_verifications_total {int(t['draft_verifications'])}",
+                  f"qnnrt_draft_tokens_accepted_total {int(t['draft_tokens_accepted'])}",
                   f"qnnrt_decode_tokens_per_second "
                   f"{t['decode_tokens'] / t['decode_s_sum'] if t['decode_s_sum'] else 0:.3f}"]
         if e.pd_bytes is not None:

@@ -164,6 +164,7 @@ class Engine:
                                          "rejected_queue_full": 0, "prompt_tokens": 0, "cached_tokens": 0,
                                          "completion_tokens": 0, "generated_tokens": 0, "ttft_s_sum": 0.0,
                                          "decode_s_sum": 0.0, "decode_tokens": 0, "decode_forwards": 0,
+                                         "draft_verifications": 0, "draft_tokens_accepted": 0,
                                          "embedded_inputs": 0}
         self.pd_bytes: int | None = None
 
@@ -280,6 +281,9 @@ class Engine:
         t["decode_s_sum"] += sum(sum(g.result.decode_s) for g in gens)
         t["decode_tokens"] += sum(len(g.result.decode_s) for g in gens)
         t["decode_forwards"] += sum(g.result.decode_forwards for g in gens)
+        spec = [g.result.speculative for g in gens if g.result.speculative is not None]
+        t["draft_verifications"] += sum(s["verifications"] for s in spec)
+        t["draft_tokens_accepted"] += sum(s["accepted"] for s in spec)
         self._record(job, ",".join(g.finish_reason for g in gens), figures)
         job.emit(DoneEvent(len(job.prompt), completion, first.reused))
 

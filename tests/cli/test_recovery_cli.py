@@ -9,14 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from tests.helpers.cli_helpers import ROOT
+from tests.helpers.data import EXECUTORCH, LLM_STORIES
 
-FIX = Path("/work/shared/fixtures/executorch")
-TWO = FIX / "two_methods_fp16"
-LLM = FIX / "llama_stories_fp16"
-pytestmark = pytest.mark.skipif(not (TWO / "model.pte").exists(), reason="ExecuTorch fixtures not available")
+TWO = EXECUTORCH / "two_methods_fp16"
+LLM = LLM_STORIES
 
 
 def _cli(shim, fail: str | None, *args: str) -> subprocess.CompletedProcess:
@@ -78,7 +76,6 @@ def test_run_refuses_a_negative_budget(fault_shim, tmp_path):
     assert r.returncode == 1 and "max_recoveries" in r.stderr
 
 
-@pytest.mark.skipif(not (LLM / "model.pte").exists(), reason="ExecuTorch LLM fixture not available")
 def test_llm_decode_loop_survives_a_failure_with_the_same_tokens(fault_shim, tmp_path):
     meta = json.loads((LLM / "meta.json").read_text())
     args = ["llm", LLM / "model.pte", "--prompt-tokens", ",".join(map(str, meta["prompt"])),

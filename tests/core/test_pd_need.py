@@ -11,6 +11,7 @@ import pytest
 from qnnrt.core import Backend, Context, ContextBinary, open_library
 from qnnrt.core.pd_need import PARTS, GraphBlobInfo, PickleHeader, need_from_blob_info, pickle_headers
 from qnnrt.profiling.pd_log import pd_reserved_from_log
+from tests.helpers.data import EXECUTORCH, LLM_STORIES
 from tests.helpers.qnn_fixtures import add_relu_mul, compile_models
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,10 +22,7 @@ _LARGEST = re.compile(r"including largest Graph estimate (\d+) B")
 
 
 def _pte_fixtures() -> list[Path]:
-    shared = Path("/work/shared/fixtures/executorch")
-    found = {p.parent.name: p for p in sorted((ROOT / "data" / "executorch").glob("*/model.pte"))}
-    found.update({p.parent.name: p for p in sorted(shared.glob("*/model.pte"))} if shared.is_dir() else {})
-    return [found[k] for k in sorted(found)]
+    return sorted(EXECUTORCH.glob("*/model.pte")) + [LLM_STORIES / "model.pte"]
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ import qnnrt
 from qnnrt.core import Backend, ContextBinary
 from qnnrt.core.context import Context
 from qnnrt.core.shared_buffer import SharedMemory
+from tests.helpers.data import LLM_STORIES, executorch_pte
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-MANY = DATA / "executorch" / "many_4_fp16" / "model.pte"
+MANY = executorch_pte("many_4_fp16")
 RUNS = 3
 
 
@@ -279,11 +279,10 @@ def test_multi_pd_programs_keep_raw_buffers_and_say_why(emulated, chain12):
     assert d["registered"] == 0 and d["rpcmem_live"] == 0
 
 
-FIX = Path("/work/shared/fixtures/executorch/llama_stories_fp16")
+FIX = LLM_STORIES
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not FIX.exists(), reason="ExecuTorch LLM fixture not available")
 def test_llm_decode_on_shared_buffers_fuses_the_caches_and_equals_the_raw_path(emulated):
     """The prepared LLM step in rpcmem: the caches (and the new-entry outputs) are one block per
     kind, each layer's view registered at its offset (the HTP shared-buffer descriptor), so one

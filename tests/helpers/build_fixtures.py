@@ -1,6 +1,6 @@
 """Session fixtures that build demo programs with the real builder (imported by conftest.py).
 
-Compiles go through the compile cache ($QNNRT_CACHE_DIR or ~/.cache/qnnrt), so a warm run of a
+Compiles go through the compile cache (the session's, tests/conftest.py), so a warm run of a
 fixture takes about a second; a cold `tiny` build about 6 s, `pd` about 40 s.
 """
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Small real context binaries for tests, compiled at test time with ORT's QNN EP (cached)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qnnrt.compiler.compile import CompileCache, compile_unit, resolve_soc
+from tests.helpers.data import TEST_CACHE
 
 WIDTH = 64
 
@@ -45,7 +45,7 @@ class BuiltBinary:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("QNNRT_TEST_CACHE", Path.home() / ".cache" / "qnnrt-tests"))
+    return TEST_CACHE / "compiled"
 
 
 def compile_models(models: list[onnx.ModelProto], labels: list[str], workdir: Path) -> BuiltBinary:

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from qnnrt.cli.main import main
+from qnnrt.llm.text import INSTALL_HINT
+from tests.helpers.cli_helpers import ROOT
+from tests.helpers.data import LLM_STORIES
 
-FIX = Path("/work/shared/fixtures/executorch/llama_stories_fp16")
-pytestmark = pytest.mark.skipif(not FIX.exists(), reason="ExecuTorch LLM fixture not available")
+FIX = LLM_STORIES
 TOL = 0.02  # fp16 (ExecuTorch's own run: ~0.003 max abs error)
-DATA = Path(__file__).resolve().parents[1] / "data" / "llm"
+DATA = LLM_STORIES.parent
 
 
 @pytest.fixture(scope="module")
@@ -162,15 +165,20 @@ def test_llm_prompt_longer_than_one_window_is_chunked(meta):
     assert res.tokens[0] == int(np.argmax(sc.logits[-1]))
 
 
-def test_llm_tokenizer_missing_is_a_clear_error(tmp_path, capfd):
-    try:
-        import tokenizers  # noqa: F401
-        pytest.skip("tokenizers is installed")
-    except ImportError:
-        pass
+def test_llm_tokenizer_missing_is_a_clear_error(tmp_path):
+    """Through the CLI, in a Python where `tokenizers` does not import (a stand-in package first on
+    the path that raises ImportError, as a missing one does): one line naming the install command."""
+    blocked = tmp_path / "blocked" / "tokenizers"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError(\"No module named 'tokenizers'\")\n")
     (tmp_path / "tok.json").write_text("{}")
-    assert main(["llm", str(FIX / "model.pte"), "--prompt", "hi", "--tokenizer", str(tmp_path / "tok.json")]) == 1
-    assert "pip install" in capfd.readouterr().err
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocked.parent), ROOT]))
+    r = subprocess.run([sys.executable, "-m", "qnnrt.cli", "llm", str(FIX / "model.pte"), "--prompt", "hi",
+                        "--tokenizer", str(tmp_path / "tok.json"), "--quiet"],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 1, r.stderr
+    assert "needs the `tokenizers` package" in r.stderr and INSTALL_HINT in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_weight_shared_binary_refused_with_the_cause(capfd, monkeypatch):

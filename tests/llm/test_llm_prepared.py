@@ -4,7 +4,6 @@ prefill, KV reuse), and the graph reading the cache arrays themselves (no per-to
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +12,9 @@ from qnnrt import load
 from qnnrt.llm import KVCache, LlmLayout, LlmRunner, build_step_inputs
 from qnnrt.llm.prepared import StepBuffers
 from qnnrt.llm.session import CachedGenerator
+from tests.helpers.data import LLM_STORIES
 
-FIX = Path("/work/shared/fixtures/executorch/llama_stories_fp16")
+FIX = LLM_STORIES
 
 
 # -- numpy only: the in-place inputs equal the generic ones -------------------------------------
@@ -113,7 +113,6 @@ def _assert_caches_bound(runner: LlmRunner) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not FIX.exists(), reason="ExecuTorch LLM fixture not available")
 def test_fp16_fixture_prepared_equals_generic_for_64_steps():
     meta = json.loads((FIX / "meta.json").read_text())
     prompt = meta["prompt"] + meta["greedy_tokens"][:8]          # two prefill chunks

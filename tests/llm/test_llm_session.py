@@ -6,16 +6,15 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.helpers.cli_helpers import ROOT
 from tests.helpers.llm_text import text_folder  # noqa: F401
+from tests.helpers.data import LLM_STORIES
 
-FIX = Path("/work/shared/fixtures/executorch/llama_stories_fp16")
-pytestmark = pytest.mark.skipif(not FIX.exists(), reason="ExecuTorch LLM fixture not available")
+FIX = LLM_STORIES
 TOL = 0.02
 
 

@@ -6,7 +6,6 @@ through ExecuTorch's own runtime; qnnrt must send the same slots and accept the 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -20,8 +19,9 @@ from qnnrt.llm.kv_cache import KVCache, WindowTree, build_step_inputs
 from qnnrt.llm.layout import MethodLayout
 from qnnrt.llm.lookahead import CRand, LookaheadOptions, LookaheadParams, NgramPool, StepLayout
 from qnnrt.llm.speculative import SpeculativeOptions
+from tests.helpers.data import LLM_STORIES, LOOKAHEAD_STORIES
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "llm" / "lookahead_stories"
+DATA = LOOKAHEAD_STORIES
 LOOKAHEAD = SpeculativeOptions(mode="lookahead")
 
 
@@ -176,9 +176,7 @@ def test_cli_decodes_a_lookahead_file_with_lookahead_by_default(tmp_path, ref):
     (["--speculative", "prompt-lookup", "--draft-ngram", "0"], "n-gram sizes"),
 ])
 def test_speculative_flags_that_do_not_apply_or_fit_are_clear_errors(flags, says, capfd):
-    fix = Path("/work/shared/fixtures/executorch/llama_stories_fp16/model.pte")
-    if not fix.exists():
-        pytest.skip("ExecuTorch LLM fixture not available")
+    fix = LLM_STORIES / "model.pte"
     assert main(["llm", str(fix), "--prompt-tokens", "1,2,3", *flags, "--quiet"]) == 1
     err = capfd.readouterr().err
     assert says in err and "Traceback" not in err
@@ -186,9 +184,7 @@ def test_speculative_flags_that_do_not_apply_or_fit_are_clear_errors(flags, says
 
 @pytest.mark.slow
 def test_lookahead_on_a_hybrid_file_says_what_to_use(capfd):
-    fix = Path("/work/shared/fixtures/executorch/llama_stories_fp16/model.pte")
-    if not fix.exists():
-        pytest.skip("ExecuTorch LLM fixture not available")
+    fix = LLM_STORIES / "model.pte"
     assert main(["llm", str(fix), "--prompt-tokens", "1,2,3", "--speculative", "lookahead", "--quiet"]) == 1
     err = capfd.readouterr().err
     assert "--model_mode lookahead" in err and "prompt-lookup" in err and "Traceback" not in err

@@ -4,7 +4,6 @@ detokenization that never splits a character, stop strings held back until decid
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,16 +14,14 @@ from qnnrt.llm.chat_template import render_chat
 from qnnrt.llm.detokenize import REPLACEMENT, IncrementalDetokenizer, StopMatcher
 from qnnrt.llm.errors import ChatTemplateError, TokenizerError
 from qnnrt.llm.text import TextTokenizer
+from tests.helpers.data import SMOLLM2_TOKENIZER
 
-FOLDER = Path("/work/shared/fixtures/hf_tokenizer_smollm2")
-REFS = json.loads((Path(__file__).resolve().parents[1] / "data" / "llm" / "chat_template_refs.json").read_text())
-needs_folder = pytest.mark.skipif(not FOLDER.exists(), reason="the SmolLM2 tokenizer folder is not available")
+FOLDER = SMOLLM2_TOKENIZER
+REFS = json.loads((FOLDER.parent / "chat_template_refs.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def tok() -> TextTokenizer:
-    if not FOLDER.exists():
-        pytest.skip("the SmolLM2 tokenizer folder is not available")
     return TextTokenizer.from_path(FOLDER)
 
 
@@ -32,7 +29,6 @@ def _template(tok: TextTokenizer, name: str) -> str:
     return tok.chat_template if name == "folder" else REFS["templates"][name]
 
 
-@needs_folder
 @pytest.mark.parametrize("case", REFS["cases"], ids=lambda c: f"{c['template']}-{c['conversation']}-"
                                                               f"{int(c['add_generation_prompt'])}")
 def test_chat_template_renders_and_tokenizes_as_transformers(tok, case):
@@ -43,14 +39,12 @@ def test_chat_template_renders_and_tokenizes_as_transformers(tok, case):
     assert tok.encode(text) == case["ids"]
 
 
-@needs_folder
 def test_folder_files_are_read(tok):
     assert tok.chat_template is not None and tok.chat_template.startswith("{% for message in messages %}")
     assert tok.special_tokens["bos_token"] == "<|im_start|>" and tok.eos_ids == [2]
     assert tok.token_id("<|im_end|>") == 2 and tok.vocab_size == 49152
 
 
-@needs_folder
 def test_template_raise_exception_and_sandbox_are_errors(tok):
     ref = REFS["refused"]
     with pytest.raises(ChatTemplateError, match=ref["message"]):
@@ -78,7 +72,6 @@ TEXTS = ["Grüße aus 東京 🐈‍⬛ und «Köln» — ok", "emoji 👩‍�
          "  spaces\n\nand\ttabs  ", "plain ascii words, 123 456"]
 
 
-@needs_folder
 @pytest.mark.parametrize("text", TEXTS)
 def test_incremental_detokenizer_streams_whole_characters(tok, text):
     ids = tok.encode(text)
@@ -88,7 +81,6 @@ def test_incremental_detokenizer_streams_whole_characters(tok, text):
     assert not any(REPLACEMENT in c for c in chunks)
 
 
-@needs_folder
 def test_a_character_split_over_tokens_is_held_then_released(tok):
     ids = tok.encode("🐈")
     assert len(ids) > 1 and REPLACEMENT in tok.decode(ids[:1])   # byte tokens of one character

@@ -9,6 +9,7 @@ import pytest
 
 import qnnrt
 from qnnrt.runtime.plan import MethodPlan
+from tests.helpers.data import EXECUTORCH, LLM_STORIES, executorch_pte, large_pte
 from tests.helpers.qnn_fixtures import WIDTH
 
 POLICIES = ["eager", "lazy", "auto", "sequential", "bounded:3"]
@@ -100,29 +101,27 @@ def test_breakdown_adds_up(chain12):
 
 
 def _pte_cases():
-    """(.pte, residency) pairs: every fixture under each policy; a large program (seed000_fits:
-    94 MB, minutes per forward pass on the simulator) under `auto` only, marked slow."""
-    from pathlib import Path
-    out = []
-    for root in (Path(__file__).parents[1] / "data" / "executorch",
-                 Path("/work/shared/fixtures/executorch")):
-        for pte in sorted(root.glob("*/*.pte")):
-            if "llama" in pte.parent.name:
-                continue
-            name = f"{pte.parent.parent.name[:6]}-{pte.parent.name}"
-            if pte.stat().st_size > 10 << 20:
-                out.append(pytest.param(pte, "auto", marks=pytest.mark.slow, id=f"auto-{name}"))
-            else:
-                out += [pytest.param(pte, policy, id=f"{policy}-{name}")
-                        for policy in ("eager", "auto", "sequential")]
-    return out
+    """(.pte, residency) pairs: every ExecuTorch fixture of tests/data under each policy."""
+    return [pytest.param(pte, policy, id=f"{policy}-{pte.parent.name}")
+            for pte in sorted(EXECUTORCH.glob("*/model.pte"))
+            for policy in ("eager", "auto", "sequential")]
 
 
 @pytest.mark.parametrize("pte, policy", _pte_cases())
 def test_pte_bit_identical(pte, policy):
+    _check_pte_bit_identical(pte, policy, seeds=(0, 1))
+
+
+@pytest.mark.slow
+def test_large_pte_bit_identical():
+    """A large program (the 94 MB seed000_fits: minutes per forward pass on the simulator), when the
+    environment names one: `auto` on one feed."""
+    _check_pte_bit_identical(large_pte(), "auto", seeds=(0,))
+
+
+def _check_pte_bit_identical(pte, policy, seeds):
     from qnnrt.executorch.plan import InterpretedPlan, PtePlan
     kinds: set = set()
-    seeds = (0,) if pte.stat().st_size > 10 << 20 else (0, 1)   # a large program: one feed
     with qnnrt.load(pte, residency="eager") as p:
         names = [n for n, m in p.methods.items() if m.inputs]
         feeds = {n: [_feeds(p.methods[n], s) for s in seeds] for n in names}
@@ -139,16 +138,10 @@ def test_pte_bit_identical(pte, policy):
             assert p.timing.graph_calls == len(p.methods[n].graph_order)
 
 
-LLM = "/work/shared/fixtures/executorch/llama_stories_fp16"
-
-
 @pytest.mark.parametrize("policy", ["eager", "auto"])
 def test_llm_pte_bit_identical(policy):
-    from pathlib import Path
     from qnnrt.executorch.plan import PtePlan
-    fix = Path(LLM)
-    if not fix.exists():
-        pytest.skip("no llama_stories_fp16 fixture")
+    fix = LLM_STORIES
     with qnnrt.load(fix / "model.pte", residency=policy) as p:
         for name in p.methods:
             files = sorted((fix / "inputs").glob(f"{name}_input_*.npy"),
@@ -196,11 +189,8 @@ def test_a_profiled_run_is_the_plan_with_a_profiler(chain12):
 def test_interpreted_pte_plan_bit_identical(name):
     """The .pte plan for methods the planner does not compile (the interpreter, delegates through
     prepared graph steps), forced on methods it could compile, against the reference path."""
-    from pathlib import Path
     from qnnrt.executorch.plan import InterpretedPlan
-    pte = Path("/work/shared/fixtures/executorch") / name / "model.pte"
-    if not pte.exists():
-        pytest.skip(f"no {name} fixture")
+    pte = executorch_pte(name)
     with qnnrt.load(pte, residency="lazy") as p:
         for n, m in p.methods.items():
             feeds = [_feeds(m, s) for s in (0, 1)]

@@ -12,12 +12,10 @@ import pytest
 import qnnrt
 from qnnrt.errors import InputError, QnnError, RecoveryError
 from qnnrt.runtime.recovery import FIRST_STEP, is_transient
+from tests.helpers.data import EXECUTORCH
 
-FIX = Path("/work/shared/fixtures/executorch")
-TWO = FIX / "two_methods_fp16"     # prefill + decode: two graphs of one shared context
-MANY = FIX / "many_4_fp16"         # 4 delegates, one context each, CPU kernels between them
-pytestmark = pytest.mark.skipif(not (TWO / "model.pte").exists() or not (MANY / "model.pte").exists(),
-                                reason="ExecuTorch fixtures not available")
+TWO = EXECUTORCH / "two_methods_fp16"     # prefill + decode: two graphs of one shared context
+MANY = EXECUTORCH / "many_4_fp16"         # 4 delegates, one context each, CPU kernels between them
 
 
 def _feed(folder: Path, method: str) -> list[np.ndarray]:

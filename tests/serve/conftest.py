@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli_helpers import ROOT
+from tests.helpers.data import LLM_STORIES
 from tests.helpers.llm_text import text_folder  # noqa: F401
 
-FIX = Path("/work/shared/fixtures/executorch/llama_stories_fp16")
+FIX = LLM_STORIES
 MODEL_ID = "stories"
 API_KEY = "sk-test-qnnrt"
 START_TIMEOUT_S = 600          # vetting + load on a loaded simulator
@@ -60,8 +61,6 @@ def start_server(tokenizer: Path, report: Path, *extra: str) -> Server:
     """`python -m qnnrt.cli serve` on port 0; returns once it listens (the port it prints)."""
     pytest.importorskip("starlette", reason="needs the ASGI stack (pip install -e '.[test]')")
     pytest.importorskip("uvicorn", reason="needs the ASGI stack (pip install -e '.[test]')")
-    if not FIX.exists():
-        pytest.skip("ExecuTorch LLM fixture not available")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                QNNRT_DEBUG_WORKER="1")
     proc = subprocess.Popen([sys.executable, "-m", "qnnrt.cli", "serve", str(FIX / "model.pte"), "--tokenizer",

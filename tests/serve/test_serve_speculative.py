@@ -40,19 +40,33 @@ def plain_text(text_folder) -> str:
         return generate_text(CachedGenerator(runner), text, text.prompt_ids(PROMPT), N).text
 
 
+def _drafting(server) -> tuple[int, int]:
+    """(verifications, draft tokens accepted) so far, from the server's /metrics."""
+    import httpx
+    text = httpx.get(server.base + "/metrics", headers={"Authorization": f"Bearer {API_KEY}"}).text
+    values = dict(line.rsplit(" ", 1) for line in text.splitlines())
+    return int(values["qnnrt_draft_verifications_total"]), int(values["qnnrt_draft_tokens_accepted_total"])
+
+
 def test_structured_output_holds_under_speculation(spec_server):
-    """Drafts pass the grammar's mask like any token (a draft token it forbids is rejected): a
-    sampled json_schema answer validates, a greedy json_object one is an object."""
+    """Drafts pass the grammar's mask like any token (a draft token it forbids is rejected): every
+    json_schema answer, sampled or greedy, validates, and in each request drafts were verified and
+    some accepted under the grammar; a greedy json_object answer is an object."""
     import jsonschema
 
     from tests.serve.test_serve_structured import BUDGET, HI, SCHEMAS
     c = openai.OpenAI(base_url=spec_server.base + "/v1", api_key=API_KEY, max_retries=0, timeout=300)
     for name, schema in sorted(SCHEMAS.items()):
-        r = c.chat.completions.create(
-            model=MODEL_ID, messages=HI, max_tokens=BUDGET, temperature=1.0, seed=11,
-            response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}})
-        assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
-        jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+        for temperature in (1.0, 0.0):
+            before = _drafting(spec_server)
+            r = c.chat.completions.create(
+                model=MODEL_ID, messages=HI, max_tokens=BUDGET, temperature=temperature, seed=11,
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": name, "schema": schema, "strict": True}})
+            assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
+            jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+            verified, accepted = (a - b for a, b in zip(_drafting(spec_server), before, strict=True))
+            assert verified > 0 and accepted > 0, (name, temperature)
     r = c.chat.completions.create(model=MODEL_ID, messages=HI, max_tokens=BUDGET, temperature=0,
                                   response_format={"type": "json_object"})
     assert isinstance(json.loads(r.choices[0].message.content), dict)

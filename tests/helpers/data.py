@@ -1,0 +1,40 @@
+"""Where the tests' files live: all in the repository (tests/data), each folder's README naming the
+committed script that made it, so a fresh clone runs every test with nothing from outside."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+EXECUTORCH = DATA / "executorch"                       # small .pte files written by ExecuTorch 1.5.1
+LLM_STORIES = DATA / "llm" / "llama_stories_fp16"      # ExecuTorch's llama.py, hybrid mode
+LOOKAHEAD_STORIES = DATA / "llm" / "lookahead_stories"  # the same weights, lookahead mode
+SMOLLM2_TOKENIZER = DATA / "llm" / "hf_tokenizer_smollm2"  # a real chat model's tokenizer folder
+SHIMS = DATA                                           # the C sources of the tests' forwarding shims
+
+# Where the session's caches go (compiled test binaries, qnnrt's own caches): in the repository,
+# git-ignored, never the user's home.
+TEST_CACHE = Path(os.environ.get("QNNRT_TEST_CACHE_DIR", DATA.parents[1] / ".test-cache"))
+
+# An extra artifact too big to commit (the 96 MB seed000_fits made by bench/make_seed_pte.py at
+# sequence 64): tests that want it skip under this one name when the variable is unset.
+LARGE_PTE_VAR = "QNNRT_TEST_LARGE_PTE"
+
+
+def executorch_pte(name: str) -> Path:
+    """The model.pte of one fixture folder under tests/data/executorch."""
+    return EXECUTORCH / name / "model.pte"
+
+
+def large_pte() -> Path:
+    """The large .pte the environment names, or one skip that says how to get it."""
+    value = os.environ.get(LARGE_PTE_VAR)
+    if not value:
+        pytest.skip(f"{LARGE_PTE_VAR} is not set (an optional large .pte: "
+                    "bench/make_seed_pte.py OUT --seq 64 makes one)")
+    path = Path(value)
+    if not path.is_file():
+        pytest.fail(f"{LARGE_PTE_VAR}={value} is not a file")
+    return path
