@@ -28,7 +28,7 @@ from qnnrt.llm.sampling import Sampler, SamplingOptions  # noqa: E402
 from qnnrt.llm.text import TextTokenizer  # noqa: E402
 from qnnrt.serve.tools import forced_call_lark, parse_tools  # noqa: E402
 
-SMOLLM2 = Path("/work/shared/fixtures/hf_tokenizer_smollm2")
+SMOLLM2 = Path(__file__).resolve().parents[1] / "tests" / "data" / "llm" / "hf_tokenizer_smollm2"
 SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 40}, "age": {"type": "integer"},
     "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 20},

@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-FIX = Path("/work/shared/fixtures/executorch/llama_stories_fp16")
+FIX = Path(__file__).resolve().parents[1] / "tests" / "data" / "llm" / "llama_stories_fp16"
 
 
 def main() -> int:

@@ -15,7 +15,8 @@ from pathlib import Path
 import transformers
 from transformers import AutoTokenizer
 
-FOLDER = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/shared/fixtures/hf_tokenizer_smollm2")
+DEFAULT_FOLDER = Path(__file__).resolve().parents[1] / "tests" / "data" / "llm" / "hf_tokenizer_smollm2"
+FOLDER = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_FOLDER
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "llm" / "chat_template_refs.json"
 
 # templates beside the folder's own: BOS from a variable, namespace + loop controls, tojson,
