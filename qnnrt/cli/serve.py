@@ -46,6 +46,9 @@ def add_parser(sub) -> None:
                    help="the embedding model's tokenizer folder (required with --embeddings)")
     p.add_argument("--embeddings-name", default=None,
                    help="the embedding model's id (default: the --embeddings file's stem)")
+    p.add_argument("--embeddings-inputs", default=None, metavar="ROLES",
+                   help="what the embedding program's inputs are, in order, e.g. input_ids,attention_mask "
+                        "(default: by name, or by position for inputs without those names, as a .pte's)")
     add_speculative_options(p)
     add_runtime_options(p)
     p.set_defaults(func=run)
@@ -72,8 +75,9 @@ def _check_args(args) -> tuple[str | None, int]:
         raise QnnrtError("--max-body-bytes: at least 1KiB")
     if (args.embeddings is None) != (args.embeddings_tokenizer is None):
         raise QnnrtError("--embeddings and --embeddings-tokenizer go together: the program and its tokenizer folder")
-    if args.embeddings_name is not None and args.embeddings is None:
-        raise QnnrtError("--embeddings-name needs --embeddings")
+    for flag in ("embeddings_name", "embeddings_inputs"):
+        if getattr(args, flag) is not None and args.embeddings is None:
+            raise QnnrtError(f"--{flag.replace('_', '-')} needs --embeddings")
     key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if key is not None and not key.isprintable():
         raise QnnrtError("--api-key: printable characters only")
@@ -84,7 +88,7 @@ def run(args) -> int:
     require_stack()
     key, max_body = _check_args(args)
     from qnnrt.llm import LlmRunner, layout_of
-    from qnnrt.llm.embedding import EmbeddingModel
+    from qnnrt.llm.embedding import EmbeddingModel, Pooling
     from qnnrt.llm.grammar import GrammarCompiler
     from qnnrt.llm.session import CachedGenerator
     from qnnrt.llm.text import TextModel, TextTokenizer
@@ -116,9 +120,9 @@ def run(args) -> int:
             # (the heap and execution profiles stay the LLM's)
             emb_args = vars(args) | {"path": args.embeddings, "heap_profiling_path": None, "profile_level": "off"}
             emb_prog, _ = open_program(argparse.Namespace(**emb_args))
-            embedder = EmbeddingModel(emb_prog, emb_tokenizer)
-            report["embeddings"] = {"path": str(args.embeddings), "seq_len": embedder.layout.seq_len,
-                                    "dim": embedder.layout.dim}
+            roles = args.embeddings_inputs.split(",") if args.embeddings_inputs else None
+            embedder = EmbeddingModel(emb_prog, emb_tokenizer, Pooling.of_folder(args.embeddings_tokenizer), roles)
+            report["embeddings"] = {"path": str(args.embeddings), **embedder.describe()}
         report["layout"] = runner.layout.describe()
         report["load_s"] = round(time.perf_counter() - t_start, 6)
         engine = Engine(CachedGenerator(runner), text, max_queue=args.max_queue, reuse_kv=not args.no_kv_reuse,

@@ -4,6 +4,7 @@ squeeze rejects repeated dims, outputs never alias the caller's inputs, mutable 
 across runs, 0-d inputs run through the program adapter."""
 import numpy as np
 import pytest
+from qnnrt.errors import KernelError
 from qnnrt.executorch import kernels as K
 from qnnrt.executorch.reader import read_pte
 from qnnrt.executorch.interpreter import PteMethodRunner
@@ -138,3 +139,28 @@ def test_zero_dim_input_through_adapter(tmp_path):
     ad = PteMethodAdapter(read_pte(p, require_qnn=False).methods["forward"], {})
     out = ad.run({ad.inputs[0].name: np.array(5, np.int64)}, None)
     assert out[ad.outputs[0].name] == 6
+
+
+def test_index_tensor_is_an_embedding_lookup_and_numpy_advanced_indexing():
+    """aten::index.Tensor_out: `weight[ids]` (what ExecuTorch leaves on the CPU for an embedding
+    gather with int64 ids), None for a whole dimension, negative indices, boolean masks; values as
+    torch.Tensor.__getitem__ gives them (torch follows NumPy's advanced-indexing rules)."""
+    w = np.arange(20, dtype=F32).reshape(5, 4)
+    ids = np.array([[0, 4, -1]], np.int64)
+    r = K.run_kernel("aten::index.Tensor_out", [w, [ids]], K.OutInfo(F32))
+    assert r.shape == (1, 3, 4) and r[0, 1].tolist() == [16, 17, 18, 19] and r[0, 2].tolist() == r[0, 1].tolist()
+    cols = K.run_kernel("aten::index.Tensor_out", [w, [None, np.array([3, 0], np.int32)]], K.OutInfo(F32))
+    assert cols.tolist() == [[3 + 4 * i, 4 * i] for i in range(5)]
+    rows = K.run_kernel("aten::index.Tensor_out", [w, [np.array([True, False, False, True, False])]], K.OutInfo(F32))
+    assert rows.tolist() == [w[0].tolist(), w[3].tolist()]
+
+
+@pytest.mark.parametrize("indices,says", [
+    ([np.array([5], np.int64)], "index 5 is out of bounds for dimension 0 with size 5"),
+    ([np.array([-6], np.int64)], "index -6 is out of bounds"),
+    ([np.array([0.5], F32)], "must be long, int or bool"),
+    ([None, None, np.array([0])], "too many indices"),
+])
+def test_index_tensor_refuses_what_torch_refuses(indices, says):
+    with pytest.raises(KernelError, match=says):
+        K.run_kernel("aten::index.Tensor_out", [np.zeros((5, 4), F32), indices], K.OutInfo(F32))

@@ -191,3 +191,35 @@ def squeeze_copy_dims_out(self: Value, dim: Value, out: OutInfo | None = None) -
 @register_kernel("aten::squeeze_copy.dim_out", 3, cast="any")
 def squeeze_copy_dim_out(self: Value, dim: Value, out: OutInfo | None = None) -> np.ndarray:
     return _squeeze("aten::squeeze_copy.dim_out", self, [dim])
+
+
+@register_kernel("aten::index.Tensor_out", 3, cast="any")
+def index_tensor_out(self: Value, indices: Value, out: OutInfo | None = None) -> np.ndarray:
+    """`self[indices]` with PyTorch's (= NumPy's) advanced indexing: an index per leading dimension,
+    None for a whole dimension, integer tensors (negative counts from the end) or boolean masks;
+    an embedding lookup (`weight[ids]`) is this op."""
+    op = "aten::index.Tensor_out"
+    x = _arr(self)
+    given = list(indices)
+    if len(given) > x.ndim:
+        raise KernelError(f"{op}: too many indices for tensor of dimension {x.ndim} (got {len(given)})")
+    key: list[slice | np.ndarray] = []
+    for d, idx in enumerate(given):
+        if idx is None:
+            key.append(slice(None))
+            continue
+        a = _arr(idx)
+        if a.dtype == np.bool_:
+            key.append(a)
+            continue
+        if not np.issubdtype(a.dtype, np.integer):
+            raise KernelError(f"{op}: tensors used as indices must be long, int or bool; index {d} is {a.dtype}")
+        n = x.shape[d]
+        if a.size and (a.min() < -n or a.max() >= n):
+            bad = int(a[(a < -n) | (a >= n)].flat[0])
+            raise KernelError(f"{op}: index {bad} is out of bounds for dimension {d} with size {n}")
+        key.append(a)
+    try:
+        return np.array(x[tuple(key)], copy=True, order="C")
+    except IndexError as e:
+        raise KernelError(f"{op}: {e}") from None
