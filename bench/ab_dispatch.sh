@@ -1,12 +1,14 @@
 #!/bin/bash
-# Alternating before/after runs of bench_dispatch.py with the anchor shim's no-op graphExecute.
-#   bench/ab_dispatch.sh BEFORE_TREE AFTER_TREE PTE INPUT [ROUNDS]
+# Alternating before/after runs of bench_dispatch.py with the ExecuTorch kit's shim's no-op graphExecute.
+#   QNNRT_ANCHOR=ANCHOR bench/ab_dispatch.sh BEFORE_TREE AFTER_TREE PTE INPUT [ROUNDS]
 # (a tree: a checkout, e.g. `git archive REV | tar -x -C /tmp/before`; give both trees this
-# bench_dispatch.py). Needs the anchor kit in /work/anchor (bench/RESULTS.md).
+# bench_dispatch.py). ANCHOR: the folder made by `bash bench/anchor/setup.sh ANCHOR` (after
+# `. ANCHOR/env.sh`, QNNRT_ANCHOR is set already); bench/anchor/README.md.
 set -e
 before=$1 after=$2 pte=$3 input=$4 rounds=${5:-5}
-. /work/anchor/env.sh
-lib=/work/anchor/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so
+anchor=${QNNRT_ANCHOR:?set QNNRT_ANCHOR to the folder made by bench/anchor/setup.sh (or . ANCHOR/env.sh)}
+. "$anchor/env.sh"
+lib=$anchor/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so
 out=$(mktemp -d)
 for r in $(seq "$rounds"); do
   for tree in "$before" "$after"; do

@@ -1,12 +1,11 @@
 """Per-iteration median of one residency on a program, in a process of its own: run it alternately
 for several residencies and trees (PYTHONPATH) to compare them in one sitting.
 
-    export QNN_SHIM_REAL=/work/anchor/venv/lib/python3.11/site-packages/onnxruntime_qnn/libQnnHtp.so \\
-           LD_LIBRARY_PATH=/work/anchor/qnn_sdk/lib/x86_64-linux-clang \\
-           QNN_SHIM_NO_FIX=1 QNN_SHIM_KEEP_PLATFORM=1 QNN_SHIM_NOOP_EXEC=1 QNN_SHIM_COUNT=1
+    . ANCHOR/env.sh      # the ExecuTorch kit, made by `bash bench/anchor/setup.sh ANCHOR` (bench/anchor/README.md)
+    export QNN_SHIM_NO_FIX=1 QNN_SHIM_KEEP_PLATFORM=1 QNN_SHIM_NOOP_EXEC=1 QNN_SHIM_COUNT=1
     for i in 1 2 3 4 5 6; do for r in eager multi-pd:2; do
       python bench/ab_multi_pd_noop.py chain66_et.pte chain66_et_input_0.npy $r \\
-        --backend-lib /work/anchor/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so; done; done
+        --backend-lib $QNNRT_ANCHOR/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so; done; done
 """
 from __future__ import annotations
 

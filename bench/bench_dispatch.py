@@ -13,7 +13,8 @@ iterations; on a busy machine it is not inflated by waiting for a core, as wall 
 
 --reference      the step-by-step path (Program.compiled = False); its CPU segments are timed by a
                  wrapper around session.run (.pte kernels by the interpreter's own counter)
---backend-lib    libQnnHtp to load; with the anchor kit's shim and `QNN_SHIM_NOOP_EXEC=1` graphExecute
+--backend-lib    libQnnHtp to load; with the ExecuTorch kit's shim (bench/anchor/README.md:
+                 ANCHOR/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so) and `QNN_SHIM_NOOP_EXEC=1` graphExecute
                  returns at once: qnnrt's own cost with an infinitely fast accelerator, free of
                  simulator noise (outputs are garbage; bench/RESULTS.md has the command)
 """

@@ -1,8 +1,9 @@
 """ExecuTorch's own cost per graph call, measured like bench_dispatch.py's "all in": the calling
 thread's CPU time per iteration / graph calls (not inflated by waiting for a core on a busy
-machine). Run with the anchor kit's no-op graphExecute:
+machine). Run with the no-op graphExecute of the ExecuTorch kit (bench/anchor: `bash bench/anchor/setup.sh
+ANCHOR` once):
 
-    . /work/anchor/env.sh; QNN_SHIM_NOOP_EXEC=1 QNN_SHIM_COUNT=1 \\
+    . ANCHOR/env.sh; QNN_SHIM_NOOP_EXEC=1 QNN_SHIM_COUNT=1 \\
         $ET_PY bench/bench_et_cpu.py chain66_et.pte --inputs chain66_et_input_0.npy --graph-calls 66
 """
 from __future__ import annotations

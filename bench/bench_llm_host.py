@@ -1,10 +1,12 @@
-"""qnnrt's own host work per LLM token, with the anchor shim's no-op graphExecute (so the graphs cost
+"""qnnrt's own host work per LLM token, with the ExecuTorch kit's shim's no-op graphExecute (so the graphs cost
 nothing and what remains is qnnrt's): decode per token (median, sampling included and excluded),
 the floor it is compared with (copying that token's new K/V entries into the caches and reading its
 logits, in numpy, same run), and time to first token.
 
-    . /work/anchor/env.sh
-    python bench/bench_llm_host.py MODEL.pte [--mode prepared|generic|before] [--steps 127]
+    bash bench/anchor/setup.sh ANCHOR; . ANCHOR/env.sh       # the kit: bench/anchor/README.md
+    python bench/bench_llm_host.py MODEL.pte [--mode prepared|generic|before] [--steps 127] [--anchor ANCHOR]
+
+--anchor defaults to $QNNRT_ANCHOR (set by env.sh); --shim LIB gives the shim library itself instead.
 
 `--mode before`: the runner as it was before the prepared step (run with PYTHONPATH at that tree);
 `generic`: this tree's ``Program.run`` path (prepared=False, contexts created at the first call).
@@ -21,14 +23,17 @@ import sys
 import time
 from pathlib import Path
 
-SHIM = "/work/anchor/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so"
+# appended, not prepended: with --mode before, PYTHONPATH's tree is the qnnrt under test
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from bench.anchor.kit import QNNRT_SHIM_ENV, add_anchor_argument, anchor_dir, kit_env, shim_lib
 
 
-def _noop_env() -> None:
-    os.environ.update(QNN_SHIM_COUNT="1", QNN_SHIM_NO_FIX="1", QNN_SHIM_KEEP_PLATFORM="1",
-                      QNN_SHIM_NOOP_EXEC="1")
+def _noop_env(anchor: Path | None) -> None:
+    """The shim's variables for qnnrt with a no-op graphExecute; QNN_SHIM_REAL from the kit when the
+    environment does not have it (env.sh not sourced)."""
+    os.environ.update(QNN_SHIM_COUNT="1", QNN_SHIM_NOOP_EXEC="1", **QNNRT_SHIM_ENV)
     if "QNN_SHIM_REAL" not in os.environ:
-        sys.exit("source /work/anchor/env.sh first (QNN_SHIM_REAL, LD_LIBRARY_PATH)")
+        os.environ["QNN_SHIM_REAL"] = kit_env(anchor_dir(anchor))["QNN_SHIM_REAL"]
 
 
 def _floor_ms(runner, steps: int) -> float:
@@ -62,7 +67,7 @@ def _sample_ms(vocab: int, steps: int) -> float:
     return statistics.median(out) * 1e3
 
 
-def one_round(path: str, mode: str, prompt: list[int], steps: int, shim: str = SHIM,
+def one_round(path: str, mode: str, prompt: list[int], steps: int, shim: str,
               speculative: str = "off") -> dict:
     import qnnrt
     from qnnrt.llm import LlmRunner
@@ -100,18 +105,20 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=127)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompt-len", type=int, default=37)
-    ap.add_argument("--shim", default=SHIM, help="the anchor kit's libQnnHtp.so (where env.sh's kit is)")
+    add_anchor_argument(ap)
+    ap.add_argument("--shim", help="the kit's libQnnHtp.so (default: the one in --anchor)")
     ap.add_argument("--speculative", choices=["off", "auto", "always", "never"], default="off",
                     help="prompt lookup with this draft policy (the prepared step); under the no-op backend "
                          "the logits stay as the buffer was, so drafts of a repeated token hold: the host "
                          "work of verifications, per token")
     args = ap.parse_args()
-    _noop_env()
+    shim = args.shim or str(shim_lib(anchor_dir(args.anchor)))
+    _noop_env(args.anchor)
     from qnnrt.llm import LlmRunner
     if args.mode == "before" and "prepared" in inspect.signature(LlmRunner).parameters:
         sys.exit("--mode before: run with PYTHONPATH at a tree before the prepared step")
     prompt = [(7 * i + 3) % 500 + 1 for i in range(args.prompt_len)]
-    rows = [one_round(args.pte, args.mode, prompt, args.steps, args.shim, args.speculative)
+    rows = [one_round(args.pte, args.mode, prompt, args.steps, shim, args.speculative)
             for _ in range(args.rounds)]
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0] if isinstance(rows[0][k], float)}
     print(json.dumps({"pte": args.pte, "mode": args.mode, "speculative": args.speculative, "rounds": rows,

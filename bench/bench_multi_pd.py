@@ -6,12 +6,12 @@ resident) vs the limit (time inside graphExecute + CPU ops of the same iteration
     # the channel on a chain of small graphs: in-process (lazy, one PD) vs forced over 2 PDs
     nice -n 10 python bench/bench_multi_pd.py ~/.cache/qnnrt/demo/tiny --residency multi-pd:2 \
         --pd-budget 1GiB --baseline lazy --iterations 20
-    # the same without the simulator's time: the anchor shim's no-op graphExecute
-    QNN_SHIM_REAL=.../onnxruntime_qnn/libQnnHtp.so \
+    # the same without the simulator's time: the ExecuTorch kit's shim's no-op graphExecute
+    # (. ANCHOR/env.sh, ANCHOR made by `bash bench/anchor/setup.sh ANCHOR`; bench/anchor/README.md)
     QNN_SHIM_NO_FIX=1 QNN_SHIM_KEEP_PLATFORM=1 QNN_SHIM_NOOP_EXEC=1 QNN_SHIM_COUNT=1 nice -n 10 \
         python bench/bench_multi_pd.py ~/.cache/qnnrt/demo/tiny --residency multi-pd:2 \
         --pd-budget 1GiB --baseline lazy --iterations 200 --warm-up 5 \
-        --backend-lib /work/anchor/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so
+        --backend-lib $QNNRT_ANCHOR/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so
 """
 from __future__ import annotations
 

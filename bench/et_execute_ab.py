@@ -1,9 +1,10 @@
 """Time inside QNN's graphExecute per graph call: qnnrt vs ExecuTorch 1.5.1 on the same .pte, with
-the anchor shim counting it, alternating which runtime goes first in each pair (the second run of
-a pair was measured slower either way on this machine, so one fixed order shows a false gap).
+the ExecuTorch kit's shim counting it, alternating which runtime goes first in each pair (the second run
+of a pair was measured slower either way on this machine, so one fixed order shows a false gap).
 
-    python bench/et_execute_ab.py /work/shared/fixtures/executorch/many_4_fp16 --rounds 6
-Needs the anchor kit in /work/anchor (`bash ../shared/tools/executorch-anchor/setup.sh /work/anchor`).
+    bash bench/anchor/setup.sh ANCHOR          # once: the kit (bench/anchor/README.md)
+    python bench/et_execute_ab.py tests/data/executorch/many_4_fp16 --rounds 6 [--anchor ANCHOR]
+--anchor defaults to $QNNRT_ANCHOR (set by `. ANCHOR/env.sh`).
 """
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
-ANCHOR = "/work/anchor"
-SHIM = f"{ANCHOR}/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so"
-ET_RUN = "/work/shared/tools/executorch-anchor/et_run.py"
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.anchor.kit import ET_RUN, QNNRT_SHIM_ENV, add_anchor_argument, anchor_dir, kit_env, shim_lib  # noqa: E402
+
 QNNRT_SIDE = r"""
 import os, struct, sys, time, numpy as np, qnnrt
 pte, n, inp, shim = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -36,17 +39,9 @@ print(f"graph calls {c1 - c0}, inside graphExecute {(n1 - n0) / 1e6:.1f} ms")
 """
 
 
-def env() -> dict[str, str]:
-    e = dict(os.environ)
-    for line in open(f"{ANCHOR}/env.sh"):
-        k, v = line.removeprefix("export ").strip().split("=", 1)
-        e[k] = os.path.expandvars(v.replace("${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}", ""))
-    return e
-
-
-def inside_ms(cmd: list[str], extra: dict[str, str]) -> float:
+def inside_ms(cmd: list[str], env: dict[str, str]) -> float:
     with tempfile.TemporaryDirectory() as d:
-        e = dict(env(), QNN_SHIM_TIME_FILE=os.path.join(d, "t.bin"), **extra)
+        e = dict(env, QNN_SHIM_TIME_FILE=os.path.join(d, "t.bin"))
         out = subprocess.run(cmd, capture_output=True, text=True, env=e).stdout
     m = re.search(r"inside graphExecute ([0-9.]+)", out)
     if m is None:
@@ -59,19 +54,24 @@ def main() -> None:
     ap.add_argument("fixture", help="a folder with model.pte and forward_input_0.npy")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--iterations", type=int, default=100)
+    add_anchor_argument(ap)
     a = ap.parse_args()
+    anchor = anchor_dir(a.anchor)
     pte, inp = f"{a.fixture}/model.pte", f"{a.fixture}/forward_input_0.npy"
-    et = [env()["ET_PY"], ET_RUN, pte, "--inputs", inp, "--iteration", str(a.iterations)]
-    q = [sys.executable, "-c", QNNRT_SIDE, pte, str(a.iterations), inp, SHIM]
-    q_env = {"QNN_SHIM_NO_FIX": "1", "QNN_SHIM_KEEP_PLATFORM": "1"}
+    et_env = kit_env(anchor)
+    # this tree's qnnrt
+    q_env = dict(et_env, **QNNRT_SHIM_ENV, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    et = [et_env["ET_PY"], str(ET_RUN), pte, "--inputs", inp, "--iteration", str(a.iterations)]
+    q = [sys.executable, "-c", QNNRT_SIDE, pte, str(a.iterations), inp, str(shim_lib(anchor))]
     ratios: dict[str, list[float]] = {"ExecuTorch first": [], "qnnrt first": []}
     print(f"load average before: {os.getloadavg()}")
     for r in range(a.rounds):
         for order in ratios:
             if order == "qnnrt first":
-                qt, et_t = inside_ms(q, q_env), inside_ms(et, {})
+                qt, et_t = inside_ms(q, q_env), inside_ms(et, et_env)
             else:
-                et_t, qt = inside_ms(et, {}), inside_ms(q, q_env)
+                et_t, qt = inside_ms(et, et_env), inside_ms(q, q_env)
             ratios[order].append(qt / et_t)
             print(f"round {r} {order}: qnnrt {qt:.1f} ms, ExecuTorch {et_t:.1f} ms, ratio {qt / et_t:.3f}")
     for order, rs in ratios.items():

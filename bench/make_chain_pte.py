@@ -1,8 +1,8 @@
 """Write the ExecuTorch-made chain the fast-path figures in bench/RESULTS.md use: 66 small QNN
 delegates ([1,64] fp16, relu(x * 0.5 + 0.25)) with a 64x64 `aten::mm` on the CPU between each pair.
 
-Needs ExecuTorch 1.5.1 (the anchor kit, /work/shared/tools/executorch-anchor/README.md):
-    . /work/anchor/env.sh; $ET_PY bench/make_chain_pte.py OUT_DIR [--blocks 66] [--width 64]
+Needs ExecuTorch 1.5.1: the kit of bench/anchor (`bash bench/anchor/setup.sh ANCHOR`, README.md there):
+    . ANCHOR/env.sh; $ET_PY bench/make_chain_pte.py OUT_DIR [--blocks 66] [--width 64]
 Writes OUT_DIR/chain66_et.pte and OUT_DIR/chain66_et_input_0.npy (seed 0).
 """
 from __future__ import annotations

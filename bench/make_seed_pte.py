@@ -8,8 +8,8 @@ one seed-0 generator, so they equal the fixture's; the inputs x are this script'
 sequences the contexts' PD need exceeds the simulator's one PD: that is the file this script exists
 to make, so a runtime can be tried on what ExecuTorch itself cannot load.
 
-Needs ExecuTorch 1.5.1 (the anchor kit, /work/shared/tools/executorch-anchor/README.md):
-    . /work/anchor/env.sh; nice -n 10 $ET_PY bench/make_seed_pte.py OUT_DIR --seq 1024
+Needs ExecuTorch 1.5.1: the kit of bench/anchor (`bash bench/anchor/setup.sh ANCHOR`, README.md there):
+    . ANCHOR/env.sh; nice -n 10 $ET_PY bench/make_seed_pte.py OUT_DIR --seq 1024
 Writes OUT_DIR/model.pte, OUT_DIR/inputs/{x,cos,sin,mask}.npy (the method's inputs in order) and
 OUT_DIR/ref/{logits,h}.npy (float32 eager references, the method's outputs in order).
 """

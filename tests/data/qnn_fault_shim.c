@@ -8,53 +8,23 @@
  *   QNNRT_FAULT_LOG    if set, append one line per injected failure to this file
  * In-process tests read and reset the count with qnnrt_fault_calls() / qnnrt_fault_reset().
  *
- * The provider table is copied (the real one is never written) with graphExecute replaced.
- * IFACE_BYTES (the size of QnnInterface_t as qnnrt reads it) and EXEC_SLOT (graphExecute's index
- * in its function table) are given by the test that builds this file. */
-#include <dlfcn.h>
-#include <stdint.h>
+ * The provider table is copied (the real one is never written) with graphExecute replaced, by the
+ * forwarding core bench/anchor/qnn_forward.h (built with -I bench/anchor). The test that builds this
+ * file gives IFACE_BYTES and EXEC_SLOT as qnnrt declares them; the core checks them against its own. */
 #include <time.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#ifndef IFACE_BYTES
-#error "build with -DIFACE_BYTES=<sizeof QnnInterface_t> -DEXEC_SLOT=<index of graphExecute>"
-#endif
-#define FN_TABLE_OFFSET 40 /* backendId, providerName, apiVersion, then the function table */
-#define MAX_PROVIDERS 8
+#include "qnn_forward.h" /* bench/anchor: the forwarding core every shim of this repository shares */
 
-typedef uint64_t ErrorHandle;
-typedef ErrorHandle (*GetProviders)(const void***, uint32_t*);
-typedef ErrorHandle (*Execute)(void*, void*, uint32_t, void*, uint32_t, void*, void*);
+typedef qnnfwd_rc (*Execute)(void*, void*, uint32_t, void*, uint32_t, void*, void*);
 
 static Execute real_execute;
 static unsigned long calls;
-static unsigned char copies[MAX_PROVIDERS][IFACE_BYTES];
-static const void* list[MAX_PROVIDERS];
 
-/* does call `n` fail, and with which code? */
-static int injected(unsigned long n, ErrorHandle* code) {
-  const char* spec = getenv("QNNRT_FAULT_EXEC");
-  if (!spec || !*spec) return 0;
-  const char* colon = strchr(spec, ':');
-  *code = colon ? strtoull(colon + 1, NULL, 10) : 1100;
-  for (const char* p = spec; *p && p != colon;) {
-    char* end;
-    unsigned long k = strtoul(p, &end, 10);
-    if (end == p) return 0;
-    if (*end == '-' ? n >= k : n == k) return 1;
-    p = end + (*end == '-');
-    if (*p == ',') ++p;
-  }
-  return 0;
-}
-
-static ErrorHandle faulty_execute(void* g, void* in, uint32_t ni, void* out, uint32_t no, void* prof,
-                                  void* sig) {
+static qnnfwd_rc faulty_execute(void* g, void* in, uint32_t ni, void* out, uint32_t no, void* prof,
+                                void* sig) {
   unsigned long n = __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
-  ErrorHandle code;
-  if (injected(n, &code)) {
+  qnnfwd_rc code;
+  if (qnnfwd_fails(getenv("QNNRT_FAULT_EXEC"), n, &code)) {
     const char* path = getenv("QNNRT_FAULT_LOG");
     FILE* f = path && *path ? fopen(path, "a") : NULL;
     if (f) {
@@ -80,25 +50,10 @@ __attribute__((visibility("default"))) void qnnrt_fault_reset(void) {
   __atomic_store_n(&calls, 0, __ATOMIC_SEQ_CST);
 }
 
-__attribute__((visibility("default"))) ErrorHandle QnnInterface_getProviders(const void*** out,
-                                                                              uint32_t* n) {
-  const char* path = getenv("QNNRT_FAULT_REAL");
-  void* lib = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
-  GetProviders get = lib ? (GetProviders)dlsym(lib, "QnnInterface_getProviders") : NULL;
-  if (!get) {
-    fprintf(stderr, "qnn_fault_shim: cannot load QNNRT_FAULT_REAL=%s\n", path ? path : "(unset)");
-    return 1;
-  }
-  const void** real;
-  ErrorHandle rc = get(&real, n);
-  if (rc || *n > MAX_PROVIDERS) return rc ? rc : 1;
-  for (uint32_t i = 0; i < *n; ++i) {
-    memcpy(copies[i], real[i], IFACE_BYTES);
-    void** slot = (void**)(copies[i] + FN_TABLE_OFFSET) + EXEC_SLOT;
-    if (!real_execute) real_execute = (Execute)*slot;
-    *slot = (void*)faulty_execute;
-    list[i] = copies[i];
-  }
-  *out = list;
-  return 0;
+static void patch(void* provider) {
+  qnnfwd_replace(provider, QNNFWD_GRAPH_EXECUTE, (void*)faulty_execute, (void**)&real_execute);
+}
+
+__attribute__((visibility("default"))) qnnfwd_rc QnnInterface_getProviders(const void*** out, uint32_t* n) {
+  return qnnfwd_get_providers("qnn_fault_shim", "QNNRT_FAULT_REAL", patch, out, n);
 }

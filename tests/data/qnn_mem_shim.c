@@ -4,8 +4,8 @@
  * real graphExecute. With emulated_cdsprpc.c it lets the shared-buffer path run end to end here.
  *
  *   QNNRT_MEM_SHIM_REAL    path of the real libQnnHtp.so (required)
- *   QNNRT_MEM_SHIM_REFUSE  if set and not empty, memRegister refuses (QNN_MEM_ERROR_UNSUPPORTED_MEMTYPE)
- *   QNNRT_MEM_SHIM_NOOP    if set and not empty, graphExecute binds as usual but runs nothing
+ *   QNNRT_MEM_SHIM_REFUSE  if set (not empty, not 0), memRegister refuses (QNN_MEM_ERROR_UNSUPPORTED_MEMTYPE)
+ *   QNNRT_MEM_SHIM_NOOP    if set (not empty, not 0), graphExecute binds as usual but runs nothing
  *
  * memRegister takes QNN_MEM_TYPE_ION descriptors (the tensor at the start of the fd's memory) and
  * QNN_MEM_TYPE_CUSTOM ones with an HTP shared-buffer descriptor (QnnHtpMem.h: the fd, its total size
@@ -16,23 +16,19 @@
  * freed with registrations still live counts them (qnnrt_mem_freed_with_live) and drops them.
  * In-process tests read the counts with the qnnrt_mem_* functions below.
  *
- * Built by the tests with -DIFACE_BYTES (sizeof QnnInterface_t), the slot index of each replaced
- * function (-DREGISTER_SLOT ...), and the Qnn_Tensor_t layout (-DTENSOR_BYTES, -DMEMTYPE_OFFSET,
- * -DDATA_OFFSET: where memType and the clientBuf / memHandle union sit). */
-#include <dlfcn.h>
+ * The provider tables are copies made by the forwarding core bench/anchor/qnn_forward.h (built with
+ * -I bench/anchor). Built by the tests with the Qnn_Tensor_t layout (-DTENSOR_BYTES, -DMEMTYPE_OFFSET,
+ * -DDATA_OFFSET: where memType and the clientBuf / memHandle union sit) and, checked by the core
+ * against its own, -DIFACE_BYTES and the slot index of each replaced function (-DREGISTER_SLOT ...). */
 #include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#ifndef IFACE_BYTES
-#error "build with -DIFACE_BYTES, the slot indices and the tensor layout (see the header comment)"
+#include "qnn_forward.h"
+
+#ifndef TENSOR_BYTES
+#error "build with -DTENSOR_BYTES, -DMEMTYPE_OFFSET and -DDATA_OFFSET (see the header comment)"
 #endif
-#define FN_TABLE_OFFSET 40 /* backendId, providerName, apiVersion, then the function table */
-#define MAX_PROVIDERS 8
 #define MEM_TYPE_ION 1
 #define MEM_TYPE_CUSTOM 2
 #define HTP_MEM_SHARED_BUFFER 1
@@ -44,8 +40,7 @@
 #define MEM_ERROR_INVALID_SHAPE 8004
 #define MEM_ERROR_UNSUPPORTED_MEMTYPE 8005
 
-typedef uint64_t ErrorHandle;
-typedef ErrorHandle (*GetProviders)(const void***, uint32_t*);
+typedef qnnfwd_rc ErrorHandle;
 typedef ErrorHandle (*Execute)(void*, void*, uint32_t, void*, uint32_t, void*, void*);
 typedef ErrorHandle (*Retrieve)(void*, const char*, void**);
 typedef ErrorHandle (*ContextFree)(void*, void*);
@@ -100,13 +95,6 @@ static uintptr_t next_id = 0x1000;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static long registered, deregistered, live, executes_with_handles, bound_tensors, freed_with_live,
     registered_custom, registered_at_offset;
-static unsigned char copies[MAX_PROVIDERS][IFACE_BYTES];
-static const void* list[MAX_PROVIDERS];
-
-static int set(const char* name) {
-  const char* v = getenv(name);
-  return v && *v;
-}
 
 /* bytes of one element of a QNN data type: its low byte is the bit width (0x08, 0x16, 0x32, 0x64) */
 static size_t element_bytes(uint32_t data_type) {
@@ -126,7 +114,7 @@ static void drop(struct registration* r) {
 }
 
 static ErrorHandle shim_register(void* context, const MemDescriptor* descs, uint32_t n, void** handles) {
-  if (set("QNNRT_MEM_SHIM_REFUSE")) return MEM_ERROR_UNSUPPORTED_MEMTYPE;
+  if (qnnfwd_flag("QNNRT_MEM_SHIM_REFUSE")) return MEM_ERROR_UNSUPPORTED_MEMTYPE;
   if (!descs || !handles) return MEM_ERROR_INVALID_ARGUMENT;
   for (uint32_t i = 0; i < n; ++i) {
     const MemDescriptor* d = &descs[i];
@@ -254,7 +242,7 @@ static int has_handles(const unsigned char* t, uint32_t n) {
 static ErrorHandle shim_execute(void* g, void* in, uint32_t ni, void* out, uint32_t no, void* prof,
                                 void* sig) {
   if (!has_handles(in, ni) && !has_handles(out, no))
-    return set("QNNRT_MEM_SHIM_NOOP") ? 0 : real_execute(g, in, ni, out, no, prof, sig);
+    return qnnfwd_flag("QNNRT_MEM_SHIM_NOOP") ? 0 : real_execute(g, in, ni, out, no, prof, sig);
   unsigned char* ic = malloc((size_t)ni * TENSOR_BYTES + 1);
   unsigned char* oc = malloc((size_t)no * TENSOR_BYTES + 1);
   ErrorHandle rc = ic && oc ? 0 : MEM_ERROR_MAPPING;
@@ -274,7 +262,7 @@ static ErrorHandle shim_execute(void* g, void* in, uint32_t ni, void* out, uint3
     }
     pthread_mutex_unlock(&lock);
   }
-  if (rc == 0 && !set("QNNRT_MEM_SHIM_NOOP")) rc = real_execute(g, ic, ni, oc, no, prof, sig);
+  if (rc == 0 && !qnnfwd_flag("QNNRT_MEM_SHIM_NOOP")) rc = real_execute(g, ic, ni, oc, no, prof, sig);
   free(ic);
   free(oc);
   return rc;
@@ -300,35 +288,16 @@ __attribute__((visibility("default"))) void qnnrt_mem_reset(void) {
   pthread_mutex_unlock(&lock);
 }
 
-static void replace(unsigned char* table, int slot, void* fn, void** real) {
-  void** at = (void**)(table + FN_TABLE_OFFSET) + slot;
-  if (!*real) *real = *at;
-  *at = fn;
-}
-
-__attribute__((visibility("default"))) ErrorHandle QnnInterface_getProviders(const void*** out,
-                                                                              uint32_t* n) {
-  const char* path = getenv("QNNRT_MEM_SHIM_REAL");
-  void* lib = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
-  GetProviders get = lib ? (GetProviders)dlsym(lib, "QnnInterface_getProviders") : NULL;
-  if (!get) {
-    fprintf(stderr, "qnn_mem_shim: cannot load QNNRT_MEM_SHIM_REAL=%s\n", path ? path : "(unset)");
-    return 1;
-  }
-  const void** real;
-  ErrorHandle rc = get(&real, n);
-  if (rc || *n > MAX_PROVIDERS) return rc ? rc : 1;
+static void patch(void* provider) {
   static void* unused_register;
   static void* unused_deregister;
-  for (uint32_t i = 0; i < *n; ++i) {
-    memcpy(copies[i], real[i], IFACE_BYTES);
-    replace(copies[i], EXEC_SLOT, (void*)shim_execute, (void**)&real_execute);
-    replace(copies[i], RETRIEVE_SLOT, (void*)shim_retrieve, (void**)&real_retrieve);
-    replace(copies[i], CONTEXT_FREE_SLOT, (void*)shim_context_free, (void**)&real_context_free);
-    replace(copies[i], REGISTER_SLOT, (void*)shim_register, &unused_register);
-    replace(copies[i], DEREGISTER_SLOT, (void*)shim_deregister, &unused_deregister);
-    list[i] = copies[i];
-  }
-  *out = list;
-  return 0;
+  qnnfwd_replace(provider, QNNFWD_GRAPH_EXECUTE, (void*)shim_execute, (void**)&real_execute);
+  qnnfwd_replace(provider, QNNFWD_GRAPH_RETRIEVE, (void*)shim_retrieve, (void**)&real_retrieve);
+  qnnfwd_replace(provider, QNNFWD_CONTEXT_FREE, (void*)shim_context_free, (void**)&real_context_free);
+  qnnfwd_replace(provider, QNNFWD_MEM_REGISTER, (void*)shim_register, &unused_register);
+  qnnfwd_replace(provider, QNNFWD_MEM_DEREGISTER, (void*)shim_deregister, &unused_deregister);
+}
+
+__attribute__((visibility("default"))) ErrorHandle QnnInterface_getProviders(const void*** out, uint32_t* n) {
+  return qnnfwd_get_providers("qnn_mem_shim", "QNNRT_MEM_SHIM_REAL", patch, out, n);
 }

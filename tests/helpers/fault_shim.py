@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import ctypes as C
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.shim_build import (BACKEND_LIB, compile_library, compiler, interface_defines,
+                                      link_siblings)
 
 SOURCE = Path(__file__).resolve().parents[1] / "data" / "qnn_fault_shim.c"
 
@@ -34,29 +35,19 @@ class FaultShim:
 
     def counter(self) -> C.CDLL:
         """This process's copy of the shim (the one qnnrt loaded: same path, same handle)."""
-        lib = C.CDLL(str(self.folder / "libQnnHtp.so"), mode=C.RTLD_LOCAL)
+        lib = C.CDLL(str(self.folder / BACKEND_LIB), mode=C.RTLD_LOCAL)
         lib.qnnrt_fault_calls.restype = C.c_ulong
         return lib
 
 
 def build_fault_shim(out: Path) -> FaultShim:
     """Compile the shim into `out` and link the real library folder's other files beside it."""
-    from qnnrt._capi.functions import INTERFACE_SLOTS, InterfaceProvider
-    from qnnrt._capi.library import BACKEND_LIB, find_library
-    cc = next((c for c in (os.environ.get("CC"), "gcc", "cc", "clang") if c and shutil.which(c)), None)
-    if cc is None:
-        pytest.skip("no C compiler (gcc, cc or clang) on PATH to build the fault-injection shim")
+    from qnnrt._capi.library import find_library
+    cc = compiler("the fault-injection shim")
     real = find_library(BACKEND_LIB)
-    out.mkdir(parents=True, exist_ok=True)
-    for f in real.parent.iterdir():
-        if f.name != BACKEND_LIB and not (out / f.name).exists():
-            (out / f.name).symlink_to(f)
-    cmd = [cc, "-shared", "-fPIC", "-O1", f"-DIFACE_BYTES={C.sizeof(InterfaceProvider)}",
-           f"-DEXEC_SLOT={INTERFACE_SLOTS.index('graphExecute')}", "-o", str(out / BACKEND_LIB),
-           str(SOURCE), "-ldl"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        raise RuntimeError(f"building the fault shim failed: {' '.join(cmd)}\n{r.stderr}")
+    link_siblings(real, out)
+    compile_library(cc, SOURCE, out / BACKEND_LIB, interface_defines(EXEC_SLOT="graphExecute"), ["-ldl"],
+                    "the fault shim")
     return FaultShim(out, real)
 
 

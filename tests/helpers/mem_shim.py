@@ -9,13 +9,13 @@ rpcmem's are read from this process's copies of the libraries (same path, same h
 from __future__ import annotations
 
 import ctypes as C
-import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.shim_build import (BACKEND_LIB, compile_library, compiler, interface_defines,
+                                      link_siblings)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SHIM_COUNTERS = ("registered", "deregistered", "live", "executes_with_handles", "bound_tensors",
@@ -40,7 +40,7 @@ class MemShim:
 
     def counts(self) -> dict[str, int]:
         """The shim's counters (memRegister / memDeRegister, ...) and the rpcmem emulation's."""
-        shim = C.CDLL(str(self.folder / "libQnnHtp.so"), mode=C.RTLD_LOCAL)
+        shim = C.CDLL(str(self.folder / BACKEND_LIB), mode=C.RTLD_LOCAL)
         rpc = C.CDLL(str(self.cdsprpc), mode=C.RTLD_LOCAL)
         out = {}
         for name in SHIM_COUNTERS:
@@ -54,44 +54,24 @@ class MemShim:
         return out
 
 
-def _compiler() -> str:
-    cc = next((c for c in (os.environ.get("CC"), "gcc", "cc", "clang") if c and shutil.which(c)), None)
-    if cc is None:
-        pytest.skip("no C compiler (gcc, cc or clang) on PATH to build the shared-buffer emulation")
-    return cc
-
-
-def _build(cmd: list[str], what: str) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        raise RuntimeError(f"building {what} failed: {' '.join(cmd)}\n{r.stderr}")
-
-
 def build_mem_shim(out: Path) -> MemShim:
     """Compile the emulated libcdsprpc and the QNN shim into `out`."""
     from qnnrt._capi import types as T
-    from qnnrt._capi.functions import INTERFACE_SLOTS, InterfaceProvider
-    from qnnrt._capi.library import BACKEND_LIB, find_library
-    cc = _compiler()
+    from qnnrt._capi.library import find_library
+    cc = compiler("the shared-buffer emulation")
     real = find_library(BACKEND_LIB)
     qnn, rpc = out / "qnn", out / "cdsprpc"
-    qnn.mkdir(parents=True, exist_ok=True)
+    link_siblings(real, qnn)
     rpc.mkdir(parents=True, exist_ok=True)
-    for f in real.parent.iterdir():
-        if f.name != BACKEND_LIB and not (qnn / f.name).exists():
-            (qnn / f.name).symlink_to(f)
-    slots = {"EXEC_SLOT": "graphExecute", "RETRIEVE_SLOT": "graphRetrieve",
-             "CONTEXT_FREE_SLOT": "contextFree", "REGISTER_SLOT": "memRegister",
-             "DEREGISTER_SLOT": "memDeRegister"}
-    layout = {"IFACE_BYTES": C.sizeof(InterfaceProvider), "TENSOR_BYTES": C.sizeof(T.Tensor),
-              "MEMTYPE_OFFSET": T.Tensor.u.offset + T.TensorV1.memType.offset,
-              "DATA_OFFSET": T.Tensor.u.offset + T.TensorV1.d.offset,
-              **{k: INTERFACE_SLOTS.index(v) for k, v in slots.items()}}
-    _build([cc, "-shared", "-fPIC", "-O1", *[f"-D{k}={v}" for k, v in layout.items()],
-            "-o", str(qnn / BACKEND_LIB), str(DATA / "qnn_mem_shim.c"), "-ldl", "-lpthread"],
-           "the QNN mem shim")
-    _build([cc, "-shared", "-fPIC", "-O1", "-o", str(rpc / "libcdsprpc.so"),
-            str(DATA / "emulated_cdsprpc.c"), "-lpthread"], "the emulated libcdsprpc")
+    tensor = {"TENSOR_BYTES": C.sizeof(T.Tensor), "MEMTYPE_OFFSET": T.Tensor.u.offset + T.TensorV1.memType.offset,
+              "DATA_OFFSET": T.Tensor.u.offset + T.TensorV1.d.offset}
+    flags = [*interface_defines(EXEC_SLOT="graphExecute", RETRIEVE_SLOT="graphRetrieve",
+                                CONTEXT_FREE_SLOT="contextFree", REGISTER_SLOT="memRegister",
+                                DEREGISTER_SLOT="memDeRegister"),
+             *[f"-D{k}={v}" for k, v in tensor.items()]]
+    compile_library(cc, DATA / "qnn_mem_shim.c", qnn / BACKEND_LIB, flags, ["-ldl", "-lpthread"], "the QNN mem shim")
+    compile_library(cc, DATA / "emulated_cdsprpc.c", rpc / "libcdsprpc.so", [], ["-lpthread"],
+                    "the emulated libcdsprpc")
     return MemShim(qnn, rpc / "libcdsprpc.so", real)
 
 

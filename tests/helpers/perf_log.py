@@ -1,15 +1,15 @@
-"""The anchor kit's QNN_SHIM_PERF_LOG (qnnhtp_shim.c): parse it and compare two runs' perf-infrastructure
-calls payload for payload, apart from the power config id (random per process)."""
+"""The ExecuTorch comparison kit's perf log (bench/anchor/qnn_shim.c, QNN_SHIM_PERF_LOG): build the shim,
+and compare two runs' perf-infrastructure calls payload for payload, apart from the power config id
+(random per process)."""
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
-SHIM_SOURCE = Path(os.environ.get("QNNRT_SHIM_SOURCE",
-                                  "/work/shared/tools/executorch-anchor/qnnhtp_shim.c"))
+from tests.helpers.shim_build import (BACKEND_LIB, ROOT, compile_library, compiler, interface_defines,
+                                      link_siblings)
+
+SHIM_SOURCE = ROOT / "bench" / "anchor" / "qnn_shim.c"
 _ID = re.compile(r"id=(\d+)")
 
 
@@ -28,19 +28,15 @@ def normalized_calls(text: str) -> list[str]:
     return out
 
 
-def build_shim(folder: Path, real_lib: Path) -> Path | None:
-    """The shim as `folder`/libQnnHtp.so beside links to the real library's siblings (what qnnrt
-    expects of a backend folder); None when the source or a C compiler is missing."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if not SHIM_SOURCE.is_file() or cc is None:
-        return None
-    folder.mkdir(parents=True, exist_ok=True)
-    for f in real_lib.parent.iterdir():
-        if f.name != "libQnnHtp.so" and f.suffix == ".so":
-            (folder / f.name).symlink_to(f)
-    if not (folder / "libQnnHtpPrepare.so").exists() and (real_lib.parent / "libHtpPrepare.so").exists():
-        (folder / "libQnnHtpPrepare.so").symlink_to(real_lib.parent / "libHtpPrepare.so")
-    out = folder / "libQnnHtp.so"
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wl,-z,nodelete", "-o", str(out), str(SHIM_SOURCE),
-                    "-ldl"], check=True, capture_output=True)
+def build_shim(folder: Path, real_lib: Path) -> Path:
+    """The kit's shim as `folder`/libQnnHtp.so beside links to the real library's siblings (what qnnrt
+    expects of a backend folder); it forwards to QNN_SHIM_REAL. Skips the test without a C compiler."""
+    cc = compiler("the ExecuTorch kit's shim (bench/anchor/qnn_shim.c)")
+    link_siblings(real_lib, folder)
+    out = folder / BACKEND_LIB
+    flags = ["-O2", "-Wl,-z,nodelete", *interface_defines(
+        EXEC_SLOT="graphExecute", CONTEXT_FREE_SLOT="contextFree", REGISTER_SLOT="memRegister",
+        DEVICE_CREATE_SLOT="deviceCreate", INFRASTRUCTURE_SLOT="deviceGetInfrastructure",
+        CONTEXT_FROM_BINARY_SLOT="contextCreateFromBinary")]
+    compile_library(cc, SHIM_SOURCE, out, flags, ["-ldl"], "the kit's shim")
     return out
