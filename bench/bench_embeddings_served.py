@@ -1,7 +1,7 @@
 """An embedding program served beside the LLM fixture against the same program run directly (run by
 hand; numbers go to bench/RESULTS.md): /v1/models lists both, the served vectors are bit-identical
-to `EmbeddingModel` in this process, their cosine to a float32 reference (tools/export_minilm.py's
-refs.npy and texts.json), and texts per second both ways.
+to `EmbeddingModel` in this process, their cosine to a float32 reference (refs.npy and texts.json of
+tools/export_minilm.py or tools/fixtures/make_embedding_pte.py), and texts per second both ways.
 
     nice -n 10 python bench/bench_embeddings_served.py PROGRAM TOKENIZER_DIR REFS_DIR [--name NAME]
 """
@@ -20,7 +20,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import qnnrt  # noqa: E402
-from qnnrt.llm.embedding import EmbeddingModel  # noqa: E402
+from qnnrt.llm.embedding import EmbeddingModel, Pooling  # noqa: E402
 from qnnrt.llm.text import TextTokenizer  # noqa: E402
 from tests.helpers.llm_text import write_tokenizer_folder  # noqa: E402
 from tests.serve.conftest import MODEL_ID, start_server  # noqa: E402
@@ -38,9 +38,11 @@ def main() -> None:
     ap.add_argument("--name", default="embedder")
     a = ap.parse_args()
     texts = json.loads((Path(a.refs) / "texts.json").read_text())
+    if isinstance(texts, dict):     # tools/fixtures/make_embedding_pte.py: {"texts": [...], "seq": S}
+        texts = [t for t in texts["texts"] if t]
     refs = np.load(Path(a.refs) / "refs.npy")
     with qnnrt.load(a.program) as p:
-        m = EmbeddingModel(p, TextTokenizer.from_path(a.tokenizer))
+        m = EmbeddingModel(p, TextTokenizer.from_path(a.tokenizer), Pooling.of_folder(a.tokenizer))
         m.embed_all(texts[:1])
         t0 = time.perf_counter()
         direct = [e.vector for e in m.embed_all(texts)]

@@ -24,7 +24,7 @@ from qnnrt.llm.speculative import SpeculativeOptions
 from qnnrt.loader import LoadOptions
 from qnnrt.profiling.exec_profile import ExecutionProfiler
 
-FIX = Path("/work/shared/fixtures/executorch/llama_stories_fp16")
+FIX = Path(__file__).resolve().parents[1] / "tests" / "data" / "llm" / "llama_stories_fp16"
 
 
 def prompt_sets(vocab: int, capacity: int) -> dict[str, dict[str, list[int]]]:
