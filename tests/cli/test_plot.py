@@ -16,7 +16,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def needs_matplotlib():
-    return pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install qnnrt[plot])")
+    return pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[plot]')")
 
 
 def full_report() -> dict:
@@ -113,5 +113,7 @@ def test_missing_matplotlib_names_the_install_command(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)   # makes the import fail
     report = tmp_path / "r.json"
     report.write_text("{}")
-    with pytest.raises(QnnrtError, match=r"pip install qnnrt\[plot\]"):
+    with pytest.raises(QnnrtError, match="needs matplotlib") as e:
         run_plot(argparse.Namespace(report=str(report), output=None))
+    from qnnrt.install import extra_hint
+    assert extra_hint("plot", "matplotlib") in str(e.value)
