@@ -16,6 +16,7 @@ from qnnrt.core.profile import PROFILE_LEVELS
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.units import parse_size
 from qnnrt.profiling.heap import HeapProfiler
+from qnnrt.profiling.trace import Tracer
 from qnnrt.runtime.method import GraphMethod, Method, MethodBuilder, OnnxMethod
 from qnnrt.runtime.performance import Choice, Performance, check_mode, choose, describe_optimizations
 from qnnrt.runtime.program import Program
@@ -72,6 +73,12 @@ class LoadOptions:
     max_recoveries: how many graph calls failing with an error a device raises transiently (1100,
         1007, 1011) the program recovers in all, by re-creating their contexts (or backend) and
         calling again (runtime/recovery.py); 0 turns recovery off.
+    trace: a Chrome trace-event file of the run (Perfetto UI, chrome://tracing), written when the
+        program closes: context creations / frees / evictions, graph calls, CPU steps, runs and
+        recoveries on one track per process (this one and each PD worker), live-context, PD and
+        (with heap_profiling_path) heap counters, QNN's per-op events at profile_level "detailed".
+        A path; or a `profiling.trace.Tracer` several programs (and the LLM runner) share, which its
+        owner writes (`Tracer.write`), e.g. with another cap than DEFAULT_MAX_EVENTS.
     """
     residency: Residency | str = "auto"
     soc: str | int | None = None
@@ -92,6 +99,7 @@ class LoadOptions:
     rpc_polling_time_us: int | None = None
     shared_buffer: bool | None = None
     max_recoveries: int = DEFAULT_MAX_RECOVERIES
+    trace: str | os.PathLike[str] | Tracer | None = None
 
     def __post_init__(self) -> None:
         LogLevel.parse(self.log_level)
@@ -146,6 +154,9 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
         heap = HeapProfiler(path=opts.heap_profiling_path) if opts.heap_profiling_path else None
         if heap is not None:
             undo.callback(_close_heap, heap)
+        tracer = opts.trace if isinstance(opts.trace, Tracer) or opts.trace is None else Tracer(opts.trace)
+        if tracer is not None and tracer is not opts.trace:
+            undo.callback(_close_trace, tracer)   # a failed load's trace is written too
         undo.callback(_close_opened, binaries, owned)
         src = _open_source(p, lib, opts.graph, binaries, owned)
         untrusted = {k: b for k, b in binaries.items() if k not in src.trusted}
@@ -170,7 +181,8 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
                           pd_budget=None if opts.pd_budget is None else int(opts.pd_budget),
                           watch=watch, max_pds=opts.max_pds,
                           log_level=LogLevel.parse(opts.log_level).name.lower(), spill_fill_group=group,
-                          max_recoveries=opts.max_recoveries, performance=performance)
+                          max_recoveries=opts.max_recoveries, performance=performance,
+                          tracer=tracer, write_trace=tracer is not None and tracer is not opts.trace)
         program.vet_reports = vet_reports
         undo.pop_all()  # the program owns them now
     return program
@@ -183,6 +195,13 @@ def _close_heap(heap: HeapProfiler) -> None:
         heap.close()
     except QnnrtError as e:
         logger.warning("the heap profile of the failed load was not written: %s", e)
+
+
+def _close_trace(tracer: Tracer) -> None:
+    try:
+        tracer.close()
+    except QnnrtError as e:
+        logger.warning("the trace of the failed load was not written: %s", e)
 
 
 def _with_shortcuts(opts: LoadOptions, residency: str | Residency | None, soc: str | int | None,

@@ -10,7 +10,8 @@ How a graph call is made, for every caller (a program's plan, a .pte delegate, a
 2. `GraphBinding.run(values)` reads its inputs from and writes its outputs to `values` (a list indexed
    by slot), then makes the one C call: nothing else is allocated or decided per call.
 3. A profiler is attached, not a second path: `GraphBinding.attach_profile` gives the call a QNN
-   profile handle and a callback for the events after each call.
+   profile handle and a callback for the events after each call; `GraphBinding.observe` a callback
+   for each call's end, its seconds inside graphExecute and those events (the tracer).
 4. Shared buffers are bound, not a second path either: a binder given a `SharedMemory` binds every
    tensor to rpcmem, planned buffers made there as they are, the rest to staging arrays made there
    (copied into before the call, out of after it), each as a mem handle of the live graph's context
@@ -30,6 +31,7 @@ import numpy as np
 from qnnrt._capi import types as T
 from qnnrt._capi.log import interrupt_pending
 from qnnrt.core.binary import GraphSpec
+from qnnrt.core.clock import CLOCK
 from qnnrt.core.shared_buffer import SharedMemory, bind_mem_handle
 from qnnrt.core.tensor import IOTensor, TensorSpec, order_inputs, prepare_input
 from qnnrt.errors import QnnrtError
@@ -44,6 +46,9 @@ if TYPE_CHECKING:
 # an input conversion chosen at plan time: array of another dtype / shape / layout -> the tensor's
 InputAdapter = Callable[[np.ndarray], np.ndarray]
 ProfileSink = Callable[[list[dict]], None]   # receives the events of one graph call
+# after each call made here: its end (core.clock.CLOCK), seconds inside graphExecute, its profile
+# events (None when the call is not profiled)
+CallObserver = Callable[[int, float, "list[dict] | None"], None]
 _FAST_DEQUANT = {np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16)}
 
 
@@ -222,8 +227,8 @@ class GraphBinding:
     it (a fresh array per call, as without)."""
 
     __slots__ = ("call", "spec", "where", "in_slots", "out_slots", "dequantized", "shared",
-                 "_trusted", "_checked", "_fresh", "_deq", "_after_call", "_sink", "_mem", "_staged",
-                 "_copy_in", "_copy_out", "_own", "_bound_in")
+                 "_trusted", "_checked", "_fresh", "_deq", "_after_call", "_sink", "_read", "_observer",
+                 "_mem", "_staged", "_copy_in", "_copy_out", "_own", "_bound_in")
 
     def __init__(self, call: PreparedCall, spec: GraphSpec, in_slots: Sequence[int],
                  out_slots: Sequence[int], dequantize: bool | Sequence[bool], where: str,
@@ -238,8 +243,10 @@ class GraphBinding:
                  else list(dequantize))
         # whether output j reaches its slot as float32 (dequantized) rather than as stored
         self.dequantized = [s.is_fixed_point and f for s, f in zip(spec.outputs, flags)]
-        self._after_call: Callable[[], None] | None = None   # the attached profiler, if any
+        self._after_call: Callable[[float], None] | None = None   # the attached observers, if any
         self._sink: ProfileSink | None = None
+        self._read: Callable[[], list[dict]] | None = None   # the call's profile events
+        self._observer: CallObserver | None = None
         self.shared = shared if isinstance(call, BoundCall) else None
         # tensors bound to shared memory: (is an input, its index, the rpcmem array, its spec)
         self._mem: list[tuple[bool, int, np.ndarray, TensorSpec]] = []
@@ -270,12 +277,12 @@ class GraphBinding:
     def __getstate__(self) -> dict:
         """Everything but the attached profiler's hook (the worker profiles its own calls)."""
         return {k: getattr(self, k) for k in self.__slots__
-                if k not in ("_after_call", "_sink", "_bound_in")}
+                if k not in ("_after_call", "_sink", "_read", "_observer", "_bound_in")}
 
     def __setstate__(self, state: dict) -> None:
         for k, v in state.items():
             setattr(self, k, v)
-        self._after_call = self._sink = None
+        self._after_call = self._sink = self._read = self._observer = None
         self._bound_in = {}   # the worker's call already points at them
         for j, (_, raw, _, _) in self._deq.items():   # the raw buffers are this side's copies
             self.call.set_output(j, raw)
@@ -358,9 +365,31 @@ class GraphBinding:
 
     def attach_profile(self, profile: Profile, sink: ProfileSink) -> None:
         """Record every call into `profile` and hand its events to `sink` after each call."""
-        read = self.call.attach_profile(profile)   # a worker's call profiles in the worker
+        self._read = self.call.attach_profile(profile)   # a worker's call profiles in the worker
         self._sink = sink
-        self._after_call = lambda: sink(read())
+        self._compose()
+
+    def observe(self, observer: CallObserver) -> None:
+        """After every call: `observer(end, seconds, events)` (the events when profiled)."""
+        self._observer = observer
+        self._compose()
+
+    def _compose(self) -> None:
+        """What runs after a call: nothing, the profile sink, the observer, or both (the end taken
+        first, so reading the profile never lengthens the call's slice)."""
+        read, sink, observer = self._read, self._sink, self._observer
+        if observer is None:
+            self._after_call = None if sink is None or read is None else lambda _s: sink(read())
+            return
+        clock = CLOCK
+
+        def after(seconds: float) -> None:
+            end = clock()
+            events = read() if read is not None else None
+            if sink is not None and events is not None:
+                sink(events)
+            observer(end, seconds, events)
+        self._after_call = after
 
     def deliver_profile(self, events: list[dict]) -> None:
         """The events of a call made elsewhere (a PD worker ran it in a plan segment) go where
@@ -422,12 +451,12 @@ class GraphBinding:
         if self._copy_in:
             self._copy_inputs(values)
         seconds = self.call()
+        if self._after_call is not None:   # first: the call's end is now
+            self._after_call(seconds)
         for slot, staging in self._copy_out:
             values[slot] = staging.copy()
         for slot, raw, deq, target in self._deq.values():
             values[slot] = deq(raw, target)
-        if self._after_call is not None:
-            self._after_call()
         del converted   # the converted inputs were kept alive through the call
         return seconds
 

@@ -82,6 +82,11 @@ class KernelStep:
     def writes(self) -> list[int]:
         return self.outs
 
+    @property
+    def label(self) -> str:
+        """What a trace calls it: the operator."""
+        return self.name
+
     def __getstate__(self) -> dict:
         """The kernel by its registered name (a PD worker runs it from its own registry)."""
         return {"kernel": self.name, "inputs": self.inputs, "outs": self.outs,
@@ -127,6 +132,10 @@ class MatmulStep:
     @property
     def writes(self) -> list[int]:
         return self.outs
+
+    @property
+    def label(self) -> str:
+        return "aten::mm.out"
 
     def run(self, values: list) -> float:
         t0 = time.perf_counter()

@@ -230,6 +230,7 @@ class HeapProfiler:
         self._final: dict[str, Any] | None = None
         self._written: str | None = None
         self._processes: dict[str, dict[str, Any]] = {}  # other processes' reports (PD workers)
+        self._listeners: list[Callable[[str, dict[str, dict[str, int]]], None]] = []
 
     # -- helpers (lock held) --------------------------------------------------------------------
     @property
@@ -267,7 +268,16 @@ class HeapProfiler:
         if info:
             entry["info"] = info
         self._timeline.append(entry)
+        for listener in self._listeners:
+            listener(event, entry["values"])
         return entry
+
+    def listen(self, listener: Callable[[str, dict[str, dict[str, int]]], None]) -> None:
+        """`listener(event, values)` hears every sample as it is taken (the tracer's heap counters);
+        called with the profiler's lock held, so it must not call back into the profiler."""
+        with self._lock:
+            if listener not in self._listeners:
+                self._listeners.append(listener)
 
     def _warn(self, text: str) -> None:
         if len(self._warnings) < 50:     # a misbehaving caller must not grow the report without bound
@@ -322,6 +332,9 @@ class HeapProfiler:
             else:
                 self._stats["failed_creates"] += 1
                 self._append("create_failed", context)
+
+    def before_free(self, context: str, evicted: bool = False) -> None:
+        """Nothing: the free's sample is taken after it (`after_free`)."""
 
     def after_free(self, context: str, evicted: bool = False) -> None:
         """Call after `context` was freed; when none is live any more, a candidate after checkpoint.

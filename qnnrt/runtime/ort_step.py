@@ -33,6 +33,7 @@ class OrtStep:
 
     def __init__(self, plan: MethodPlan, seg: CpuSegment) -> None:
         self.seg = seg
+        self.label = segment_label(seg.node_names)   # what a trace calls it
         self.in_slots = [plan.slot(n) for n in seg.feed_names]
         self.out_slots = [plan.slot(n) for n in seg.outputs]
         self.copy_in: list[tuple[np.ndarray, int]] = []
@@ -91,9 +92,11 @@ class OrtStep:
     @classmethod
     def bound_over(cls, session: Any, in_slots: list[int], out_slots: list[int],
                    copy_in: list[tuple[np.ndarray, int]], copy_out: list[tuple[np.ndarray, int]],
-                   inputs: list[tuple[str, np.ndarray]], outputs: list[tuple[str, np.ndarray]]) -> OrtStep:
+                   inputs: list[tuple[str, np.ndarray]], outputs: list[tuple[str, np.ndarray]],
+                   label: str) -> OrtStep:
         """The same bound step over `session` (a PD worker rebuilding one sent to it)."""
         step = cls.__new__(cls)
+        step.label = label
         step.in_slots, step.out_slots, step.copy_in, step.copy_out = in_slots, out_slots, copy_in, copy_out
         step.bound_inputs, step.bound_outputs, step.bound = inputs, outputs, True
         step.open_binding(session)
@@ -148,6 +151,10 @@ class PortableOrtStep:
     def writes(self) -> list[int]:
         return self.step.out_slots
 
+    @property
+    def label(self) -> str:
+        return self.step.label
+
     def run(self, values: list) -> float:
         return self.step.run(values)
 
@@ -155,14 +162,20 @@ class PortableOrtStep:
         s = self.step
         return {"model": self.model, "in_slots": s.in_slots, "out_slots": s.out_slots,
                 "copy_in": s.copy_in, "copy_out": s.copy_out,
-                "inputs": s.bound_inputs, "outputs": s.bound_outputs}
+                "inputs": s.bound_inputs, "outputs": s.bound_outputs, "label": s.label}
 
     def __setstate__(self, state: dict) -> None:
         from qnnrt.runtime.cpu_segment import open_session
         self.step = OrtStep.bound_over(open_session(state["model"]), state["in_slots"],
                                        state["out_slots"], state["copy_in"], state["copy_out"],
-                                       state["inputs"], state["outputs"])
+                                       state["inputs"], state["outputs"], state["label"])
         self.model = state["model"]
+
+
+def segment_label(nodes: Sequence[str]) -> str:
+    """A CPU segment's name in a trace: ONNX Runtime and its first nodes."""
+    shown = ", ".join(nodes[:3]) + (f" +{len(nodes) - 3}" if len(nodes) > 3 else "")
+    return f"ONNX Runtime: {shown}"
 
 
 def ort_step(plan: MethodPlan, seg: CpuSegment) -> OrtStep | PortableOrtStep:

@@ -83,15 +83,15 @@ def parse_done(frame: bytes) -> tuple[float, float, float, Any]:
     return accelerator_s, cpu_s, busy_s, tail
 
 
-def ok_frame(request_id: int, seconds: float, events: list[dict] | None = None) -> bytes:
-    """A call's reply: the seconds inside graphExecute, then the call's QNN profile events when
-    the call is profiled."""
+def ok_frame(request_id: int, seconds: float, tail: object = None) -> bytes:
+    """A call's reply: the seconds inside graphExecute, then its tail (pd_protocol.CallTail: the
+    call's QNN profile events when profiled, trace events when tracing) if any."""
     head = _OK.pack(OK, request_id, seconds)
-    return head if events is None else head + pickle.dumps(events, protocol=pickle.HIGHEST_PROTOCOL)
+    return head if tail is None else head + pickle.dumps(tail, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def parse_ok(frame: bytes) -> tuple[float, list[dict] | None]:
-    """(seconds, profile events or None) of an OK frame."""
+def parse_ok(frame: bytes) -> tuple[float, Any]:
+    """(seconds, the tail or None) of an OK frame."""
     seconds = _OK.unpack_from(frame)[2]
     return seconds, (pickle.loads(frame[_OK.size:]) if len(frame) > _OK.size else None)
 

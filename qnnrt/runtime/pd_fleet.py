@@ -23,6 +23,8 @@ from qnnrt.core import Backend, ContextBinary, GraphSpec
 from qnnrt.core.backend import live_contexts_in_process
 from qnnrt.core.graph import BoundCall
 from qnnrt.profiling.heap import HeapProfiler
+from qnnrt.profiling.observers import pool_hooks
+from qnnrt.profiling.trace import Tracer
 from qnnrt.runtime import pd_channel as ch
 from qnnrt.runtime import pd_protocol as proto
 from qnnrt.runtime.pd_devices import device_placement
@@ -42,7 +44,7 @@ class LocalPd:
     process); the workers hold the other groups."""
 
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary], placement: Placement,
-                 heap: HeapProfiler | None, pool_options: dict[str, Any]):
+                 heap: HeapProfiler | None, tracer: Tracer | None, pool_options: dict[str, Any]):
         self.keys = list(placement.groups[0])
         self.pid = os.getpid()
         # this process's PD also holds other programs' live contexts: if the group does not fit
@@ -50,8 +52,8 @@ class LocalPd:
         others = sum(c.binary.pd_need().total or 0 for c in live_contexts_in_process())
         budget = placement.evict_budget(0, beside=others)
         self.pool = group_pool(backend, {k: binaries[k] for k in self.keys},
-                               {k: placement.sizes.get(k) for k in self.keys}, budget, heap,
-                               **pool_options)
+                               {k: placement.sizes.get(k) for k in self.keys}, budget,
+                               pool_hooks(heap, tracer), **pool_options)
         self.position = {k: i for i, k in enumerate(self.keys)}
         self.load_seconds: float | None = None
 
@@ -68,10 +70,12 @@ class MultiPdPool:
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary], placement: Placement,
                  residency: Residency, log_level: str = "warn",
                  progress: Callable[[int, int], None] | None = None, heap: HeapProfiler | None = None,
-                 performance: Choice | None = None, pool_options: dict[str, Any] | None = None):
+                 performance: Choice | None = None, pool_options: dict[str, Any] | None = None,
+                 tracer: Tracer | None = None):
         self.backend, self.binaries, self.placement = backend, binaries, placement
         self.residency = residency
         self.heap = heap
+        self.tracer = tracer
         self.performance = performance   # the main process's vote, which every worker makes too
         self._generation = 0
         self.arena = ch.Arena()
@@ -87,7 +91,7 @@ class MultiPdPool:
         with contextlib.ExitStack() as undo:
             undo.callback(self.arena.close)
             # PD 0's pool: the step watch, creation profiler and spill-fill group of this process
-            self.local = LocalPd(backend, binaries, placement, heap, dict(pool_options or {}))
+            self.local = LocalPd(backend, binaries, placement, heap, tracer, dict(pool_options or {}))
             undo.pop_all()
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)  # a failed start stops every worker and frees PD 0
@@ -106,7 +110,9 @@ class MultiPdPool:
 
     def _worker(self, index: int, keys: list[str]) -> PdWorker:
         array, block = self.arena.alloc((1,), proto.STATUS_DTYPE)
-        return PdWorker(index, keys, proto.StatusBlock(array), block)
+        w = PdWorker(index, keys, proto.StatusBlock(array), block)
+        w.tracer = self.tracer
+        return w
 
     def worker_config(self, w: PdWorker, log_level: str) -> proto.WorkerConfig:
         b, pl = self.binaries, self.placement
@@ -119,7 +125,9 @@ class MultiPdPool:
             evict_budget=pl.evict_budget(w.index), heap=self.heap is not None,
             signed_pd=self.backend.signed_pd, device_id=self.devices.devices[w.index],
             htp_arch=self.devices.arches[w.index] if self.devices.arches else None,
-            performance=self.performance)
+            performance=self.performance,
+            trace=(proto.TraceSettings(f"PD {w.index} worker", self.tracer.max_events)
+                   if self.tracer is not None else None))
 
     def vote(self, choice: Choice) -> None:
         """Every worker votes `choice` (the main process's per-run override, and its end)."""
@@ -242,6 +250,7 @@ class MultiPdPool:
             recreated = w.control(proto.Recreate(tuple(mine), restart_backend),
                                   f"re-creating {len(mine)} context(s) for recovery")
             w.performance = recreated.performance
+            w.absorb(recreated.trace)
             done += list(recreated.keys)
             self._generation += 1
         return done

@@ -7,10 +7,13 @@ import os
 import subprocess
 from typing import Any
 
+from qnnrt.core.clock import CLOCK
 from qnnrt.errors import QnnError, QnnrtError
+from qnnrt.profiling.trace_events import TraceBatch
 from qnnrt.runtime import child
 from qnnrt.runtime import pd_channel as ch
 from qnnrt.runtime import pd_protocol as proto
+from qnnrt.runtime.hooks import Tracing
 from qnnrt.runtime.pd_worker import PARENT_ENV
 from qnnrt.spawn import python_command, signal_name
 
@@ -48,6 +51,9 @@ class PdWorker:
         self.gone = False
         self.heap_report: dict | None = None   # the worker's heap profile, sent when it closed
         self._start_id: int | None = None
+        self.tracer: Tracing | None = None       # the program's trace: the worker's events go there
+        self.clock_offset_ns = 0                 # how far the worker's trace clock is ahead of ours
+        self._start_sent_ns = 0
 
     @property
     def name(self) -> str:
@@ -57,6 +63,11 @@ class PdWorker:
         self.proc, end = child.spawn(_worker_command([]), dict(os.environ, **{PARENT_ENV: str(os.getpid())}))
         self.channel = ch.Channel(end)
         self.pid = self.proc.pid
+
+    def absorb(self, batch: TraceBatch | None) -> None:
+        """Trace events a reply carried, into the program's trace (on this process's clock)."""
+        if batch is not None and self.tracer is not None:
+            self.tracer.absorb(batch, self.clock_offset_ns)
 
     def count(self, calls: int, execute_s: float, channel_s: float) -> None:
         """A request's graph calls, their seconds inside graphExecute, and what the round trip
@@ -128,6 +139,7 @@ class PdWorker:
 
     def begin_start(self, config: proto.WorkerConfig, what: str) -> None:
         """Send the start request; `finish_start` reads its reply (workers start side by side)."""
+        self._start_sent_ns = CLOCK()
         try:
             self._start_id = self._channel(what).begin(proto.Start(config))
         except OSError:
@@ -137,6 +149,12 @@ class PdWorker:
         assert self._start_id is not None and self.channel is not None
         started = self.reply(self.channel.finish(self._start_id), what)
         self.load_seconds, self.performance = started.load_seconds, started.performance
+        # the clock is system-wide (core/clock.py); should the worker's read another time than
+        # any between our request and its reply, its events are moved by the difference
+        received = CLOCK()
+        if not self._start_sent_ns <= started.clock_ns <= received:
+            self.clock_offset_ns = started.clock_ns - received
+        self.absorb(started.trace)
 
     def stop(self) -> None:
         """Ask the worker to close (it frees its contexts), kill it if it does not; idempotent. A
@@ -149,7 +167,9 @@ class PdWorker:
                 if channel.settle(STOP_GRACE_S):
                     frame = channel.request(proto.Close(), timeout=CLOSE_WAIT_S)
                     if frame[:1] == ch.REPLY:
-                        self.heap_report = ch.parse_object(frame).heap_report
+                        closed = ch.parse_object(frame)
+                        self.heap_report = closed.heap_report
+                        self.absorb(closed.trace)
             except (OSError, ch.ProtocolError):
                 pass
         child.stop(proc, STOP_GRACE_S)

@@ -18,11 +18,21 @@ from typing import Any
 import numpy as np
 
 from qnnrt.errors import QnnError
+from qnnrt.profiling.trace_events import TraceBatch
 from qnnrt.runtime.pd_channel import Block
 from qnnrt.runtime.performance import Choice
 
 
 # -- the worker's configuration --------------------------------------------------------------------
+@dataclass(frozen=True)
+class TraceSettings:
+    """The program traces: the worker records its own part (its track's name, the cap) and sends
+    its events with its replies (a `TraceBatch` in Started, Recreated, Closed, call and segment
+    replies)."""
+    process: str
+    max_events: int
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """Everything a worker needs to open its backend and create its group of contexts."""
@@ -39,6 +49,7 @@ class WorkerConfig:
     device_id: int = 0
     htp_arch: int | None = None               # needed to select a device other than 0
     performance: Choice | None = None
+    trace: TraceSettings | None = None
 
 
 # -- control requests -------------------------------------------------------------------------------
@@ -121,12 +132,15 @@ class Started:
     pid: int
     load_seconds: float
     performance: dict | None          # the worker's vote counts (Performance.vote_counts)
+    clock_ns: int = 0                 # the worker's trace clock when it replied
+    trace: TraceBatch | None = None   # its start (backend, context creations), when tracing
 
 
 @dataclass(frozen=True)
 class Recreated:
     keys: tuple[str, ...]
     performance: dict | None          # voted again when the backend restarted
+    trace: TraceBatch | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +151,7 @@ class Voted:
 @dataclass(frozen=True)
 class Closed:
     heap_report: dict | None
+    trace: TraceBatch | None = None   # the frees of its close, and anything not sent yet
 
 
 @dataclass(frozen=True)
@@ -151,6 +166,15 @@ class SegmentTail:
     QNN events, by the step's index in the segment."""
     values: dict[int, Any]
     events: tuple[tuple[int, list[dict]], ...]
+    trace: TraceBatch | None = None
+
+
+@dataclass(frozen=True)
+class CallTail:
+    """What a graph call's reply carries besides its seconds: the call's QNN profile events (when
+    profiled) and the worker's trace events since its last reply (when tracing)."""
+    events: list[dict] | None
+    trace: TraceBatch | None
 
 
 @dataclass(frozen=True)

@@ -127,9 +127,13 @@ class RemoteCall:
             if frame[:1] == ch.ERROR:
                 raise w.failure(frame, f"graph {self.name!r} of context {self.key!r}")
             raise ch.ProtocolError(f"{w.name}: a {frame[:1]!r} frame in reply to a graph call")
-        dt, events = ch.parse_ok(frame)
+        dt, tail = ch.parse_ok(frame)
+        if tail is not None and not isinstance(tail, proto.CallTail):
+            raise ch.ProtocolError(f"{w.name}: a call reply carrying {type(tail).__name__}")
         if self.profiled:
-            self.events = events or []
+            self.events = (tail.events if tail is not None else None) or []
+        if tail is not None:
+            w.absorb(tail.trace)
         w.count(1, dt, rtt - dt)
         for a, dst in zip(self._outs, self._dst):
             if dst is not None:

@@ -24,8 +24,10 @@ import numpy as np
 from qnnrt.errors import QnnError
 from qnnrt.runtime import pd_channel as ch
 from qnnrt.runtime import pd_protocol as proto
+from qnnrt.runtime.hooks import Tracing
 from qnnrt.runtime.plan import GraphStep, SegmentStep, Step
 from qnnrt.runtime.segments import Segment
+from qnnrt.runtime.tracing import step_label
 
 if TYPE_CHECKING:
     from qnnrt.runtime.program import Program
@@ -135,12 +137,17 @@ class RemoteSegment(SegmentStep):
         """One run request from step `start`: the seconds inside graphExecute; a QNN error at a
         graph step raised as _StepFailed."""
         w = self.worker
+        tracer = self.program.tracer
+        began = tracer.now() if tracer is not None else 0
         t0 = time.perf_counter()
         try:
             frame = w.channel.segment(self.id, start, self.wait)
         except (OSError, AttributeError):
             self.broken(self.where_stopped())
         rtt = time.perf_counter() - t0
+        if tracer is not None:
+            tracer.span(f"PD {w.index}: {self.graph_calls} graph call(s)", "pd", began,
+                        {"segment": self.id, "from_step": start, "ok": frame[:1] == ch.DONE})
         if frame[:1] != ch.DONE:
             raise self._failure(frame)
         accelerator_s, self.cpu_seconds, busy_s, tail = ch.parse_done(frame)
@@ -193,6 +200,7 @@ class RemoteSegment(SegmentStep):
         for k, events in tail.events:
             step = self.graph_at[k]
             step.binding.deliver_profile(events)
+        self.worker.absorb(tail.trace)
 
 
 class _StepFailed(Exception):
@@ -222,10 +230,12 @@ class WorkerSegment:
     """A segment in the worker: its steps over a slot list of its own, run on request."""
 
     def __init__(self, payload: bytes, view: ch.ArenaView, call: Callable[[int], Any],
-                 owner: Callable[[object], Any], status: proto.StatusBlock) -> None:
-        self.status = status
+                 owner: Callable[[object], Any], status: proto.StatusBlock,
+                 tracer: Tracing | None = None) -> None:
+        self.status, self.tracer = status, tracer
         program: SegmentProgram = _ArenaUnpickler(payload, view, call).load()
         self.steps = list(program.steps)
+        self.labels = [step_label(s) for s in self.steps]   # the CPU steps a trace names
         # each graph step's worker call (its profile is read after the step), None for CPU steps
         self.owners = [owner(s.binding.call) if isinstance(s, GraphStep) else None for s in self.steps]
         self.template: list = [None] * program.slots
@@ -249,27 +259,45 @@ class WorkerSegment:
         values = self.values
         accelerator = cpu = 0.0
         events: list[tuple[int, list[dict]]] = []
-        status, owners = self.status, self.owners
-        calls = status.segment_graph_calls
+        status, owners, tracer = self.status, self.owners, self.tracer
+        calls = first = status.segment_graph_calls
+        began = tracer.now() if tracer is not None else 0
         for k in range(start, len(self.steps)):
             step = self.steps[k]
             status.at_step(k, calls)
+            at = tracer.now() if tracer is not None else 0
             try:
                 seconds = step.run(values)
             except QnnError as e:
-                return ch.object_frame(ch.ERROR, rid, replace(proto.Failure.of(e, traceback.format_exc(limit=8)),
-                                                              at_step=k))
+                return self._failed(rid, k, e, began)
             owner = owners[k]
             if owner is None:
                 cpu += seconds
+                label = self.labels[k]
+                if tracer is not None and label is not None:
+                    tracer.span(label, "cpu", at)
                 continue
+            end = tracer.now() if tracer is not None else 0
             accelerator += seconds
             calls += 1
-            if owner.profile is not None:
-                events.append((k, owner.profile.events()))
+            ev = owner.profile.events() if owner.profile is not None else None
+            if ev is not None:
+                events.append((k, ev))
+            if tracer is not None:
+                tracer.graph_call(owner.key, owner.graph, end, seconds, ev)
         status.at_step(len(self.steps), calls)
+        if tracer is not None:
+            tracer.span(f"segment {len(self.steps) - start} step(s)", "pd", began,
+                        {"graph_calls": calls - first, "from_step": start})
         tail = self._tail(values, events)
         return ch.done_frame(rid, accelerator, cpu, time.perf_counter() - t0, tail)
+
+    def _failed(self, rid: int, k: int, e: QnnError, began: int) -> bytes:
+        """The ERROR frame of a QNN error at step `k` (its trace sent with the next reply)."""
+        if self.tracer is not None:
+            self.tracer.span("segment (failed)", "pd", began, {"at_step": k, "code": e.code})
+        return ch.object_frame(ch.ERROR, rid, replace(proto.Failure.of(e, traceback.format_exc(limit=8)),
+                                                      at_step=k))
 
     def _tail(self, values: list, events: list[tuple[int, list[dict]]]) -> proto.SegmentTail | None:
         by_value: dict[int, Any] = {}
@@ -283,5 +311,8 @@ class WorkerSegment:
                 np.copyto(staged, v)
             else:
                 by_value[slot] = v
-        return proto.SegmentTail(by_value, tuple(events)) if by_value or events else None
+        trace = self.tracer.drain() if self.tracer is not None else None
+        if not (by_value or events or trace):
+            return None
+        return proto.SegmentTail(by_value, tuple(events), trace)
 

@@ -24,12 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qnnrt.core.clock import CLOCK
 from qnnrt.core.process import die_with_parent
 from qnnrt.runtime import pd_channel as ch
 from qnnrt.runtime.child import SpinWait, child_end
 from qnnrt.runtime import pd_protocol as proto
 
 if TYPE_CHECKING:
+    from qnnrt.profiling.trace import Tracer
+    from qnnrt.profiling.trace_events import TraceBatch
     from qnnrt.runtime.residency import ContextPool
 
 PARENT_ENV = "QNNRT_PD_WORKER_PARENT"
@@ -166,6 +169,7 @@ class Worker:
         self.evicting = False   # the pool's counters change with calls, not only with requests
         self.segments: dict[int, Any] = {}       # id -> pd_segment.WorkerSegment
         self.clones: list[_Call] = []            # the segments' own calls
+        self.tracer: Tracer | None = None        # when the program traces: this worker's part
 
     def start(self, cfg: proto.WorkerConfig) -> proto.Started:
         from qnnrt.core import Backend, ContextBinary
@@ -182,13 +186,23 @@ class Worker:
         if cfg.heap:
             from qnnrt.profiling.heap import HeapProfiler
             self.heap = HeapProfiler()
-        self.pool = group_pool(self.backend, self.binaries, cfg.predictions, cfg.evict_budget, self.heap)
+        if cfg.trace is not None:
+            from qnnrt.profiling.trace import Tracer
+            self.tracer = Tracer(max_events=cfg.trace.max_events, process=cfg.trace.process)
+        from qnnrt.profiling.observers import pool_hooks
+        self.pool = group_pool(self.backend, self.binaries, cfg.predictions, cfg.evict_budget,
+                               pool_hooks(self.heap, self.tracer))
         self.evicting = not self.pool.residency.resident
         self.order = list(cfg.binaries)
         t0 = time.perf_counter()
         self.pool.preload()
         self.report_pool()
-        return proto.Started(os.getpid(), time.perf_counter() - t0, self.vote_counts())
+        return proto.Started(os.getpid(), time.perf_counter() - t0, self.vote_counts(),
+                             CLOCK(), self.drain())
+
+    def drain(self) -> TraceBatch | None:
+        """The trace events since the last reply that carried them (None: not tracing)."""
+        return self.tracer.drain() if self.tracer is not None else None
 
     def vote_counts(self) -> dict | None:
         return self.performance.vote_counts() if self.performance is not None else None
@@ -229,7 +243,7 @@ class Worker:
             for c in self.clones:
                 c.refresh()
             self.report_pool()
-            return proto.Recreated(tuple(done), self.vote_counts())
+            return proto.Recreated(tuple(done), self.vote_counts(), self.drain())
         if isinstance(req, proto.Vote):
             if self.performance is not None:
                 self.performance.revote(req.choice)
@@ -238,7 +252,7 @@ class Worker:
             from qnnrt.runtime.pd_segment import WorkerSegment
             assert self.status is not None
             self.segments[req.segment] = WorkerSegment(req.payload, self.view, self.clone_call,
-                                                       self.owner, self.status)
+                                                       self.owner, self.status, self.tracer)
             return proto.Done()
         if isinstance(req, proto.StageOutputs):
             self.installed(req.segment).stage(self.view, req.blocks)
@@ -297,9 +311,14 @@ class Worker:
         rid, call_id = ch.parse_call(frame)
         call = self.bound(call_id)
         seconds = call()
+        end = CLOCK()
+        events = None if call.profile is None else call.profile.events()
         if self.evicting:
             self.report_pool()
-        return ch.ok_frame(rid, seconds, None if call.profile is None else call.profile.events())
+        if self.tracer is None:
+            return ch.ok_frame(rid, seconds, None if events is None else proto.CallTail(events, None))
+        self.tracer.graph_call(call.key, call.graph, end, seconds, events)
+        return ch.ok_frame(rid, seconds, proto.CallTail(events, self.drain()))
 
     def loop(self) -> None:
         """Serve requests until the channel closes or a Close: every request gets one reply with
@@ -323,7 +342,8 @@ class Worker:
                     raise ch.ProtocolError(f"a frame of unknown kind {kind!r}")
                 req = ch.parse_object(frame)
                 if isinstance(req, proto.Close):
-                    end.send(ch.object_frame(ch.REPLY, rid, proto.Closed(self.close())))
+                    heap_report = self.close()
+                    end.send(ch.object_frame(ch.REPLY, rid, proto.Closed(heap_report, self.drain())))
                     return
                 end.send(ch.object_frame(ch.REPLY, rid, self.handle(req)))
             except Exception as e:  # noqa: BLE001 - every failure goes back as its request's reply

@@ -10,8 +10,9 @@ A plan is a list of steps over a list of values indexed by slot (no names, no di
 - the .pte layer brings its own steps (executorch/plan.py) and runs them the same way.
 `LiveGraphs` points the graph steps at their live graphs: when every context the plan uses is live
 and nothing is pending (one generation comparison) the steps run back to back, else each graph call
-goes through the pool (acquire / release). Profiling attaches to the binders (`Profiling`); it is
-not another path. Every run records `timing` (seconds in graphExecute and in CPU ops).
+goes through the pool (acquire / release). Profiling and tracing attach to the binders
+(`CallObservers`); they are not another path (a traced plan's CPU steps are wrapped in timed steps,
+runtime/tracing.py). Every run records `timing` (seconds in graphExecute and in CPU ops).
 
 `ReferencePlan` (Program.compiled = False) runs a method step by step by tensor name through
 `Graph.execute`: the oracle the tests compare plans with, bit for bit.
@@ -30,10 +31,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from qnnrt.core import Profile
-from qnnrt.core.graph import Graph, GraphBinding, ProfileSink
+from qnnrt.core.graph import BoundCall, Graph, GraphBinding, ProfileSink
 from qnnrt.core.tensor import order_inputs, prepare_input
 from qnnrt.errors import QnnError, QnnrtError
-from qnnrt.runtime.hooks import ExecutionRecorder
+from qnnrt.runtime.hooks import ExecutionRecorder, Tracing
 from qnnrt.runtime.method import CpuStep, Inputs, Method, QnnStep
 from qnnrt.runtime.ort_step import Kind, Shape, ort_step, static_shape
 
@@ -136,22 +137,28 @@ class GraphStep:
         return self.binding.run(values)
 
 
-class Profiling:
-    """QNN execution profiling of a program's graph calls: one QNN profile, attached to each
-    binder, whose events go to the program's ExecutionProfiler after every call."""
+class CallObservers:
+    """What watches a program's graph calls, attached to each binder (not another path): QNN
+    execution profiling (one QNN profile whose events go to the program's ExecutionProfiler after
+    every call) and the tracer (each call this process makes, as a slice; a PD worker traces the
+    calls it makes itself)."""
 
-    def __init__(self, profile: Profile, profiler: ExecutionRecorder,
-                 iteration: Callable[[], int]) -> None:
-        self.profile, self.profiler, self._iteration = profile, profiler, iteration
+    def __init__(self, profile: Profile | None, profiler: ExecutionRecorder | None,
+                 tracer: Tracing | None, iteration: Callable[[], int]) -> None:
+        self.profile, self.profiler, self.tracer = profile, profiler, tracer
+        self._iteration = iteration
         self._attached: list[tuple[GraphBinding, ProfileSink]] = []
 
     def attach(self, step: GraphStep) -> None:
-        key, graph = step.key, step.graph
-
-        def sink(events: list[dict]) -> None:
-            self.profiler.record("execute", graph, key, events, iteration=self._iteration())
-        step.binding.attach_profile(self.profile, sink)
-        self._attached.append((step.binding, sink))
+        key, graph, b = step.key, step.graph, step.binding
+        profiler, tracer = self.profiler, self.tracer
+        if self.profile is not None and profiler is not None:
+            def sink(events: list[dict]) -> None:
+                profiler.record("execute", graph, key, events, iteration=self._iteration())
+            b.attach_profile(self.profile, sink)
+            self._attached.append((b, sink))
+        if tracer is not None and isinstance(b.call, BoundCall):
+            b.observe(lambda end, seconds, events: tracer.graph_call(key, graph, end, seconds, events))
 
     def restart(self, profile: Profile) -> None:
         """The backend restarted (recovery) and closed the old profile: record into `profile`."""
@@ -168,8 +175,8 @@ def graph_step(program: Program, step: QnnStep, position: int, in_slots: Sequenc
     binding = GraphBinding(program.bound_call(step.key, spec), spec, in_slots, out_slots,
                            step.dequantize, where, shared=program.shared_memory)
     g = GraphStep(step.key, step.graph, position, binding)
-    if program.profiling is not None:
-        program.profiling.attach(g)
+    if program.observers is not None:
+        program.observers.attach(g)
     return g
 
 
@@ -251,6 +258,9 @@ class StepPlan:
         program = self.program
         self.steps = cut(self.steps, program.host_of, outputs,
                          lambda seg: program.segment_step(seg, template))
+        if program.tracer is not None:   # each CPU step this process runs, a slice
+            from qnnrt.runtime.tracing import traced_steps
+            self.steps = traced_steps(self.steps, program.tracer)
 
     def run_steps(self, values: list) -> None:
         accelerator = cpu = 0.0

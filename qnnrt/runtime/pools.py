@@ -10,7 +10,9 @@ from typing import Any
 
 from qnnrt.core import Backend, ContextBinary
 from qnnrt.profiling.heap import HeapProfiler
+from qnnrt.profiling.observers import pool_hooks
 from qnnrt.profiling.pd_log import pd_estimate_from_log
+from qnnrt.profiling.trace import Tracer
 from qnnrt.runtime.hosts import Hosts, Pool, ThisProcess
 from qnnrt.runtime.pd_budget import Budget
 from qnnrt.runtime.pd_plan import Placement
@@ -32,6 +34,7 @@ class PoolOptions:
     predictions: dict[str, int | None] | None = None
     on_capacity: Callable[[int], None] | None = None   # a run found the PD capacity
     progress: Callable[[int, int], None] | None = None
+    tracer: Tracer | None = None          # the run's trace (each PD worker traces into its own)
 
 
 def open_pool(backend: Backend, binaries: dict[str, ContextBinary], placement: Placement | None,
@@ -42,7 +45,7 @@ def open_pool(backend: Backend, binaries: dict[str, ContextBinary], placement: P
     if placement is not None:
         from qnnrt.runtime.pd_fleet import MultiPdPool
         fleet = MultiPdPool(backend, binaries, placement, o.residency, log_level=o.log_level,
-                            progress=o.progress, heap=o.heap,
+                            progress=o.progress, heap=o.heap, tracer=o.tracer,
                             performance=performance.choice if performance else None,
                             pool_options={"profiler": o.profiler, "watch": o.watch,
                                           "spill_fill_group": o.spill_fill_group})
@@ -51,7 +54,8 @@ def open_pool(backend: Backend, binaries: dict[str, ContextBinary], placement: P
             performance.no_shared_memory(MULTI_PD_NO_SHARED_BUFFERS)
         return fleet, fleet
     budget = o.budget
-    pool = ContextPool(backend, binaries, o.residency, hooks=o.heap, pd_estimate=pd_estimate_from_log,
+    pool = ContextPool(backend, binaries, o.residency, hooks=pool_hooks(o.heap, o.tracer),
+                       pd_estimate=pd_estimate_from_log,
                        profiler=o.profiler, predictions=o.predictions,
                        budget_bytes=budget.bytes if budget else None,
                        budget_source=budget.source if budget else None, on_capacity=o.on_capacity,

@@ -20,7 +20,8 @@ from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import Inputs, Method, MethodBuilder, UnavailableMethod
-from qnnrt.runtime.plan import CallerArrays, Plan, PreparedRun, Profiling, ReferencePlan, RunTiming
+from qnnrt.profiling.trace import Tracer
+from qnnrt.runtime.plan import CallObservers, CallerArrays, Plan, PreparedRun, ReferencePlan, RunTiming
 from qnnrt.runtime.performance import Performance
 from qnnrt.runtime.pd_budget import Budget, backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, Placement, first_use_order, place
@@ -104,7 +105,8 @@ class Program:
                  max_pds: int = DEFAULT_MAX_PDS, log_level: str = "warn",
                  spill_fill_group: SpillFillGroup | None = None,
                  max_recoveries: int = DEFAULT_MAX_RECOVERIES,
-                 performance: Performance | None = None) -> None:
+                 performance: Performance | None = None, tracer: Tracer | None = None,
+                 write_trace: bool = False) -> None:
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
         self.backend = backend
@@ -114,7 +116,9 @@ class Program:
         self.profile_level = profile_level
         self._lock = threading.RLock()
         self._closed = False
-        self.profiling: Profiling | None = None   # attached to every graph call when profiling
+        self.observers: CallObservers | None = None   # attached to every graph call: profiling, tracing
+        self.tracer = tracer          # the run's trace (profiling.Tracer), None: not traced
+        self._write_trace = write_trace   # the trace is this program's: written at close
         self._owned = list(owned or [])   # closed after the binaries (e.g. the mapped .pte file)
         self.iterations = 0
         self.pd_budget_cache: str | None = None
@@ -146,15 +150,17 @@ class Program:
             self.pool, self.hosts = open_pool(backend, binaries, self.placement, PoolOptions(
                 Residency.parse(residency), log_level=log_level, heap=heap, profiler=profiler,
                 watch=watch, spill_fill_group=spill_fill_group, performance=performance,
-                budget=budget, predictions=needs, on_capacity=self._learned, progress=progress))
+                budget=budget, predictions=needs, on_capacity=self._learned, progress=progress,
+                tracer=tracer))
             self.load_seconds = time.perf_counter() - t0
             if performance is not None:
                 self.shared_memory = performance.shared_memory
-            if exec_profiler is not None and profile_level != "off":
-                self.profiling = Profiling(Profile(backend, profile_level), exec_profiler,
-                                           lambda: self.iterations)
+            profiled = exec_profiler is not None and profile_level != "off"
+            if profiled or tracer is not None:
+                self.observers = CallObservers(Profile(backend, profile_level) if profiled else None,
+                                               exec_profiler, tracer, lambda: self.iterations)
             self.recovery = Recovery(self.pool, max_recoveries, lambda: self.iterations,
-                                     self._backend_restarted)
+                                     self._backend_restarted, tracer)
             undo.pop_all()
 
     def _backend_restarted(self) -> None:
@@ -162,8 +168,8 @@ class Program:
         them again (before the failed call runs again)."""
         if self.performance is not None:
             self.performance.start(self.backend)
-        if self.profiling is not None:
-            self.profiling.restart(Profile(self.backend, self.profile_level))
+        if self.observers is not None and self.observers.profile is not None:
+            self.observers.restart(Profile(self.backend, self.profile_level))
 
     @property
     def graph_calls(self) -> int:
@@ -227,7 +233,11 @@ class Program:
                 raise QnnrtError("program is closed")
             try:
                 plan = self._plan_of(m)
-                out = plan.run(inputs)
+                if self.tracer is None:
+                    out = plan.run(inputs)
+                else:
+                    with self.tracer.scope(f"run {m.name}", "run", {"iteration": self.iterations}):
+                        out = plan.run(inputs)
                 self.timing = plan.timing
                 return out
             finally:
@@ -273,7 +283,11 @@ class Program:
             if self._closed:
                 raise QnnrtError("program is closed")
             try:
-                prepared.run()
+                if self.tracer is None:
+                    prepared.run()
+                else:
+                    with self.tracer.scope("run (prepared)", "run", {"iteration": self.iterations}):
+                        prepared.run()
                 self.timing = prepared.timing
             finally:
                 self.iterations += 1
@@ -300,10 +314,11 @@ class Program:
         on_backend: list[Closable] = []
         if self.shared_memory is not None:
             on_backend.append(self.shared_memory)
-        if self.profiling is not None:
-            on_backend.append(self.profiling.profile)
+        if self.observers is not None and self.observers.profile is not None:
+            on_backend.append(self.observers.profile)
         close_all(Holdings(getattr(self, "pool", None), on_backend, list(self.binaries.values()),
-                           self._owned, self.backend, self.heap))
+                           self._owned, self.backend, self.heap,
+                           self.tracer if self._write_trace else None))
 
     def __enter__(self) -> "Program":
         return self

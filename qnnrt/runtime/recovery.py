@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar
 
 from qnnrt.core import qnn_codes
 from qnnrt.errors import QnnError, QnnrtError, RecoveryError
+from qnnrt.runtime.hooks import Tracing
 
 log = logging.getLogger("qnnrt.runtime")
 T = TypeVar("T")
@@ -92,13 +93,14 @@ class Recovery:
 
     def __init__(self, pool: RecoverablePool | None, max_recoveries: int = DEFAULT_MAX_RECOVERIES,
                  iteration: Callable[[], int] = lambda: 0,
-                 after_restart: Callable[[], None] | None = None):
+                 after_restart: Callable[[], None] | None = None, tracer: Tracing | None = None):
         if max_recoveries < 0:
             raise QnnrtError(f"max_recoveries {max_recoveries}: give 0 (no recovery) or more")
         self.pool = pool
         self.max_recoveries = max_recoveries
         self._iteration = iteration
         self._after_restart = after_restart   # makes again what a backend restart closed
+        self.tracer = tracer                  # each recovery a slice of the run's trace
         self.records: list[RecoveryRecord] = []
 
     @property
@@ -130,6 +132,7 @@ class Recovery:
                         graph, key, error.code, error.code_name, rec.iteration, _describe(what, key),
                         self.used, self.max_recoveries)
             keys = pool.stale_with(key) if what == "contexts" else [key]
+            start = self.tracer.now() if self.tracer is not None else 0
             try:
                 rec.contexts = pool.recreate(keys, restart_backend=what == "backend")
                 if what == "backend" and self._after_restart is not None:
@@ -137,6 +140,7 @@ class Recovery:
                 result = call(pool.live_context(key))
             except QnnError as e:
                 rec.seconds = time.perf_counter() - t0
+                self._traced(rec, start)
                 if not is_transient(e):
                     raise
                 # the next step, or the one the new code calls for when that goes further
@@ -144,7 +148,16 @@ class Recovery:
                 continue
             rec.seconds = time.perf_counter() - t0
             rec.succeeded = True
+            self._traced(rec, start)
             return result
+
+    def _traced(self, rec: RecoveryRecord, start: int) -> None:
+        """The recovery as a slice (its re-creations and the call's re-run inside it)."""
+        if self.tracer is not None:
+            self.tracer.span(f"recovery: re-create {rec.recreated}", "recovery", start,
+                             {"graph": rec.graph, "context": rec.context, "code": rec.code,
+                              "code_name": rec.code_name, "contexts": len(rec.contexts),
+                              "succeeded": rec.succeeded, "iteration": rec.iteration})
 
     def _give_up(self, key: str, graph: str, error: QnnError, tried: int,
                  budget: bool) -> RecoveryError:

@@ -1,8 +1,9 @@
 """The one order a process that holds contexts closes what it owns, whichever it is (a Program in
 the main process, a PD worker): the pool (its contexts, newest first: they deregister their shared
 buffers before contextFree), what else lives on the backend (shared memory, QNN profiles), the
-binaries (their mappings), other files the loader opened, the backend and device, and last the
-heap profiler's final mark (QNN returns per-backend host memory only when the backend goes).
+binaries (their mappings), other files the loader opened, the backend and device, the heap
+profiler's final mark (QNN returns per-backend host memory only when the backend goes), and last
+the trace the process writes (every free in it).
 Every step runs even when an earlier one fails; the first failure is raised at the end."""
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class Holdings:
     owned: list[Closable] = field(default_factory=list)        # e.g. the mapped .pte file
     backend: Closable | None = None
     heap: object | None = None                                 # a profiling.heap.HeapProfiler
+    trace: Closable | None = None                              # a profiling.trace.Tracer to write
 
 
 def close_all(h: Holdings) -> None:
@@ -44,6 +46,8 @@ def close_all(h: Holdings) -> None:
         if h.backend is not None:
             steps.append(lambda: heap.mark("backend_freed"))  # type: ignore[attr-defined]
         steps.append(heap.close)  # type: ignore[attr-defined]
+    if h.trace is not None:
+        steps.append(h.trace.close)
     first: BaseException | None = None
     for step in steps:
         try:

@@ -33,8 +33,8 @@ class ContextPool:
     """Owns the live contexts of a program and applies a residency policy to them.
 
     `binaries` maps a context key to its ContextBinary. `hooks` (e.g. the heap profiler) get
-    before_create(key), after_create(key, ok, pd_estimate_bytes), after_free(key, evicted) and
-    mark(event, context=...). `watch` ("worker" vetting) notes the creation and the first graph
+    before_create(key), after_create(key, ok, pd_estimate_bytes), before_free / after_free(key,
+    evicted) and mark(event, context=...). `watch` ("worker" vetting) notes the creation and the first graph
     run of the contexts whose keys it holds; until each has run once, `live_contexts` sends plans through
     acquire/release, where that note is written. Thread model: one caller thread (the executor) plus one prefetch
     thread; creations are serialized, eviction decisions are made on the caller thread.
@@ -126,6 +126,8 @@ class ContextPool:
             if ctx is None:
                 return
         profile = Profile(self.backend, "basic") if self._maker.dsp_state() == "on" else None
+        if self.hooks:
+            self.hooks.before_free(key, evicted=evicted)
         try:
             ctx.close(profile)
             with self._lock:
