@@ -14,7 +14,7 @@ import numpy as np
 from qnnrt._capi.types import LOG_LEVEL_NAMES
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.units import format_bytes
-from qnnrt.cli.run import add_performance_options
+from qnnrt.cli.run import add_performance_options, add_trace_options, finish_trace, open_tracer
 
 
 def add_parser(sub) -> None:
@@ -31,6 +31,7 @@ def add_parser(sub) -> None:
     p.add_argument("--log-level", default="warn",
                    choices=LOG_LEVEL_NAMES)
     add_performance_options(p)
+    add_trace_options(p)
     p.set_defaults(func=run)
 
 
@@ -61,7 +62,23 @@ def _reference(program: Path) -> tuple[dict, dict]:
     return inputs, reference_outputs(model, inputs)
 
 
+def next_commands(program: Path, preset: str) -> str:
+    """What to run next: the program with every profile that fills `qnnrt plot`'s panels (heap
+    timeline, latency histogram, per-graph time), its report plotted, and its trace."""
+    iterations = 10 if preset == "tiny" else 2
+    return (f"qnnrt run {program} --iteration {iterations} --heap-profiling-path heap.txt "
+            f"--profile-level basic --report r.json --trace trace.json && qnnrt plot r.json")
+
+
 def run(args) -> int:
+    tracer = open_tracer(args)
+    try:
+        return _run(args, tracer)
+    finally:   # the eager attempt's failure is in it too
+        finish_trace(tracer)
+
+
+def _run(args, tracer) -> int:
     from qnnrt.cli.io_files import write_outputs
     from qnnrt.cli.run import latency_stats, performance_options
     from qnnrt.loader import LoadOptions, load
@@ -80,7 +97,8 @@ def run(args) -> int:
         print("\n1) residency eager: create every context up front (what ExecuTorch / ORT do)")
         t0 = time.perf_counter()
         try:
-            with load(program, residency="eager", options=LoadOptions(log_level=args.log_level)):
+            with load(program, residency="eager", options=LoadOptions(log_level=args.log_level,
+                                                                        trace=tracer)):
                 print("   all contexts fit (this machine's PD budget is larger than expected)")
         except QnnError as e:
             first = str(e).splitlines()[0]
@@ -94,7 +112,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     with load(program, residency=args.residency,
               options=LoadOptions(log_level=args.log_level, heap_profiling_path=str(heap_path),
-                                  **performance_options(args))) as prog:
+                                  trace=tracer, **performance_options(args))) as prog:
         method = prog.method("forward")
         latencies: list[float] = []
         first_s: float | None = None
@@ -138,5 +156,5 @@ def run(args) -> int:
         print(f"  performance   {perf['summary']}")
         for note in perf["notes"]:
             print(f"  note          {note}")
-    print(f"\nnext: qnnrt run {program} --iteration 10 --report r.json && qnnrt plot r.json")
+    print(f"\nnext: {next_commands(program, preset)}")
     return 0

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, latency_stats, open_program,
-                           print_performance, print_recoveries, write_report)
+from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, finish_trace, latency_stats,
+                           open_program, open_tracer, print_performance, print_recoveries, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.fileio import check_output_path, write_atomic
 from qnnrt.llm.text import INSTALL_HINT
@@ -144,6 +144,14 @@ def _check_vocab(ids: list[int], vocab: int, what: str) -> None:
 
 
 def run(args) -> int:
+    tracer = open_tracer(args)
+    try:
+        return _run(args, tracer)
+    finally:   # a failed run's trace too: it shows where it stopped
+        finish_trace(tracer)
+
+
+def _run(args, tracer) -> int:
     from qnnrt.llm import LlmRunner, Sampler, SamplingOptions, layout_of
     from qnnrt.llm.text import TextModel, TextTokenizer
     if args.max_new_tokens < 1:
@@ -166,7 +174,7 @@ def run(args) -> int:
     tokenizer = TextTokenizer.from_path(args.tokenizer) if args.tokenizer else None
     sampler = Sampler(SamplingOptions(args.temperature, args.top_k, args.top_p, args.seed))  # checks them
     t_start = time.perf_counter()
-    prog, profiler = open_program(args, default_mode="burst")   # what qnn_llama_runner votes
+    prog, profiler = open_program(args, default_mode="burst", tracer=tracer)   # qnn_llama_runner's vote
     report: dict[str, Any] = {"path": str(args.path)}
     try:
         layout = layout_of(prog)

@@ -215,7 +215,8 @@ def _output_folders(argv: list[str]) -> list[str]:
     """The folders a command writes into, from its arguments (where a killed worker's temp files
     can be)."""
     flags = {"--output-dir": True, "--report": False, "--heap-profiling-path": False,
-             "--profile-path": False, "--dump-logits": True, "-o": False, "--output": False}
+             "--profile-path": False, "--dump-logits": True, "-o": False, "--output": False,
+             "--trace": False}
     out = []
     for i, a in enumerate(argv):
         name, eq, val = a.partition("=")

@@ -59,6 +59,7 @@ def add_runtime_options(p) -> None:
     p.add_argument("--heap-profiling-path", help="write the heap profile (two lines + .json)")
     p.add_argument("--profile-level", default="off", choices=list(PROFILE_LEVELS))
     p.add_argument("--profile-path", help="write the execution profile (JSON + CSV)")
+    add_trace_options(p)
     p.add_argument("--max-input-bytes", help="refuse an inference whose inputs would take more "
                    "(e.g. 2GiB; default: QNNRT_MAX_INPUT_BYTES, else a quarter of the RAM)")
     p.add_argument("--max-recoveries", type=int, default=DEFAULT_MAX_RECOVERIES, metavar="N",
@@ -74,6 +75,42 @@ def add_runtime_options(p) -> None:
     p.add_argument("--log-level", default="warn",
                    choices=LOG_LEVEL_NAMES)
     add_performance_options(p)
+
+
+def add_trace_options(p) -> None:
+    """--trace FILE.json (run, llm, serve, demo): the whole run as a Chrome trace-event file."""
+    from qnnrt.profiling.trace import DEFAULT_MAX_EVENTS
+    p.add_argument("--trace", metavar="FILE.json",
+                   help="write a Chrome trace-event file of the whole run (open it in Perfetto UI or "
+                        "chrome://tracing): a track per process (this one, each PD worker), context "
+                        "creations / frees / evictions, every graph call, CPU ops, LLM phases, "
+                        "requests; counters of live contexts, PD bytes and (with "
+                        "--heap-profiling-path) the heap; QNN's per-op events at --profile-level detailed")
+    p.add_argument("--trace-max-events", type=int, default=DEFAULT_MAX_EVENTS, metavar="N",
+                   help=f"--trace keeps at most N events, then notes how many it dropped "
+                        f"(default {DEFAULT_MAX_EVENTS})")
+
+
+def open_tracer(args):
+    """The run's Tracer when --trace is given (its file checked writable now), else None."""
+    path = getattr(args, "trace", None)
+    if path is None:
+        return None
+    from qnnrt.profiling.trace import Tracer
+    check_writable(path, "trace")
+    return Tracer(path, max_events=args.trace_max_events)
+
+
+def finish_trace(tracer) -> None:
+    """Write the trace (after every program closed: their frees are in it) and say where."""
+    if tracer is None:
+        return
+    path = tracer.write()
+    s = tracer.summary()
+    capped = (f"; its cap of {s['max_events']} events was reached, {s['dropped']} later event(s) "
+              f"dropped (--trace-max-events)" if s["dropped"] else "")
+    print(f"trace: {path} ({s['events']} events, {s['processes']} process track(s); open it in "
+          f"https://ui.perfetto.dev or chrome://tracing){capped}")
 
 
 def _max_pds(args) -> dict:
@@ -118,9 +155,10 @@ def performance_options(args, default_mode: str | None = None) -> dict:
             "shared_buffer": getattr(args, "shared_buffer", None)}
 
 
-def open_program(args, graph: str | None = None, default_mode: str | None = None):
+def open_program(args, graph: str | None = None, default_mode: str | None = None, tracer=None):
     """(program, execution profiler or None) loaded with the shared runtime options;
-    `default_mode`: the performance mode when neither the user nor the file names one."""
+    `default_mode`: the performance mode when neither the user nor the file names one; `tracer`:
+    the run's trace (open_tracer), which the command writes when it is done."""
     from qnnrt.loader import LoadOptions, load
     from qnnrt.runtime.vet import VetMode
     quiet = getattr(args, "quiet", False)
@@ -154,6 +192,7 @@ def open_program(args, graph: str | None = None, default_mode: str | None = None
                                         progress=load_progress, pd_budget=args.pd_budget,
                                         vet=vet, vet_progress=vet_progress,
                                         max_recoveries=args.max_recoveries, **_max_pds(args),
+                                        trace=tracer,
                                         **performance_options(args, default_mode)))
     if vet_bar:
         vet_bar.done()
@@ -255,6 +294,14 @@ def _exec_profiler(level: str):
 
 
 def run(args) -> int:
+    tracer = open_tracer(args)
+    try:
+        return _run(args, tracer)
+    finally:   # a failed run's trace too: it shows where it stopped
+        finish_trace(tracer)
+
+
+def _run(args, tracer) -> int:
     if args.iteration < 1 or args.warm_up < 0:
         raise QnnrtError("--iteration must be >= 1 and --warm-up >= 0")
     if args.graph and Path(args.path).suffix != ".bin" and not Path(args.path).is_file():
@@ -262,7 +309,7 @@ def run(args) -> int:
     check_targets(args)  # before the work: a bad path never costs a load or a run
     set_max_input_bytes(args.max_input_bytes)
     t_start = time.perf_counter()
-    prog, profiler = open_program(args, args.graph)
+    prog, profiler = open_program(args, args.graph, tracer=tracer)
     quiet, tty = getattr(args, "quiet", False), sys.stderr.isatty()
     try:
         load_s = time.perf_counter() - t_start

@@ -12,7 +12,8 @@ from typing import Any
 
 from qnnrt.cli.llm import add_speculative_options, cycles_reader, speculative_options
 from qnnrt.cli.process import Stopped, stop_signals
-from qnnrt.cli.run import add_profiles, add_runtime_options, check_targets, open_program, write_report
+from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, finish_trace, open_program,
+                           open_tracer, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.install import extra_hint
 from qnnrt.units import parse_size
@@ -85,6 +86,14 @@ def _check_args(args) -> tuple[str | None, int]:
 
 
 def run(args) -> int:
+    tracer = open_tracer(args)
+    try:
+        return _run(args, tracer)
+    finally:   # after every program closed (their frees are in it), also after a signal
+        finish_trace(tracer)
+
+
+def _run(args, tracer) -> int:
     require_stack()
     key, max_body = _check_args(args)
     from qnnrt.llm import LlmRunner, layout_of
@@ -103,7 +112,7 @@ def run(args) -> int:
         print(f"qnnrt serve: warning: listening on {args.host} without --api-key: anyone who can reach "
               f"this address can use the model", file=sys.stderr)
     t_start = time.perf_counter()
-    prog, profiler = open_program(args)
+    prog, profiler = open_program(args, tracer=tracer)
     report: dict[str, Any] = {"path": str(args.path)}
     signum: int | None = None
     engine: Engine | None = None
@@ -119,14 +128,14 @@ def run(args) -> int:
             # loaded after the LLM, in the same process: the PD planner counts the LLM's live contexts
             # (the heap and execution profiles stay the LLM's)
             emb_args = vars(args) | {"path": args.embeddings, "heap_profiling_path": None, "profile_level": "off"}
-            emb_prog, _ = open_program(argparse.Namespace(**emb_args))
+            emb_prog, _ = open_program(argparse.Namespace(**emb_args), tracer=tracer)
             roles = args.embeddings_inputs.split(",") if args.embeddings_inputs else None
             embedder = EmbeddingModel(emb_prog, emb_tokenizer, Pooling.of_folder(args.embeddings_tokenizer), roles)
             report["embeddings"] = {"path": str(args.embeddings), **embedder.describe()}
         report["layout"] = runner.layout.describe()
         report["load_s"] = round(time.perf_counter() - t_start, 6)
         engine = Engine(CachedGenerator(runner), text, max_queue=args.max_queue, reuse_kv=not args.no_kv_reuse,
-                        pd_in_use=lambda: _pd_in_use(prog, emb_prog), embedder=embedder)
+                        pd_in_use=lambda: _pd_in_use(prog, emb_prog), embedder=embedder, tracer=tracer)
         engine.start()
         model_id = args.model_name or Path(args.path).stem
         grammars = GrammarCompiler(tokenizer, runner.layout.vocab_size, text.stop_ids) if text.stop_ids else None

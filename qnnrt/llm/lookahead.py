@@ -200,7 +200,7 @@ class LookaheadDecoder:
             slot = self.at.guess_base + active[0] * (o.ngram - 1) + v
         # the guesses that held are the inputs of the chosen slots after slot 0
         self._checked = ForwardGuesses(len(guesses) * (o.ngram - 1), len(self._selected) - 1)
-        return Block(out, rows)
+        return Block(out, rows, self._checked)
 
     def _advance_window(self, raw: np.ndarray) -> None:
         """Levels move up one; the deepest level becomes what the model chose after it; each

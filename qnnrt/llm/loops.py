@@ -10,10 +10,12 @@ import numpy as np
 
 from qnnrt.errors import InputError
 
+from qnnrt.llm.decode_stats import ForwardGuesses
 from qnnrt.llm.errors import ContextLengthError
 from qnnrt.llm.kv_cache import KVCache, WindowTree, build_step_inputs, split_outputs
 from qnnrt.llm.layout import LlmLayout, MethodLayout
 from qnnrt.llm.sampling import Sampler, log_softmax
+from qnnrt.runtime.hooks import Tracing
 
 RunFn = Callable[[str, Mapping[str, np.ndarray]], Any]
 
@@ -76,8 +78,10 @@ def row_of(layout: LlmLayout, row: np.ndarray) -> np.ndarray:
 
 
 def prefill(run: RunFn | Steps, layout: LlmLayout, cache: KVCache, prompt: Sequence[int], *,
-            pad_token: int = 0, all_logits: list | None = None) -> np.ndarray:
-    """Process ``prompt`` from cache.n_past in windows of T; return the float logits for the next token."""
+            pad_token: int = 0, all_logits: list | None = None,
+            tracer: Tracing | None = None) -> np.ndarray:
+    """Process ``prompt`` from cache.n_past in windows of T; return the float logits for the next
+    token. `tracer`: each window a slice of the run's trace."""
     steps = as_steps(run, layout)
     m = layout.prefill
     prompt = [int(t) for t in prompt]
@@ -91,7 +95,12 @@ def prefill(run: RunFn | Steps, layout: LlmLayout, cache: KVCache, prompt: Seque
     last = None
     for j in range(0, len(prompt), m.ar_len):
         chunk = prompt[j:j + m.ar_len]
-        raw = call(steps, m, cache, chunk, pad_token)
+        if tracer is None:
+            raw = call(steps, m, cache, chunk, pad_token)
+        else:
+            with tracer.scope("prefill chunk", "llm", {"method": m.name, "tokens": len(chunk),
+                                                       "n_past": cache.n_past}):
+                raw = call(steps, m, cache, chunk, pad_token)
         if all_logits is not None:
             all_logits.extend(row_of(layout, r) for r in raw[0, :len(chunk)])
             last = all_logits[-1]
@@ -111,10 +120,11 @@ def _pct(xs: Sequence[float], q: float) -> float:
 
 @dataclass
 class Block:
-    """What one decode forward chose: the tokens in order, and the float logits row each was
-    chosen from."""
+    """What one decode forward chose: the tokens in order, the float logits row each was chosen
+    from, and what it checked (guessed tokens offered and held; None: a plain forward)."""
     tokens: list[int]
     rows: list[np.ndarray]
+    guesses: ForwardGuesses | None = None
 
 
 class Decoder(Protocol):
@@ -224,7 +234,8 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
              seq_len: int | None = None, pad_token: int = 0, cache: KVCache | None = None,
              on_token: Callable[[int], bool | None] | None = None, keep_logits: bool = False,
              clock: Callable[[], float] = time.perf_counter, strategy: DecodeStrategy = PLAIN,
-             context: Sequence[int] = (), cycles: CycleCounter | None = None) -> GenerationResult:
+             context: Sequence[int] = (), cycles: CycleCounter | None = None,
+             tracer: Tracing | None = None) -> GenerationResult:
     """Prefill ``prompt`` then decode until EOS, ``max_new_tokens`` or the sequence limit.
 
     seq_len (default: context length, clamped to it) bounds positions: at most seq_len - len(prompt)
@@ -233,10 +244,32 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
     on_token(token) returning True stops generation after that token (a stop string, a client gone).
     `strategy` makes the decoder (plain, or speculative: llm/speculative.py); `context` are the
     tokens the cache already holds (what a draft may quote besides the prompt); `cycles` reads
-    what QNN's profile counted (the decode phase's cycles and graph executions are reported).
+    what QNN's profile counted (the decode phase's cycles and graph executions are reported);
+    `tracer` times the generation in the run's trace (prefill chunks, each decode forward or
+    verification with what it drafted and accepted, each sampling: llm/tracing.py).
     """
     steps = as_steps(run, layout)
     sampler = sampler or Sampler()
+    if tracer is not None:
+        from qnnrt.llm.tracing import TracedSampler
+        sampler = TracedSampler(sampler, tracer)
+        with tracer.scope("generate", "llm", {"prompt_tokens": len(prompt),
+                                              "max_new_tokens": max_new_tokens}) as scope:
+            result = _generate(steps, layout, prompt, max_new_tokens, sampler, eos_ids, seq_len,
+                               pad_token, cache, on_token, keep_logits, clock, strategy, context,
+                               cycles, tracer)
+            scope.note(generated=len(result.tokens), stop_reason=result.stop_reason)
+        return result
+    return _generate(steps, layout, prompt, max_new_tokens, sampler, eos_ids, seq_len, pad_token,
+                     cache, on_token, keep_logits, clock, strategy, context, cycles, None)
+
+
+def _generate(steps: Steps, layout: LlmLayout, prompt: Sequence[int], max_new_tokens: int,
+              sampler: Callable[[np.ndarray], int], eos_ids: Sequence[int] | None, seq_len: int | None,
+              pad_token: int, cache: KVCache | None, on_token: Callable[[int], bool | None] | None,
+              keep_logits: bool, clock: Callable[[], float], strategy: DecodeStrategy,
+              context: Sequence[int], cycles: CycleCounter | None,
+              tracer: Tracing | None) -> GenerationResult:
     eos = frozenset(layout.eos_ids if eos_ids is None else eos_ids)
     C = layout.decode_limit
     seq_len = C if seq_len is None or seq_len <= 0 else min(int(seq_len), C)
@@ -250,7 +283,7 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
     t0 = clock()
     n0 = cache.n_past
     kept: list[np.ndarray] = []
-    logits = prefill(steps, layout, cache, prompt, pad_token=pad_token)
+    logits = prefill(steps, layout, cache, prompt, pad_token=pad_token, tracer=tracer)
     prefill_calls = -(-len(prompt) // layout.prefill.ar_len)
     tok = sampler(logits)
     t1 = clock()
@@ -278,6 +311,7 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
             reason = "context"
             break
         ta = clock()
+        began = tracer.now() if tracer is not None else 0
         block = decoder.forward(cache, seq, min(max_new_tokens - len(out), seq_len - 1 - pos))
         forwards += 1
         used = 0
@@ -293,6 +327,8 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
                 break
         decoder.commit(cache, used)
         decode_s.extend([(clock() - ta) / used] * used)
+        if tracer is not None:
+            _trace_forward(tracer, began, block.guesses, used)
     result = GenerationResult(prompt, out, reason, t1 - t0, prefill_calls, decode_s, kept, forwards,
                               decoder.report())
     if cycles is not None and c1 is not None:
@@ -300,6 +336,16 @@ def generate(run: RunFn | Steps, layout: LlmLayout, prompt: Sequence[int], max_n
         result.decode_cycles = cycles.accel_cycles() - c1[0]
         result.decode_executions = {g: n - c1[1].get(g, 0) for g, n in ran.items() if n > c1[1].get(g, 0)}
     return result
+
+
+def _trace_forward(tracer: Tracing, began: int, guesses: ForwardGuesses | None, kept: int) -> None:
+    """A decode forward's slice: a plain one, or a verification with the guesses it checked and
+    how many of them the generation kept (as the report's `speculative` section counts them)."""
+    if guesses is None:
+        tracer.span("decode", "llm", began, {"tokens": kept})
+    else:
+        tracer.span("verify", "llm", began, {"tokens": kept, "drafted": guesses.drafted,
+                                             "accepted": min(guesses.accepted, kept)})
 
 
 @dataclass
@@ -319,7 +365,7 @@ class ScoreResult:
 
 
 def score(run: RunFn | Steps, layout: LlmLayout, tokens: Sequence[int], *, n_prefill: int | None = None,
-          pad_token: int = 0, cache: KVCache | None = None) -> ScoreResult:
+          pad_token: int = 0, cache: KVCache | None = None, tracer: Tracing | None = None) -> ScoreResult:
     """Teacher-forced pass: the first n_prefill tokens (default: as many of tokens[:-1] as the prompt
     processor holds) through prefill, the rest one at a time through decode."""
     toks = [int(t) for t in tokens]
@@ -336,7 +382,7 @@ def score(run: RunFn | Steps, layout: LlmLayout, tokens: Sequence[int], *, n_pre
         raise InputError(f"n_prefill {n_prefill} outside [1, {len(toks) - 1}]")
     steps = as_steps(run, layout)
     rows: list[np.ndarray] = []
-    prefill(steps, layout, cache, toks[:n_prefill], pad_token=pad_token, all_logits=rows)
+    prefill(steps, layout, cache, toks[:n_prefill], pad_token=pad_token, all_logits=rows, tracer=tracer)
     for t in toks[n_prefill:-1]:       # within the decode method's slots: checked above
         rows.append(decode_step(steps, layout, cache, t))
     lp = [float(log_softmax(r)[t]) for r, t in zip(rows, toks[1:])]

@@ -103,8 +103,10 @@ class LlmRunner:
         """`context`: the tokens `cache` already holds (a draft may quote them)."""
         return generate(self.steps, self.layout, prompt, max_new_tokens, sampler=sampler, eos_ids=eos_ids,
                         seq_len=seq_len, on_token=on_token, keep_logits=keep_logits,
-                        cache=self._cache(cache), strategy=self.strategy, context=context, cycles=self.cycles)
+                        cache=self._cache(cache), strategy=self.strategy, context=context, cycles=self.cycles,
+                        tracer=self.program.tracer)
 
     def score(self, tokens: Sequence[int], *, n_prefill: int | None = None,
               cache: KVCache | None = None) -> ScoreResult:
-        return score(self.steps, self.layout, tokens, n_prefill=n_prefill, cache=self._cache(cache))
+        return score(self.steps, self.layout, tokens, n_prefill=n_prefill, cache=self._cache(cache),
+                     tracer=self.program.tracer)

@@ -8,7 +8,7 @@ then the choice. Penalties count the tokens this sampler chose (OpenAI's "the te
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Protocol
+from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -161,6 +161,13 @@ class Sampler:
             keep = int(np.count_nonzero(p >= o.min_p * p[0]))
             order, p = order[:keep], p[:keep] / p[:keep].sum()
         return order, p
+
+
+def verify_token(sampler: Callable[[np.ndarray], int], row: np.ndarray, draft: int) -> int:
+    """The token chosen at a drafted position: the sampler's `verify` (the acceptance rule), or,
+    for a plain callable, its own choice (exact for a deterministic one)."""
+    verify = getattr(sampler, "verify", None)
+    return int(verify(row, draft)) if verify is not None else int(sampler(row))
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:

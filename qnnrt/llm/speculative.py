@@ -27,6 +27,7 @@ from qnnrt.llm.kv_cache import KVCache
 from qnnrt.llm.layout import LlmLayout, MethodLayout
 from qnnrt.llm.lookahead import Lookahead, LookaheadOptions
 from qnnrt.llm.loops import Block, DecodeStrategy, Decoder, Steps, row_of
+from qnnrt.llm.sampling import verify_token
 
 SPECULATIVE_MODES = ("prompt-lookup", "lookahead")
 DRAFT_POLICIES = ("auto", "always", "never")
@@ -120,13 +121,6 @@ class DraftSwitch:
             self._watched = None
 
 
-def verify_token(sampler: Callable[[np.ndarray], int], row: np.ndarray, draft: int) -> int:
-    """The token chosen at a drafted position: the sampler's `verify` (the acceptance rule), or,
-    for a plain callable, its own choice (exact for a deterministic one)."""
-    verify = getattr(sampler, "verify", None)
-    return int(verify(row, draft)) if verify is not None else int(sampler(row))
-
-
 class SpeculativeDecoder:
     """One generation's forwards: a plain decode call, or the last token and a draft through the
     verifier."""
@@ -195,7 +189,7 @@ class SpeculativeDecoder:
                 break
         self._checked = ForwardGuesses(len(draft), accepted)
         self.switch.verified(len(tokens))
-        return Block(tokens, rows)
+        return Block(tokens, rows, self._checked)
 
     def commit(self, cache: KVCache, n: int) -> None:
         self.steps.commit(self._last, cache, n)

@@ -143,17 +143,21 @@ class Tracer:
         if events:
             figures, ops = execute_figures(events)
             args.update(figures)
+        total = sum(v for _, _, v in ops)
+        spans = []
+        if total > 0:   # ops of no cost (fused away, QNN says 0) get no slice
+            at, span = start, end_ns - start
+            unit = "cycles" if "cycles" in args else "us"
+            for name, op_id, value in ops:
+                dur = int(span * value / total)
+                if dur > 0:
+                    spans.append((name, at, at + dur, {unit: value, "op_id": op_id}))
+                at += dur
+            args["ops"] = len(ops)
         tid = self._tid()
         self._add(Span(f"{context} {graph}", "graph", tid, start, end_ns, args))
-        total = sum(v for _, _, v in ops)
-        if total <= 0:
-            return
-        at, span = start, end_ns - start
-        unit = "cycles" if "cycles" in args else "us"
-        for name, op_id, value in ops:
-            dur = int(span * value / total)
-            self._add(Span(name, "op", tid, at, at + dur, {unit: value, "op_id": op_id}))
-            at += dur
+        for name, a, b, op_args in spans:
+            self._add(Span(name, "op", tid, a, b, op_args))
 
     # -- as the context pool's hooks (runtime/hooks.py PoolHooks) ----------------------------------
     @property

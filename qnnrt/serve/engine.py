@@ -16,11 +16,12 @@ from qnnrt.errors import QnnrtError
 from qnnrt.llm.embedding import EmbeddingModel
 from qnnrt.llm.errors import ContextLengthError
 from qnnrt.llm.grammar import Grammar
-from qnnrt.llm.sampling import Sampler, SamplingOptions, log_softmax
+from qnnrt.llm.sampling import Sampler, SamplingOptions, TokenConstraint, log_softmax
 from qnnrt.llm.session import CachedGenerator
 from qnnrt.llm.speculative import verify_token
 from qnnrt.llm.text import TextModel
 from qnnrt.llm.textgen import TextGeneration, generate_text
+from qnnrt.llm.tracing import TracedConstraint, Tracing
 
 log = logging.getLogger("qnnrt.serve")
 
@@ -150,8 +151,9 @@ class Engine:
 
     def __init__(self, generator: CachedGenerator, text: TextModel, *, max_queue: int = 16,
                  reuse_kv: bool = True, pd_in_use: Callable[[], int | None] = lambda: None,
-                 embedder: EmbeddingModel | None = None):
+                 embedder: EmbeddingModel | None = None, tracer: Tracing | None = None):
         self.generator, self.text, self.max_queue, self.reuse_kv = generator, text, max_queue, reuse_kv
+        self.tracer = tracer    # each request a slice of the run's trace (its generation inside)
         self.embedder = embedder
         self._pd_in_use = pd_in_use
         self._waiting: deque[Job | EmbedJob] = deque()
@@ -221,16 +223,24 @@ class Engine:
                     return
                 job = self._running = self._waiting.popleft()
             try:
-                if job.cancelled.is_set():
-                    self.totals["cancelled"] += 1
-                    self._record(job, "cancelled before it started", {})
-                elif isinstance(job, EmbedJob):
-                    self._embed(job)
+                if self.tracer is None:
+                    self._job(job)
                 else:
-                    self._run(job)
+                    with self.tracer.scope(f"request {job.request_id}", "serve",
+                                           {"endpoint": job.endpoint}):
+                        self._job(job)
             finally:
                 with self._cond:
                     self._running = None
+
+    def _job(self, job: Job | EmbedJob) -> None:
+        if job.cancelled.is_set():
+            self.totals["cancelled"] += 1
+            self._record(job, "cancelled before it started", {})
+        elif isinstance(job, EmbedJob):
+            self._embed(job)
+        else:
+            self._run(job)
 
     def _attempt(self, job: Job | EmbedJob, what: str, work: Callable[[], T]) -> T | None:
         """`work()`, or None once the job failed: a prompt over the context is a 400, a qnnrt error
@@ -289,7 +299,9 @@ class Engine:
 
     def _choice(self, job: Job, index: int) -> TextGeneration:
         """One choice, its events emitted as it goes; the later ones reuse the prompt's KV entries."""
-        constraint = job.grammar.matcher() if job.grammar is not None else None
+        constraint: TokenConstraint | None = job.grammar.matcher() if job.grammar is not None else None
+        if constraint is not None and self.tracer is not None:
+            constraint = TracedConstraint(constraint, self.tracer)
         sampler = Sampler(job.sampling.for_choice(index), constraint)
         lp = LogprobSampler(sampler, job.top_logprobs) if job.top_logprobs is not None else None
 

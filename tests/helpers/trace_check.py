@@ -93,7 +93,8 @@ def parent_of(t: Trace, s: dict[str, Any]) -> dict[str, Any] | None:
     for p in t.slices:
         if p is s or (p["pid"], p["tid"]) != (s["pid"], s["tid"]):
             continue
-        if p["ts"] - EPS_US <= s["ts"] and s["ts"] + s["dur"] <= p["ts"] + p["dur"] + EPS_US \
+        end = p["ts"] + p["dur"]
+        if p["ts"] - EPS_US <= s["ts"] < end - EPS_US and s["ts"] + s["dur"] <= end + EPS_US \
                 and (p["dur"], p["ts"]) != (s["dur"], s["ts"]):
             if best is None or p["dur"] < best["dur"]:
                 best = p
