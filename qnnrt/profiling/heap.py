@@ -23,6 +23,7 @@ from collections import Counter
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from qnnrt._capi.libc import mallinfo_reader
+from qnnrt.core.clock import CLOCK
 from qnnrt.fileio import check_output_path, write_atomic
 
 __all__ = ["HeapSource", "HostHeapSource", "PdEstimateSource", "DspHeapSource", "HeapProfiler",
@@ -209,6 +210,7 @@ class HeapProfiler:
         self._lock = threading.Lock()
         self._clock = clock
         self._t0 = clock()
+        self._origin_ns = CLOCK()   # the run's trace clock at time 0: aligns the processes' timelines
         self.sources: list[Any] = list(_default_sources() if sources is None else sources)
         names = [s.name for s in self.sources]
         if len(set(names)) != len(names):
@@ -523,6 +525,7 @@ class HeapProfiler:
                 sources[s.name].update(s.details())
         out: dict[str, Any] = {
             "closed": self._closed,
+            "clock_origin_ns": self._origin_ns,
             "sources": sources,
             "stats": dict(self._stats, live=sum(self._live.values()), pending=sum(self._pending.values()),
                           first_context=self._first_context,

@@ -117,3 +117,103 @@ def test_missing_matplotlib_names_the_install_command(tmp_path, monkeypatch):
         run_plot(argparse.Namespace(report=str(report), output=None))
     from qnnrt.install import extra_hint
     assert extra_hint("plot", "matplotlib") in str(e.value)
+
+
+# -- what the figure shows (its artists, not its pixels) -------------------------------------------
+def multi_pd_report(pds: int = 3) -> dict:
+    """A multi-PD report as `qnnrt run` writes it: PD 0's heap report with each worker's under
+    `processes`, a profile of context files with one hash-named graph each."""
+    reports = []
+    for pd in range(pds):
+        ticks = iter(range(10_000))
+        heap = HeapProfiler(clock=lambda: next(ticks) * 0.01)
+        heap.dsp.mark_unsupported("DSP memory profiling is not supported by this backend (QNN error 1000 on "
+                                  "context creation with HTP context config option 4; the x86 simulator "
+                                  "refuses it, devices support it); host heap values are reported instead")
+        for i in range(3):
+            heap.before_create(f"contexts/c{pd}{i}.bin")
+            heap.after_create(f"contexts/c{pd}{i}.bin", True, 10523136)
+        for i in range(3):
+            heap.after_free(f"contexts/c{pd}{i}.bin")
+        heap.close()
+        reports.append(heap.to_json())
+    main = reports[0]
+    main["processes"] = {f"pd{i}": r for i, r in enumerate(reports) if i}
+    prof = ExecutionProfiler("basic")
+    for c in range(4):
+        prof.record("execute", f"QNNExecutionProvider_QNN_16274589000488852_{c}_0", f"contexts/ctx_{c:03d}.bin",
+                    [{"name": "QNN (execute) time", "type": 400, "unit": "us", "value": 100 * (c + 1), "sub": []}])
+    lat = [4.0, 4.1, 4.3]
+    return {"path": "prog", "method": "forward", "iterations": 3, "heap": main, "profile": prof.to_json(),
+            "latency_ms": {"min": 4.0, "median": 4.1, "p90": 4.3, "max": 4.3, "all": lat},
+            "residency": {"policy": "multi-pd:3", "pds": pds}}
+
+
+def _drawn(report: dict):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from qnnrt.cli.plot import build_figure
+    fig = build_figure(report)
+    FigureCanvasAgg(fig).draw()    # lays out: legends and ticks are where a PNG has them
+    return fig
+
+
+def test_a_multi_pd_report_draws_every_pds_heap_timeline():
+    needs_matplotlib()
+    fig = _drawn(multi_pd_report(3))
+    titles = [ax.get_title() for ax in fig.axes]
+    for pd, who in ((0, "this process"), (1, "worker process"), (2, "worker process")):
+        assert any(f"PD {pd} ({who})" in t for t in titles), titles
+    series = {line.get_gid() for ax in fig.axes for line in ax.get_lines() if line.get_gid()}
+    for pd, who in ((0, "this process"), (1, "worker process"), (2, "worker process")):
+        for name in ("host malloc in use", "PD in use (QNN estimate)", "live contexts"):
+            assert f"PD {pd} ({who}): {name}" in series, series
+    live = [line for ax in fig.axes for line in ax.get_lines() if (line.get_gid() or "").endswith("live contexts")]
+    assert all(max(line.get_ydata()) == 3 for line in live)
+    assert "PD 2 (this process)" not in " ".join(titles)
+
+
+def test_legends_sit_outside_the_data_and_count_ticks_are_whole():
+    needs_matplotlib()
+    fig = _drawn(multi_pd_report(2))
+    renderer = fig.canvas.get_renderer()
+    legends = [(ax, ax.get_legend()) for ax in fig.axes if ax.get_legend() is not None]
+    assert len(legends) >= 4     # each heap panel, the latency and the graph panel
+    for ax, leg in legends:
+        box, area = leg.get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert box.x0 >= area.x1, (ax.get_title(), box, area)    # right of the axes
+    counts = [ax for ax in fig.axes if ax.get_ylabel() in ("live contexts", "iterations")]
+    assert len(counts) == 3
+    for ax in counts:
+        assert all(float(v).is_integer() for v in ax.get_yticks()), ax.get_yticks()
+
+
+def test_graph_bars_name_context_files_and_notes_are_whole():
+    needs_matplotlib()
+    report = multi_pd_report(1)
+    fig = _drawn(report)
+    bars = next(ax for ax in fig.axes if ax.get_title().startswith("Per-graph"))
+    assert sorted(t.get_text() for t in bars.get_yticklabels()) == [f"ctx_{c:03d}.bin" for c in range(4)]
+    note = report["heap"]["sources"]["dsp"]["note"]
+    xlabels = " ".join(ax.get_xlabel() for ax in fig.axes)
+    assert " ".join(note.split()) in " ".join(xlabels.split())   # wrapped, every word kept
+    from qnnrt.cli.plot import graph_labels
+    assert graph_labels([{"context": "a.bin", "graph": "g1"}, {"context": "a.bin", "graph": "g2"}]) == \
+        ["a.bin: g1", "a.bin: g2"]
+
+
+def test_a_json_file_that_is_not_a_run_report_is_one_clear_error(tmp_path):
+    needs_matplotlib()
+    heap = multi_pd_report(1)["heap"]
+    for name, data, what in (("heap.txt.json", heap, "heap profile's timeline"),
+                             ("t.json", {"traceEvents": []}, "trace"),
+                             ("x.json", {"a": 1}, "none of a report's sections")):
+        path = tmp_path / name
+        path.write_text(json.dumps(data))
+        with pytest.raises(QnnrtError, match=what):
+            plot_report(str(path))
+    from tests.helpers.cli_helpers import qnnrt
+    r = qnnrt("plot", tmp_path / "heap.txt.json")
+    assert r.returncode == 1 and not (tmp_path / "heap.txt.png").exists()
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is not a qnnrt run report" in lines[0] and "--report" in lines[0], r.stderr
