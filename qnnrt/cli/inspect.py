@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from qnnrt._capi.types import LOG_LEVEL_NAMES
 from qnnrt.errors import FormatError
@@ -58,37 +57,8 @@ def describe(path: Path, backend_lib: str | None = None) -> dict:
 
 
 def _describe_program(path: Path, backend_lib: str | None) -> dict:
-    from qnnrt.formats.epcontext import read_epcontext_model
-    from qnnrt.core import ContextBinary
-    if path.is_dir():
-        from qnnrt.formats.program import read_program
-        manifest = read_program(path)
-        models = {m.name: path / m.model for m in manifest.methods}
-        root = path
-    else:
-        models, root = {path.stem: path}, path.parent
-    out: dict[str, Any] = {"path": str(path), "kind": "program", "methods": [], "contexts": {}}
-    for name, mp in models.items():
-        em = read_epcontext_model(mp, root=root)
-        cpu_ops: dict[str, int] = {}
-        for n in em.graph.node:
-            if n.op_type != "EPContext":
-                cpu_ops[n.op_type] = cpu_ops.get(n.op_type, 0) + 1
-        out["methods"].append({
-            "name": name, "model": str(mp),
-            "inputs": [i.name for i in em.graph.input],
-            "outputs": [o.name for o in em.graph.output],
-            "graph_calls": [{"node": n.name, "graph": n.graph_name,
-                             "binary": str(n.binary_path.relative_to(root.resolve()))
-                             if n.binary_path else "embedded"} for n in em.epcontext_nodes],
-            "cpu_ops": cpu_ops})
-        for n in em.epcontext_nodes:
-            if n.binary_path and str(n.binary_path) not in out["contexts"]:
-                with ContextBinary(n.binary_path, backend_lib=backend_lib) as b:
-                    out["contexts"][str(n.binary_path.relative_to(root.resolve()))] = {
-                        "size": b.size, "soc_model": b.info.soc_model,
-                        "graphs": [g.name for g in b.graphs]}
-    return out
+    from qnnrt.cli.inspect_program import describe_program
+    return describe_program(path, backend_lib)
 
 
 def _print_binary(d: dict) -> None:
@@ -120,18 +90,6 @@ def _weight_sharing(graphs: list[dict]) -> str:
     return f"yes ({', '.join(shared)}); the x86 simulator cannot run it" if shared else "no"
 
 
-def _print_program(d: dict) -> None:
-    print(f"{d['path']}: program, {len(d['methods'])} method(s), {len(d['contexts'])} context "
-          f"binaries ({sum(c['size'] for c in d['contexts'].values())} bytes)")
-    for m in d["methods"]:
-        print(f"\n  method {m['name']}: inputs {m['inputs']} -> outputs {m['outputs']}")
-        print(f"    {len(m['graph_calls'])} QNN graph call(s); CPU ops: "
-              + (", ".join(f"{k} x{v}" for k, v in sorted(m["cpu_ops"].items())) or "none"))
-    print("\n  contexts:")
-    for k, c in d["contexts"].items():
-        print(f"    {k}: {c['size']} bytes, graphs {c['graphs']}")
-
-
 def run(args) -> int:
     if args.pd or args.budget:
         from qnnrt.cli.inspect_pd import describe_pd, print_pd
@@ -147,7 +105,8 @@ def run(args) -> int:
     elif d.get("kind") == "context_binary":
         _print_binary(d)
     elif d.get("kind") == "program":
-        _print_program(d)
+        from qnnrt.cli.inspect_program import print_program
+        print_program(d)
     else:
         _print_pte(d)
     return 0
