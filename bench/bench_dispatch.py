@@ -13,6 +13,8 @@ iterations; on a busy machine it is not inflated by waiting for a core, as wall 
 
 --reference      the step-by-step path (Program.compiled = False); its CPU segments are timed by a
                  wrapper around session.run (.pte kernels by the interpreter's own counter)
+--trace FILE     trace the run into FILE (LoadOptions(trace=...)): what tracing costs when on; without it
+                 the run is untraced (what a tree from before tracing runs too)
 --backend-lib    libQnnHtp to load; with the ExecuTorch kit's shim (bench/anchor/README.md:
                  ANCHOR/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so) and `QNN_SHIM_NOOP_EXEC=1` graphExecute
                  returns at once: qnnrt's own cost with an infinitely fast accelerator, free of
@@ -67,11 +69,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--backend-lib")
     ap.add_argument("--inputs")
     ap.add_argument("--json")
+    ap.add_argument("--trace")
     a = ap.parse_args(argv)
     import qnnrt
     from qnnrt.runtime.method import CpuStep
     null_execute = os.environ.get("QNN_SHIM_NOOP_EXEC") == "1"
-    prog = qnnrt.load(a.path, residency=a.residency, backend_lib=a.backend_lib)
+    opts = {"options": qnnrt.LoadOptions(trace=a.trace)} if a.trace else {}
+    prog = qnnrt.load(a.path, residency=a.residency, backend_lib=a.backend_lib, **opts)
     cpu_acc = [0.0]
     try:
         m = prog.method(a.method)
@@ -108,6 +112,7 @@ def main(argv=None) -> dict:
     calls = rows[0][3]
     rt = [(r[0] - r[1] - r[2]) / max(1, r[3]) * 1e6 for r in rows]
     res = {"path": a.path, "method": m.name, "path_kind": "reference" if a.reference else "plan",
+           "traced": bool(a.trace),
            "null_execute": null_execute, "iterations": a.iterations, "graph_calls": calls,
            "wall_ms": med(r[0] for r in rows) * 1e3,
            "accelerator_ms": med(r[1] for r in rows) * 1e3,

@@ -126,7 +126,8 @@ def _heap_panels(fig: Any, cell: Any, heap: Any) -> list[Any]:
         _note(ax, title, "no heap timeline in this report\n(run with --heap-profiling-path FILE)")
         return [ax]
     rows = cell.subgridspec(len(processes), 1, hspace=0.08)
-    origin = min((h.get("clock_origin_ns") for _, h in processes if h.get("clock_origin_ns")), default=None)
+    origins = [int(h["clock_origin_ns"]) for _, h in processes if h.get("clock_origin_ns")]
+    origin = min(origins) if origins else None
     axes: list[Any] = []
     for i, (name, h) in enumerate(processes):
         ax = fig.add_subplot(rows[i], sharex=axes[0] if axes else None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from qnnrt.profiling.heap import DspHeapSource, HeapProfiler
-from qnnrt.profiling.trace import Tracer
+from qnnrt.profiling.trace import PoolTrace, Tracer
 
 __all__ = ["PoolObservers", "pool_hooks"]
 
@@ -14,7 +14,7 @@ __all__ = ["PoolObservers", "pool_hooks"]
 class PoolObservers:
     """The heap profiler's and the tracer's pool hooks as one."""
 
-    def __init__(self, heap: HeapProfiler, tracer: Tracer) -> None:
+    def __init__(self, heap: HeapProfiler, tracer: PoolTrace) -> None:
         self.heap, self.tracer = heap, tracer
 
     @property
@@ -46,12 +46,12 @@ class PoolObservers:
 
 
 def pool_hooks(heap: HeapProfiler | None,
-               tracer: Tracer | None) -> HeapProfiler | Tracer | PoolObservers | None:
-    """What a pool is told through: the heap profiler, the tracer, both, or nothing. With both, the
-    tracer also receives each heap sample (its heap counters)."""
-    if heap is None:
-        return tracer
+               tracer: Tracer | None) -> HeapProfiler | PoolTrace | PoolObservers | None:
+    """What one pool is told through: the heap profiler, the tracer (this pool's view of it), both,
+    or nothing. With both, the tracer also receives each heap sample (its heap counters)."""
     if tracer is None:
         return heap
+    if heap is None:
+        return PoolTrace(tracer)
     heap.listen(tracer.heap_sampled)
-    return PoolObservers(heap, tracer)
+    return PoolObservers(heap, PoolTrace(tracer))

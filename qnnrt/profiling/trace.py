@@ -144,7 +144,7 @@ class Tracer:
             figures, ops = execute_figures(events)
             args.update(figures)
         total = sum(v for _, _, v in ops)
-        spans = []
+        spans: list[tuple[str, int, int, TraceArgs]] = []
         if total > 0:   # ops of no cost (fused away, QNN says 0) get no slice
             at, span = start, end_ns - start
             unit = "cycles" if "cycles" in args else "us"
@@ -167,10 +167,13 @@ class Tracer:
     def before_create(self, context: str) -> None:
         self._starts[(self._tid(), context)] = CLOCK()
 
-    def after_create(self, context: str, ok: bool, pd_estimate_bytes: int | None = None) -> None:
+    def after_create(self, context: str, ok: bool, pd_estimate_bytes: int | None = None,
+                     again: bool | None = None) -> None:
+        """`again`: the pool created this context before (default: this tracer saw it created)."""
         tid = self._tid()
         start = self._starts.pop((tid, context), None) or CLOCK()
-        again = context in self._created
+        if again is None:
+            again = context in self._created
         args: TraceArgs = {"context": context, "ok": ok}
         if pd_estimate_bytes is not None:
             args["pd_estimate_bytes"] = int(pd_estimate_bytes)
@@ -294,6 +297,39 @@ class Tracer:
         """Write the trace to its path, once (nothing without a path)."""
         if self.path is not None and self.written is None:
             self.write()
+
+
+class PoolTrace:
+    """One pool's hooks into a tracer several pools (programs) share: a re-creation is one of a
+    context this pool created before; live contexts and PD bytes stay the process's."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+        self.created: set[str] = set()
+
+    @property
+    def dsp(self) -> None:
+        return None
+
+    def before_create(self, context: str) -> None:
+        self.tracer.before_create(context)
+
+    def after_create(self, context: str, ok: bool, pd_estimate_bytes: int | None = None) -> None:
+        self.tracer.after_create(context, ok, pd_estimate_bytes, again=context in self.created)
+        if ok:
+            self.created.add(context)
+
+    def before_free(self, context: str, evicted: bool = False) -> None:
+        self.tracer.before_free(context, evicted)
+
+    def after_free(self, context: str, evicted: bool = False) -> None:
+        self.tracer.after_free(context, evicted)
+
+    def mark(self, event: str, **info: Any) -> None:
+        self.tracer.mark(event, **info)
+
+    def record_dsp_events(self, context: str, events: list[dict[str, Any]]) -> int:
+        return 0
 
 
 def _scalar(v: Any) -> str | int | float | bool | None:

@@ -92,8 +92,8 @@ if TYPE_CHECKING:  # mypy proves that profiling/'s observers are what the runtim
     from qnnrt.profiling.exec_profile import ExecutionProfiler
     from qnnrt.profiling.heap import HeapProfiler
     from qnnrt.profiling.observers import PoolObservers
-    from qnnrt.profiling.trace import Tracer
+    from qnnrt.profiling.trace import PoolTrace, Tracer
 
-    def _conforms(heap: HeapProfiler, profiler: ExecutionProfiler, tracer: Tracer,
+    def _conforms(heap: HeapProfiler, profiler: ExecutionProfiler, tracer: Tracer, pool: PoolTrace,
                   both: PoolObservers) -> tuple[PoolHooks, ExecutionRecorder, Tracing, PoolHooks, PoolHooks]:
-        return heap, profiler, tracer, tracer, both
+        return heap, profiler, tracer, pool, both

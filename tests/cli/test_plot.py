@@ -126,7 +126,7 @@ def multi_pd_report(pds: int = 3) -> dict:
     reports = []
     for pd in range(pds):
         ticks = iter(range(10_000))
-        heap = HeapProfiler(clock=lambda: next(ticks) * 0.01)
+        heap = HeapProfiler(clock=lambda ticks=ticks: next(ticks) * 0.01)
         heap.dsp.mark_unsupported("DSP memory profiling is not supported by this backend (QNN error 1000 on "
                                   "context creation with HTP context config option 4; the x86 simulator "
                                   "refuses it, devices support it); host heap values are reported instead")

@@ -101,3 +101,41 @@ def test_a_shared_tracer_is_written_by_its_owner_and_capped(chain12, tmp_path):
     assert other["truncated"] and other["events"] == 30 and other["dropped_events"] > 0
     assert "--trace-max-events" in other["note"]
     assert [i["name"] for i in t.instants if i["cat"] == "trace"] == ["trace cap reached: later events dropped"]
+
+
+def test_programs_sharing_a_tracer_each_create_their_contexts(chain12, tmp_path):
+    """A re-creation is one of a context the same pool created before, not another program's."""
+    tracer = Tracer()
+    for residency in ("lazy", "bounded:4"):
+        with qnnrt.load(chain12.model, residency=residency, options=qnnrt.LoadOptions(trace=tracer)) as p:
+            p.run(None, _x(0))
+            p.run(None, _x(1))
+            reloads = p.pool.summary()["reloads"]
+    t = check_trace(tracer.write(tmp_path / "t.json"))
+    names = [c["name"] for c in sorted(t.of("context"), key=lambda c: c["ts"])]
+    assert sum(n.startswith("re-create") for n in names) == reloads > 0
+    assert sum(n.startswith("create") for n in names) == 12 + 12
+
+
+def test_a_recovery_is_a_slice_with_the_re_creation_and_the_call_inside(fault_shim, monkeypatch, tmp_path):
+    from tests.helpers.data import EXECUTORCH
+    folder = EXECUTORCH / "many_4_fp16"
+    monkeypatch.setenv("QNNRT_FAULT_REAL", str(fault_shim.real))
+    monkeypatch.delenv("QNNRT_FAULT_EXEC", raising=False)
+    fault_shim.counter().qnnrt_fault_reset()
+    monkeypatch.setenv("QNNRT_FAULT_EXEC", "6")   # the 2nd graph call of iteration 1 fails with 1100
+    feed = [np.load(folder / "forward_input_0.npy")]
+    path = tmp_path / "t.json"
+    with qnnrt.load(folder / "model.pte", residency="eager", backend_lib=fault_shim.folder,
+                    options=qnnrt.LoadOptions(vet=False, trace=str(path))) as p:
+        for _ in range(2):
+            p.run("forward", feed)
+        (rec,) = p.recovery.records
+    t = check_trace(path)
+    (r,) = t.of("recovery")
+    assert r["name"] == "recovery: re-create context" and r["args"]["code"] == 1100 and r["args"]["succeeded"]
+    inside = [s for s in t.slices if s is not r and parent_of(t, s) is r]
+    kinds = sorted((s["cat"], s["name"].split()[0]) for s in inside)
+    assert kinds == [("context", "free"), ("context", "re-create"), ("graph", rec.context)]
+    assert len(t.of("graph")) == 2 * 4    # the failed call made no slice; its re-run did
+    assert len(t.of("cpu")) > 0           # the .pte's CPU kernels between the delegates
