@@ -81,6 +81,7 @@ class Tracer:
         self.process = process
         self.origin_ns = CLOCK()
         self._lock = threading.Lock()
+        self._here = threading.local()
         self._events: dict[int, list[TraceEvent]] = {self.pid: []}
         self._names: dict[int, str] = {self.pid: process}
         self._threads: dict[int, dict[int, str]] = {self.pid: {}}
@@ -99,11 +100,13 @@ class Tracer:
         return CLOCK()
 
     def _tid(self) -> int:
-        tid = threading.get_native_id()
-        threads = self._threads[self.pid]
-        if tid not in threads:
-            threads[tid] = threading.current_thread().name
-        return tid
+        """This thread's id, its name noted the first time (cached per thread: a traced call reads it)."""
+        try:
+            return self._here.tid
+        except AttributeError:
+            tid = self._here.tid = threading.get_native_id()
+            self._threads[self.pid][tid] = threading.current_thread().name
+            return tid
 
     def _add(self, event: TraceEvent) -> None:
         with self._lock:
@@ -139,10 +142,11 @@ class Tracer:
         per-op timestamps)."""
         start = end_ns - int(seconds * 1e9)
         args: TraceArgs = {"context": context, "graph": graph}
-        ops: list[tuple[str, int | None, float]] = []
-        if events:
-            figures, ops = execute_figures(events)
-            args.update(figures)
+        if not events:   # not profiled: the slice alone
+            self._add(Span(f"{context} {graph}", "graph", self._tid(), start, end_ns, args))
+            return
+        figures, ops = execute_figures(events)
+        args.update(figures)
         total = sum(v for _, _, v in ops)
         spans: list[tuple[str, int, int, TraceArgs]] = []
         if total > 0:   # ops of no cost (fused away, QNN says 0) get no slice

@@ -8,7 +8,7 @@ corrected by the offset measured at its start)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from qnnrt.core.clock import CLOCK, CLOCK_NOTE
 
@@ -19,8 +19,9 @@ Scalar = str | int | float | bool | None
 TraceArgs = dict[str, Scalar]          # a slice's or an instant's arguments (shown in the UI)
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
+# Immutable typed records; NamedTuples rather than frozen dataclasses because a traced run makes one
+# per graph call and a frozen dataclass costs ~5x as much to construct (bench/RESULTS.md, "Tracing").
+class Span(NamedTuple):
     """A slice on thread `tid`: from `start_ns` to `end_ns`."""
     name: str
     cat: str
@@ -30,16 +31,14 @@ class Span:
     args: TraceArgs | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(NamedTuple):
     """The value(s) of the counter track `name` from `at_ns` on."""
     name: str
     at_ns: int
     values: dict[str, int | float]
 
 
-@dataclass(frozen=True, slots=True)
-class Mark:
+class Mark(NamedTuple):
     """An instant on thread `tid` (a residency decision, the cap reached)."""
     name: str
     cat: str

@@ -62,3 +62,24 @@ def test_trace_of_a_speculative_generation(tmp_path):
     assert ops and all(parent_of(t, o)["cat"] == "graph" and o["args"]["cycles"] > 0 for o in ops)
     assert sum(o["args"]["cycles"] for o in ops) <= profiler.accel_cycles()
     assert sum(g["args"]["cycles"] for g in graphs) == profiler.accel_cycles()   # every call's
+
+
+def test_llm_cli_trace_with_speculation(tmp_path, monkeypatch):
+    from tests.helpers.cli_helpers import qnnrt
+    monkeypatch.setenv("QNNRT_PROGRESS_INTERVAL", "0.2")
+    prompt = json.loads((LLM_STORIES / "meta.json").read_text())["prompt"][:16] * 2
+    trace, rep = tmp_path / "t.json", tmp_path / "r.json"
+    r = qnnrt("llm", LLM_STORIES / "model.pte", "--prompt-tokens", ",".join(map(str, prompt)),
+              "--max-new-tokens", "20", "--ignore-eos", "--speculative", "prompt-lookup", "--draft-policy",
+              "always", "--report", rep, "--trace", trace)
+    assert r.returncode == 0, r.stderr
+    assert f"trace: {trace} (" in r.stdout
+    report = json.loads(rep.read_text())
+    t = check_trace(trace)
+    verify = [x for x in t.of("llm") if x["name"] == "verify"]
+    s = report["speculative"]
+    assert len(verify) == s["verifications"] > 0
+    assert sum(v["args"]["drafted"] for v in verify) == s["drafted"]
+    assert sum(v["args"]["accepted"] for v in verify) == s["accepted"]
+    creates = [c for c in t.of("context") if c["name"].startswith("create")]
+    assert len(creates) == report["residency"]["creates"]
