@@ -26,7 +26,7 @@ def test_trace_of_a_one_pd_run_with_evictions(chain12, tmp_path):
                     options=qnnrt.LoadOptions(trace=str(path))) as p:
         for i in range(3):
             p.run(None, _x(i))
-        s = p.pool.summary()
+    s = p.pool.summary()     # after close: a prefetch still running then is in it
     t = check_trace(path)
     me = t.pid_of("main process")
     assert me == os.getpid() and len(t.processes) == 1
@@ -110,7 +110,7 @@ def test_programs_sharing_a_tracer_each_create_their_contexts(chain12, tmp_path)
         with qnnrt.load(chain12.model, residency=residency, options=qnnrt.LoadOptions(trace=tracer)) as p:
             p.run(None, _x(0))
             p.run(None, _x(1))
-            reloads = p.pool.summary()["reloads"]
+        reloads = p.pool.summary()["reloads"]   # after close: a prefetch running then is in it
     t = check_trace(tracer.write(tmp_path / "t.json"))
     names = [c["name"] for c in sorted(t.of("context"), key=lambda c: c["ts"])]
     assert sum(n.startswith("re-create") for n in names) == reloads > 0
