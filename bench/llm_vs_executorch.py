@@ -280,7 +280,8 @@ def cmd_ttft(a: argparse.Namespace) -> int:
     med_e, med_q = statistics.median(et_s), statistics.median(q_s)
     print(json.dumps({"executorch_prefill_s_median": round(med_e, 3), "qnnrt_ttft_s_median": round(med_q, 3),
                       "qnnrt_minus_executorch_ms": round((med_q - med_e) * 1e3, 1),
-                      "ratio": round(med_q / med_e, 3), "load_average": os.getloadavg()}, indent=1))
+                      "ratio": round(med_q / med_e, 3),
+                      "load_average": [round(x, 1) for x in os.getloadavg()]}, indent=1))
     return 0
 
 
