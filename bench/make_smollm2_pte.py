@@ -28,9 +28,11 @@ requirement):
     nice -n 10 $ET_PY bench/make_smollm2_pte.py OUT_DIR
 
 Measured with torch 2.13.0+cpu, executorch 1.5.1, onnxruntime-qnn 2.7.0 (QNN 2.51), transformers
-5.24.0: ~6 min on 2 shared cores, ~9 GB peak RSS, a 655 MB file. OUT_DIR gets model.pte (the
-script's hybrid_llama_qnn.pte), meta.json (command, versions, sizes, time, sha256), the checkpoint,
-params and calibration files, and llama.py's artifact folder (work/).
+5.24.0: llama.py 10 min 40 s on 2 cores at load average 9-17 (under 6 min on a quieter machine),
+8.7 GB peak RSS, a 654,835,712-byte file. OUT_DIR gets model.pte (the script's hybrid_llama_qnn.pte,
+moved), meta.json (command, versions, sizes, time, sha256), the checkpoint (~650 MB; delete it once
+the file is made), params and calibration files, and llama.py's artifact folder (work/: the tokenizer
+it saved).
 """
 from __future__ import annotations
 
