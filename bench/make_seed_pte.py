@@ -1,17 +1,25 @@
-"""Write the seed-000-shaped ExecuTorch program at any sequence length, with ExecuTorch's own export path.
+"""Write the seed-000-shaped ExecuTorch program at any sequence length and size, with ExecuTorch's own
+export path.
 
-The model is the one in /work/shared/fixtures/executorch/seed000_fits (shipped at sequence 64): a
-Llama-3.2-1B-shaped decoder stack with random weights, every projection a low-rank `torch.mm` pair kept
-on the CPU (`aten::mm.out`), everything else lowered to the HTP (fp16, SM8650) by ExecuTorch's QNN
-partitioner, one delegate per CPU-separated region. Its weights are drawn in the fixture's order from
-one seed-0 generator, so they equal the fixture's; the inputs x are this script's own draw. At long
-sequences the contexts' PD need exceeds the simulator's one PD: that is the file this script exists
-to make, so a runtime can be tried on what ExecuTorch itself cannot load.
+The model is the seed000_fits fixture's (sequence 64, 96 MB, not in the repository; its weights are
+this script's at the default shape): a Llama-3.2-1B-shaped decoder stack with random weights drawn in
+a fixed order from one seed-0 generator, every projection a low-rank `torch.mm` pair kept on the CPU
+(`aten::mm.out`), everything else lowered to the HTP (fp16, SM8650) by ExecuTorch's QNN partitioner,
+one delegate per CPU-separated region: with 16 layers, 65 delegates, one context binary each. The
+inputs x are a numpy seed-0 draw. At long sequences the contexts' PD need exceeds the simulator's one
+PD: that is the file this script exists to make, so a runtime can be tried on what ExecuTorch itself
+cannot load. `--hidden/--mlp/--heads/--kv-heads/--vocab/--rank` shrink the widths and keep the
+structure (16 layers, 65 delegates, the CPU kernels between them).
 
-Needs ExecuTorch 1.5.1: the kit of bench/anchor (`bash bench/anchor/setup.sh ANCHOR`, README.md there):
+Needs ExecuTorch 1.5.1 and torch 2.13: the kit of bench/anchor (`bash bench/anchor/setup.sh ANCHOR`,
+README.md there: a venv with them and a QNN SDK root of onnxruntime-qnn's QNN 2.51 libraries).
     . ANCHOR/env.sh; nice -n 10 $ET_PY bench/make_seed_pte.py OUT_DIR --seq 1024
+tests/data/executorch/seed_small (5 MB) is
+    . ANCHOR/env.sh; nice -n 10 $ET_PY bench/make_seed_pte.py tests/data/executorch/seed_small \
+        --seq 16 --hidden 128 --mlp 512 --heads 4 --kv-heads 2 --vocab 256 --rank 8
 Writes OUT_DIR/model.pte, OUT_DIR/inputs/{x,cos,sin,mask}.npy (the method's inputs in order) and
-OUT_DIR/ref/{logits,h}.npy (float32 eager references, the method's outputs in order).
+OUT_DIR/ref/{logits,h}.npy (float32 eager references, the method's outputs in order). A re-run writes
+the same bytes but for each QNN delegate's 8-byte signature (ExecuTorch's export time).
 """
 from __future__ import annotations
 
@@ -27,7 +35,7 @@ import torch.nn.functional as F
 
 @dataclass(frozen=True)
 class SeedShape:
-    """The fixture's dimensions; only the sequence length is meant to change."""
+    """The dimensions: the defaults are seed000_fits' (Llama-3.2-1B's widths, vocabulary 4096)."""
     hidden: int = 2048
     layers: int = 16
     heads: int = 32
@@ -153,13 +161,27 @@ def export_pte(model: SeedModel, inputs: tuple[torch.Tensor, ...]) -> bytes:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    d = SeedShape()
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("out", type=Path, help="folder for model.pte, inputs/ and ref/")
-    ap.add_argument("--seq", type=int, default=1024, help="sequence length (the fixture's is 64)")
+    ap.add_argument("--seq", type=int, default=1024, help="sequence length (seed000_fits': 64)")
+    ap.add_argument("--hidden", type=int, default=d.hidden, help=f"model width ({d.hidden})")
+    ap.add_argument("--layers", type=int, default=d.layers, help=f"decoder layers ({d.layers}: 4 delegates each, "
+                                                                 "and one for the final norm)")
+    ap.add_argument("--heads", type=int, default=d.heads, help=f"query heads ({d.heads})")
+    ap.add_argument("--kv-heads", type=int, default=d.kv_heads, help=f"key/value heads ({d.kv_heads})")
+    ap.add_argument("--mlp", type=int, default=d.mlp, help=f"MLP width ({d.mlp})")
+    ap.add_argument("--vocab", type=int, default=d.vocab, help=f"output width ({d.vocab})")
+    ap.add_argument("--rank", type=int, default=d.rank, help=f"rank of each low-rank projection ({d.rank})")
     a = ap.parse_args()
-    if a.seq < 1:
-        ap.error(f"--seq must be a positive length, got {a.seq}")
-    shape = SeedShape()
+    for name in ("seq", "hidden", "layers", "heads", "kv_heads", "mlp", "vocab", "rank"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be positive, got {getattr(a, name)}")
+    if a.hidden % a.heads or (a.hidden // a.heads) % 2 or a.heads % a.kv_heads:
+        ap.error(f"--hidden {a.hidden} must split into --heads {a.heads} of even width, and the heads "
+                 f"into --kv-heads {a.kv_heads} groups")
+    shape = SeedShape(hidden=a.hidden, layers=a.layers, heads=a.heads, kv_heads=a.kv_heads, mlp=a.mlp,
+                      vocab=a.vocab, rank=a.rank)
     model = SeedModel(shape).eval()
     named = make_inputs(shape, a.seq)
     inputs = tuple(named.values())
@@ -173,7 +195,7 @@ def main() -> None:
     np.save(a.out / "ref" / "h.npy", h.numpy())
     pte = export_pte(model, inputs)
     (a.out / "model.pte").write_bytes(pte)
-    print(f"wrote {a.out / 'model.pte'} ({len(pte)} bytes), inputs/ and ref/ at sequence {a.seq}")
+    print(f"wrote {a.out / 'model.pte'} ({len(pte)} bytes), inputs/ and ref/ at sequence {a.seq}, {shape}")
 
 
 if __name__ == "__main__":
