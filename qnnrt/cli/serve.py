@@ -37,6 +37,9 @@ def add_parser(sub) -> None:
     p.add_argument("--max-queue", type=int, default=16,
                    help="requests waiting behind the running one; more are answered 429 (default 16)")
     p.add_argument("--max-body-bytes", default="4MiB", help="largest request body (default 4MiB)")
+    p.add_argument("--max-tokens", type=int, default=None, metavar="N",
+                   help="the most tokens one choice of a request generates (a larger max_tokens is cut to it, "
+                        "finish_reason length; default: up to the end of the context)")
     p.add_argument("--no-kv-reuse", action="store_true",
                    help="prefill every prompt in full (by default a prompt that extends the previous "
                         "request's tokens, the next turn of a chat, prefills only the new ones)")
@@ -68,6 +71,8 @@ def _check_args(args) -> tuple[str | None, int]:
         raise QnnrtError(f"--port {args.port}: expected 0..65535")
     if args.max_queue < 0:
         raise QnnrtError("--max-queue must be >= 0")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise QnnrtError(f"--max-tokens {args.max_tokens}: at least 1")
     try:
         max_body = parse_size(args.max_body_bytes)
     except ValueError as e:
@@ -142,7 +147,7 @@ def _run(args, tracer) -> int:
         emb_id = (args.embeddings_name or Path(args.embeddings).stem) if embedder is not None else None
         if emb_id == model_id:
             raise QnnrtError(f"the LLM and the embedding model are both named {model_id!r}: give --embeddings-name")
-        settings = ServeSettings(model_id, key, max_body, emb_id)
+        settings = ServeSettings(model_id, key, max_body, emb_id, args.max_tokens)
         service = Service(engine, text, runner.layout, settings, int(time.time()), grammars)
         level = {"verbose": "debug"}.get(args.log_level, args.log_level if args.log_level != "warn" else "warning")
         signum = run_server(create_app(service), engine, sock, log_level=level, stop_signals=stop_signals(),

@@ -7,9 +7,10 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -24,6 +25,9 @@ from qnnrt.llm.grammar import Grammar, GrammarCompiler
 from qnnrt.llm.layout import LlmLayout
 from qnnrt.llm.text import TextModel
 from qnnrt.serve import openai_api as api
+from qnnrt.serve import requests as rq
+from qnnrt.serve import schema as s
+from qnnrt.serve.openapi import openapi_document
 from qnnrt.serve.engine import DoneEvent, EmbeddingsEvent, EmbedJob, Engine, ErrorEvent, Event, Job, QueueFull, \
     ShuttingDown
 from qnnrt.serve.shapers import ChatShaper, CompletionShaper, Shaper
@@ -31,6 +35,9 @@ from qnnrt.serve.tools import ToolRequest, forced_call_lark, messages_for_plain_
     template_renders_tools
 
 log = logging.getLogger("qnnrt.serve")
+T = TypeVar("T", s.ChatRequest, s.CompletionRequest, s.EmbeddingsRequest)
+RETRY_AFTER_S = 1           # a 429's Retry-After: about one short request's time on the model
+_JSON_TYPE = re.compile(r"^\s*application/json\s*(;\s*charset\s*=\s*\"?utf-8\"?\s*)?$", re.IGNORECASE)
 
 
 class JSONResponse(StarletteJSON):
@@ -47,6 +54,7 @@ class ServeSettings:
     api_key: str | None
     max_body_bytes: int
     embeddings_id: str | None = None
+    max_tokens: int | None = None          # the most tokens one choice generates (None: to the context's end)
 
 
 class Service:
@@ -56,6 +64,9 @@ class Service:
                  created: int, grammars: GrammarCompiler | None = None):
         self.engine, self.text, self.layout, self.settings, self.created = engine, text, layout, settings, created
         self.grammars = grammars
+        self.openapi_doc = openapi_document(settings.model_id, layout.vocab_size, settings.embeddings_id,
+                                            engine.embedder.layout.dim if engine.embedder is not None else None,
+                                            authorized=settings.api_key is not None)
 
     # -- request plumbing ----------------------------------------------------------------------
     def authorize(self, request: Request) -> None:
@@ -68,13 +79,17 @@ class Service:
             raise api.ApiError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>' with the "
                                     "key given to qnnrt serve --api-key", code="invalid_api_key")
 
-    async def read_json(self, request: Request, model_id: str | None = None) -> dict[str, Any]:
-        """The body; its model must be ``model_id`` (default: the LLM's)."""
-        model_id = model_id or self.settings.model_id
+    async def read(self, request: Request, schema: type[T], model_id: str | None = None) -> T:
+        """The body as a ``schema`` (serve/requests.py: one bounded parse, a 400 naming the field); its
+        model must be ``model_id`` (default: the LLM's)."""
+        kind = request.headers.get("content-type")
+        if kind is not None and not _JSON_TYPE.match(kind):
+            raise api.ApiError(415, f"Content-Type {kind[:100]!r}: send the body as JSON with 'Content-Type: "
+                                    f"application/json' (charset utf-8, if any)", code="unsupported_media_type")
         limit = self.settings.max_body_bytes
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
-            raise api.ApiError(413, f"request body of {length} bytes exceeds the limit of {limit} bytes "
+            raise api.ApiError(413, f"request body of {length[:30]} bytes exceeds the limit of {limit} bytes "
                                     f"(qnnrt serve --max-body-bytes)", code="request_too_large")
         data = bytearray()
         try:
@@ -85,19 +100,10 @@ class Service:
                                             f"(qnnrt serve --max-body-bytes)", code="request_too_large")
         except ClientDisconnect:
             raise api.ApiError(400, "the client left before sending the whole body", code="incomplete_body") from None
-        try:
-            body = json.loads(bytes(data))
-        except (ValueError, RecursionError) as e:
-            raise api.ApiError(400, f"the body is not valid JSON ({type(e).__name__}: {str(e)[:200]})",
-                               code="invalid_json") from None
-        if not isinstance(body, dict):
-            raise api.ApiError(400, "the body must be a JSON object", code="invalid_json")
-        model = body.get("model")
-        if not isinstance(model, str):
-            raise api.ApiError(400, "model: required, a string (see GET /v1/models)", param="model",
-                               code="missing_model")
-        if model != model_id:
-            raise api.ApiError(404, f"The model '{model[:100]}' does not exist here; this endpoint serves "
+        body = rq.decode(bytes(data), schema)
+        model_id = model_id or self.settings.model_id
+        if body.model != model_id:
+            raise api.ApiError(404, f"The model '{body.model[:100]}' does not exist here; this endpoint serves "
                                     f"'{model_id}'", param="model", code="model_not_found")
         return body
 
@@ -154,11 +160,14 @@ class Service:
             lines.append(f"qnnrt_pd_in_use_bytes {e.pd_bytes}")
         return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(self.openapi_doc)
+
     async def chat(self, request: Request) -> Response:
-        body = await self.read_json(request)
-        params = api.parse_params(body, chat=True, vocab_size=self.layout.vocab_size)
-        messages = api.chat_messages(body)
-        tools = parse_tools(body)
+        req = await self.read(request, s.ChatRequest)
+        params = rq.params(req, self.layout.vocab_size)
+        messages = rq.chat_messages(req)
+        tools = parse_tools(req)
         prompt = self.render(messages, tools)
         # compiled off the event loop: the first grammar walks the whole vocabulary
         grammar = await asyncio.to_thread(self.tool_grammar, tools) if tools is not None and tools.constrained \
@@ -166,10 +175,9 @@ class Service:
         return await self.generate(request, "chat", self.encode(prompt, "messages"), params, grammar, tools)
 
     async def completions(self, request: Request) -> Response:
-        body = await self.read_json(request)
-        params = api.parse_params(body, chat=False, vocab_size=self.layout.vocab_size)
-        api.check_completion_only(body)
-        p = api.completion_prompt(body, self.layout.vocab_size)
+        req = await self.read(request, s.CompletionRequest)
+        params = rq.params(req, self.layout.vocab_size)
+        p = rq.completion_prompt(req, self.layout.vocab_size)
         ids = p if isinstance(p, list) else self.encode(p, "prompt")
         grammar = await asyncio.to_thread(self.format_grammar, params.response_format)
         return await self.generate(request, "completion", ids, params, grammar)
@@ -179,14 +187,14 @@ class Service:
         if emb is None or self.settings.embeddings_id is None:
             raise api.ApiError(404, "this server has no embedding model: start qnnrt serve with --embeddings MODEL "
                                     "--embeddings-tokenizer DIR", code="not_found")
-        body = await self.read_json(request, self.settings.embeddings_id)
-        req = api.embeddings_request(body, emb.layout.dim)
-        ev = await self.run_job(request, lambda emit: EmbedJob(api.new_id("emb"), req.texts, emit))
+        job = rq.embeddings(await self.read(request, s.EmbeddingsRequest, self.settings.embeddings_id),
+                            emb.layout.dim)
+        ev = await self.run_job(request, lambda emit: EmbedJob(api.new_id("emb"), job.texts, emit))
         if ev is None:
             return Response(status_code=499)   # the client left: nobody reads it
         assert isinstance(ev, EmbeddingsEvent)
         return JSONResponse(api.embeddings_body(self.settings.embeddings_id, ev.vectors, ev.prompt_tokens,
-                                                req.base64))
+                                                job.base64))
 
     async def run_job(self, request: Request, make: Callable[[Callable[[Event], None]], EmbedJob]) -> Event | None:
         """Submit a one-answer job and wait for its answer (an ErrorEvent is raised; None: the client
@@ -215,7 +223,8 @@ class Service:
         try:
             self.engine.submit(job)
         except QueueFull as e:
-            raise api.ApiError(429, f"the server is busy: {e}", code="rate_limit_exceeded") from None
+            raise api.ApiError(429, f"the server is busy: {e}", code="rate_limit_exceeded",
+                               headers={"Retry-After": str(RETRY_AFTER_S)}) from None
         except ShuttingDown as e:
             raise api.ApiError(503, str(e), code="server_shutting_down") from None
 
@@ -243,11 +252,11 @@ class Service:
             raise api.ApiError(400, f"{what}: the grammar library cannot compile it: {e}", param=what,
                                code="invalid_schema") from None
 
-    def format_grammar(self, rf: api.ResponseFormat) -> Grammar | None:
-        if rf.type == "json_object":
+    def format_grammar(self, rf: s.ResponseFormat | None) -> Grammar | None:
+        if isinstance(rf, s.JsonObjectFormat):
             return self.compile("response_format", lambda g: g.json_schema({"type": "object"}))
-        if rf.type == "json_schema":
-            schema = rf.schema or {}
+        if isinstance(rf, s.JsonSchemaFormat):
+            schema = rf.json_schema.schema if rf.json_schema.schema is not None else {"type": "object"}
             return self.compile("response_format.json_schema.schema", lambda g: g.json_schema(schema))
         return None
 
@@ -261,13 +270,13 @@ class Service:
         return self.compile("tools", lambda g: g.lark(forced_call_lark(tools)))
 
     # -- one generation ------------------------------------------------------------------------
-    async def generate(self, request: Request, kind: str, ids: list[int], params: api.Params,
+    async def generate(self, request: Request, kind: str, ids: list[int], params: rq.Params,
                        grammar: Grammar | None = None, tools: ToolRequest | None = None) -> Response:
         self.check_fits(ids)
         events: asyncio.Queue[Event] = asyncio.Queue()
         emit = _emitter(events)
 
-        room = self.layout.context_len - len(ids)
+        room = min(self.layout.context_len - len(ids), self.settings.max_tokens or self.layout.context_len)
         job = Job(api.new_id("chatcmpl" if kind == "chat" else "cmpl"), kind, ids,
                   min(params.max_tokens or room, room), params.sampling, emit, params.stops, params.top_logprobs,
                   n=params.n, grammar=grammar)
@@ -341,7 +350,7 @@ def _guarded(service: Service, handler: Handler, *, public: bool = False) -> Han
                 service.authorize(request)
             return await handler(request)
         except api.ApiError as e:
-            return JSONResponse(e.body(), status_code=e.status)
+            return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
         except Exception:
             log.exception("%s %s failed", request.method, request.url.path)
             return JSONResponse(api.ApiError(500, "internal server error", code="internal_error").body(),
@@ -365,6 +374,7 @@ def create_app(service: Service) -> Starlette:
               Route("/v1/completions", g(service.completions), methods=["POST"]),
               Route("/v1/embeddings", g(service.embeddings), methods=["POST"]),
               Route("/health", g(service.health, public=True), methods=["GET"]),
+              Route("/openapi.json", g(service.openapi), methods=["GET"]),
               Route("/metrics", g(service.metrics), methods=["GET"])]
     return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
 

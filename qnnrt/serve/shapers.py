@@ -7,6 +7,7 @@ from typing import Any
 
 from qnnrt.llm.text import TextTokenizer
 from qnnrt.serve import openai_api as api
+from qnnrt.serve import requests as rq
 from qnnrt.serve.engine import ChoiceEvent, DoneEvent, Event, Job, TextEvent
 from qnnrt.serve.tools import CallDelta, ContentDelta, Delta, ToolCall, ToolCallParser, ToolRequest
 
@@ -44,7 +45,7 @@ class ChoiceState:
 class Shaper:
     object_name = ""
 
-    def __init__(self, model_id: str, tokenizer: TextTokenizer, job: Job, params: api.Params,
+    def __init__(self, model_id: str, tokenizer: TextTokenizer, job: Job, params: rq.Params,
                  tools: ToolRequest | None = None):
         self.model_id, self.tokenizer, self.job, self.params = model_id, tokenizer, job, params
         self.created = api.now()

@@ -16,14 +16,11 @@ from typing import Any
 
 from qnnrt.llm.detokenize import partial_suffix
 from qnnrt.llm.grammar import JSON_OPTIONS
-from qnnrt.serve.openai_api import ApiError
+from qnnrt.serve import schema as s
+from qnnrt.serve.requests import bad
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
-CHOICES = ("auto", "none", "required")
-
-
-def _bad(param: str, message: str, code: str = "invalid_value") -> ApiError:
-    return ApiError(400, f"{param}: {message}", param=param, code=code)
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
 @dataclass(frozen=True)
@@ -63,54 +60,22 @@ class ToolRequest:
         return {t.name for t in self.offered}
 
 
-def parse_tools(body: dict) -> ToolRequest | None:
+def parse_tools(req: s.ChatRequest) -> ToolRequest | None:
     """The request's tools (None when it has none)."""
-    if body.get("functions") is not None or body.get("function_call") is not None:
-        raise ApiError(400, "functions / function_call: deprecated by OpenAI and not supported: use tools "
-                            "and tool_choice", param="functions", code="unsupported_parameter")
-    raw = body.get("tools")
-    choice = body.get("tool_choice")
-    parallel = body.get("parallel_tool_calls", True)
-    if not isinstance(parallel, bool):
-        raise _bad("parallel_tool_calls", f"expected true or false, got {parallel!r}", "invalid_type")
-    if raw is None or raw == []:
-        if choice not in (None, "none"):
-            raise _bad("tool_choice", "needs tools")
+    if not req.tools:
         return None
-    if not isinstance(raw, list):
-        raise _bad("tools", "expected a list of tools", "invalid_type")
-    tools = tuple(_tool(t, f"tools[{i}]") for i, t in enumerate(raw))
+    tools = tuple(FunctionTool(t.function.name, t.function.description or "",
+                               t.function.parameters if t.function.parameters is not None else NO_PARAMETERS)
+                  for t in req.tools)
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
-        raise _bad("tools", "two tools have the same name")
-    kind, forced = _choice(choice, set(names))
-    return ToolRequest(tools, kind, forced, parallel)
-
-
-def _tool(t: Any, where: str) -> FunctionTool:
-    fn = t.get("function") if isinstance(t, dict) and t.get("type") == "function" else None
-    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-        raise _bad(where, 'expected {"type": "function", "function": {"name": ..., "parameters": {...}}}',
-                   "invalid_type")
-    params = fn.get("parameters", {"type": "object", "properties": {}})
-    if not isinstance(params, dict):
-        raise _bad(f"{where}.function.parameters", "expected a JSON schema (an object)", "invalid_type")
-    desc = fn.get("description", "")
-    return FunctionTool(fn["name"], desc if isinstance(desc, str) else "", params)
-
-
-def _choice(choice: Any, names: set[str]) -> tuple[str, str | None]:
-    if choice is None:
-        return "auto", None
-    if choice in CHOICES:
-        return choice, None
-    fn = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
-    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-        raise _bad("tool_choice", f'expected one of {list(CHOICES)} or {{"type": "function", "function": '
-                                  f'{{"name": ...}}}}', "invalid_type")
-    if fn["name"] not in names:
-        raise _bad("tool_choice", f"no tool named {fn['name'][:100]!r} in tools")
-    return "function", fn["name"]
+        raise bad("tools", "two tools have the same name")
+    choice = req.tool_choice
+    if isinstance(choice, s.NamedToolChoice):
+        if choice.function.name not in names:
+            raise bad("tool_choice", f"no tool named {choice.function.name[:100]!r} in tools")
+        return ToolRequest(tools, "function", choice.function.name, req.parallel_tool_calls is not False)
+    return ToolRequest(tools, choice or "auto", None, req.parallel_tool_calls is not False)
 
 
 # -- the prompt --------------------------------------------------------------------------------------

@@ -8,9 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from qnnrt.serve.openai_api import ApiError, chat_messages
-from qnnrt.serve.tools import (TOOL_CLOSE, TOOL_OPEN, CallDelta, ContentDelta, ToolCallParser, forced_call_lark,
-                               messages_for_plain_template, parse_tools)
+from qnnrt.serve import schema
+from qnnrt.serve.openai_api import ApiError
+from qnnrt.serve.requests import chat_messages, decode
+from qnnrt.serve.tools import (TOOL_CLOSE, TOOL_OPEN, CallDelta, ContentDelta, ToolCallParser, ToolRequest,
+                               forced_call_lark, messages_for_plain_template)
+from qnnrt.serve.tools import parse_tools as parse_typed
 from tests.helpers.llm_text import text_folder  # noqa: F401
 
 WEATHER = {"type": "function", "function": {"name": "weather", "description": "the forecast", "parameters": {
@@ -20,6 +23,16 @@ WEATHER = {"type": "function", "function": {"name": "weather", "description": "t
 CLOCK = {"type": "function", "function": {"name": "clock", "parameters": {
     "type": "object", "properties": {"tz": {"enum": ["utc", "cet"]}}, "required": ["tz"],
     "additionalProperties": False}}}
+HI = [{"role": "user", "content": "hi"}]
+
+
+def chat(body: dict) -> schema.ChatRequest:
+    return decode(json.dumps({"model": "m", "messages": HI} | body), schema.ChatRequest)
+
+
+def parse_tools(body: dict) -> ToolRequest | None:
+    """A chat body's tools, decoded as the server decodes them."""
+    return parse_typed(chat(body))
 
 
 def test_tool_choice_forms():
@@ -35,7 +48,10 @@ def test_tool_choice_forms():
 
 @pytest.mark.parametrize("body, param", [
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
-    ({"tools": [{"type": "function"}]}, "tools[0]"),
+    ({"tools": [{"type": "function"}]}, "tools[0].function"),
+    ({"tools": [{"type": "function", "function": {}}]}, "tools[0].function.name"),
+    ({"tools": [{"type": "function", "function": {"name": ""}}]}, "tools[0].function.name"),
+    ({"tools": [{"function": {"name": "f"}}]}, "tools[0].type"),
     ({"tools": [WEATHER, WEATHER]}, "tools"),
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tools": [WEATHER], "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
@@ -47,11 +63,11 @@ def test_bad_tools_are_a_400_naming_the_parameter(body, param):
 
 
 def test_a_plain_template_gets_the_tools_and_earlier_calls_as_text():
-    msgs = chat_messages({"messages": [
+    msgs = chat_messages(chat({"messages": [
         {"role": "user", "content": "weather?"},
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Rome"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]})
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]}))
     assert msgs[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Rome"}     # a dict, as transformers
     r = parse_tools({"tools": [WEATHER]})
     assert r is not None
