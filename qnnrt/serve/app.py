@@ -363,7 +363,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     msg = f"{request.method} {request.url.path[:200]}: {exc.detail}"
-    return JSONResponse(api.ApiError(exc.status_code, msg, code=code).body(), status_code=exc.status_code)
+    return JSONResponse(api.ApiError(exc.status_code, msg, code=code).body(), status_code=exc.status_code,
+                        headers=exc.headers)
 
 
 def create_app(service: Service) -> Starlette:

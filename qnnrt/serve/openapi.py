@@ -83,10 +83,15 @@ def _operation(summary: str, ok: dict[str, Any], errors: list[int], *, body: str
 
 
 def _generation(summary: str, request: str, whole: str, chunk: str, auth: list[int]) -> dict[str, Any]:
+    event = {"type": "object", "description": f"one server-sent event: `data: <a {chunk}>` (or an ErrorBody), the "
+                                              "last one `data: [DONE]`",
+             "properties": {"event": {"type": "string"}, "id": {"type": "string"}, "retry": {"type": "integer"},
+                            "data": {"anyOf": [{"const": "[DONE]"},
+                                               {"type": "string", "contentMediaType": "application/json",
+                                                "contentSchema": {"anyOf": [_ref(chunk), _ref("ErrorBody")]}}]}},
+             "required": ["data"]}
     ok = {"description": "the reply; with stream: true, server-sent events of chunks, then `data: [DONE]`",
-          "content": {"application/json": {"schema": _ref(whole)},
-                      "text/event-stream": {"schema": {"type": "string",
-                                                       "description": f"`data: <{chunk}>` events"}}}}
+          "content": {"application/json": {"schema": _ref(whole)}, "text/event-stream": {"schema": event}}}
     return {"post": _operation(summary, ok, [400, *auth, 404, 413, 415, 429, 500, 503], body=request)}
 
 

@@ -86,7 +86,8 @@ class Body(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
 
 
 # -- messages ---------------------------------------------------------------------------------------
-class TextPart(Body, tag_field="type", tag="text", frozen=True):
+class TextPart(Body, frozen=True):
+    type: Literal["text"]
     text: str
 
 

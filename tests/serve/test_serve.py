@@ -282,7 +282,7 @@ MALFORMED = [  # (name, path, body, status)
     ("deep nesting", "/v1/chat/completions", b"[" * 100000 + b"]" * 100000, 400),
     ("no model", "/v1/chat/completions", {"messages": CHAT["messages"]}, 400),
     ("unknown model", "/v1/chat/completions", CHAT | {"model": "../../etc/passwd"}, 404),
-    ("model a lone surrogate", "/v1/chat/completions", json.dumps(CHAT).replace(MODEL_ID, "\\ud800").encode(), 404),
+    ("model a lone surrogate", "/v1/chat/completions", json.dumps(CHAT).replace(MODEL_ID, "\\ud800").encode(), 400),
     ("no messages", "/v1/chat/completions", {"model": MODEL_ID}, 400),
     ("empty messages", "/v1/chat/completions", CHAT | {"messages": []}, 400),
     ("messages a string", "/v1/chat/completions", CHAT | {"messages": "hi"}, 400),
@@ -328,6 +328,21 @@ MALFORMED = [  # (name, path, body, status)
     ("lone surrogate in chat", "/v1/chat/completions",
      json.dumps(CHAT).replace('"hi"', '"\\udfff"').encode(), 400),
     ("unknown path", "/v1/embeddings", CHAT, 404),
+    # issue 35: each was a 500 with a traceback
+    ("logit_bias key a superscript digit", "/v1/chat/completions", CHAT | {"logit_bias": {"²": 1}}, 400),
+    ("temperature of 400 digits", "/v1/chat/completions", json.dumps(CHAT)[:-1] + ', "temperature": ' + "1" * 400
+     + "}", 400),
+    ("top_p of 400 digits", "/v1/completions", '{"model": "%s", "prompt": "a", "top_p": %s}' % (MODEL_ID, "9" * 400),
+     400),
+    ("tool arguments 100000 deep", "/v1/chat/completions", CHAT | {"messages": [
+        {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {
+            "name": "f", "arguments": "[" * 100000}}]}]}, 400),
+    ("unknown field", "/v1/chat/completions", CHAT | {"mirostat": 2}, 400),
+    ("n huge", "/v1/chat/completions", CHAT | {"n": 10 ** 12}, 400),
+    ("max_tokens beyond int64", "/v1/completions", {"model": MODEL_ID, "prompt": "a", "max_tokens": 1 << 64}, 400),
+    ("response_format schema 100 deep", "/v1/chat/completions", CHAT | {"response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": json.loads('{"not": ' * 100 + "{}" + "}" * 100)}}},
+     400),
 ]
 
 
@@ -341,6 +356,12 @@ def test_malformed_requests_get_a_4xx_each_and_the_server_lives(server):
     assert len(seen) >= 30
     r = httpx.get(server.base + "/v1/chat/completions", headers=AUTH, timeout=30)       # wrong method
     assert_openai_error(r, 405)
+    for kind in ("text/plain", "application/x-www-form-urlencoded", "application/json; charset=latin-1",
+                 "multipart/form-data; boundary=x"):
+        r = post(server, "/v1/chat/completions", CHAT, headers=AUTH | {"Content-Type": kind})
+        assert assert_openai_error(r, 415)["code"] == "unsupported_media_type"
+    assert post(server, "/v1/completions", {"model": MODEL_ID, "prompt": "a", "max_tokens": 1},
+                headers=AUTH | {"Content-Type": "application/json; charset=UTF-8"}).status_code == 200
     big = b'{"model": "' + b"x" * (5 << 20) + b'"}'
     assert assert_openai_error(post(server, "/v1/completions", big), 413)["code"] == "request_too_large"
     chunked = httpx.post(server.base + "/v1/completions", content=iter([b" " * (1 << 20)] * 5), headers=AUTH,
