@@ -58,6 +58,9 @@ class SamplingOptions:
         return replace(self, seed=int(state[0]) << 32 | int(state[1]))
 
 
+FLOAT_MAX = float(np.finfo(np.float64).max)
+
+
 def apply_logit_bias(x: np.ndarray, bias: Mapping[int, float]) -> None:
     """In place: ``x[token] += bias`` (OpenAI's logit_bias)."""
     if bias:
@@ -74,7 +77,8 @@ def apply_penalties(x: np.ndarray, counts: Mapping[int, int], *, repetition: flo
     n = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
     seen = x[ids]
     if repetition != 1.0:
-        seen = np.where(seen > 0, seen / repetition, seen * repetition)
+        with np.errstate(over="ignore"):       # a tiny penalty: inf, cut to the largest float by the sampler
+            seen = np.where(seen > 0, seen / repetition, seen * repetition)
     x[ids] = seen - n * frequency - (n > 0) * presence
 
 
@@ -95,6 +99,7 @@ class Sampler:
         apply_logit_bias(x, o.logit_bias)
         apply_penalties(x, self.counts, repetition=o.repetition_penalty, frequency=o.frequency_penalty,
                         presence=o.presence_penalty)
+        np.minimum(x, FLOAT_MAX, out=x)    # a tiny repetition_penalty divides a logit past the largest float
         if self.constraint is not None:
             allowed = self.constraint.allowed(x.size)
             if allowed is not None:
@@ -147,12 +152,12 @@ class Sampler:
         """(tokens, probabilities) a sampling choice draws from: adjusted logits `x` after the
         temperature, top-k, top-p and min-p (temperature > 0)."""
         o = self.options
-        x = x / o.temperature
         order = np.argsort(-x, kind="stable")
         order = order[np.isfinite(x[order])]
         if 0 < o.top_k < order.size:
             order = order[:o.top_k]
-        p = np.exp(x[order] - x[order[0]])
+        with np.errstate(over="ignore"):   # the best is 0, the rest <= 0: at any temperature, at worst -inf
+            p = np.exp((x[order] - x[order[0]]) / o.temperature)
         p /= p.sum()
         if o.top_p < 1:
             keep = int(np.searchsorted(np.cumsum(p), o.top_p) + 1)

@@ -176,9 +176,13 @@ class Engine:
         self.pd_bytes = self._pd_in_use()
 
     def submit(self, job: Job | EmbedJob) -> None:
+        """Queue ``job``; waiting jobs whose client left are dropped first, so they hold no place."""
         with self._cond:
             if self._stopping:
                 raise ShuttingDown("the server is shutting down")
+            for gone in [j for j in self._waiting if j.cancelled.is_set()]:
+                self._waiting.remove(gone)
+                self._skip(gone)
             if len(self._waiting) >= self.max_queue:
                 self.totals["rejected_queue_full"] += 1
                 raise QueueFull(f"{len(self._waiting)} requests are waiting (--max-queue {self.max_queue}); "
@@ -189,7 +193,8 @@ class Engine:
 
     @property
     def queue_depth(self) -> int:
-        return len(self._waiting)
+        """Waiting jobs whose client is still there."""
+        return sum(not j.cancelled.is_set() for j in list(self._waiting))
 
     @property
     def busy(self) -> bool:
@@ -235,12 +240,17 @@ class Engine:
 
     def _job(self, job: Job | EmbedJob) -> None:
         if job.cancelled.is_set():
-            self.totals["cancelled"] += 1
-            self._record(job, "cancelled before it started", {})
+            self._skip(job)
         elif isinstance(job, EmbedJob):
             self._embed(job)
         else:
             self._run(job)
+
+    def _skip(self, job: Job | EmbedJob) -> None:
+        """A job cancelled before it started (its client left while it waited)."""
+        with self._cond:                   # from the engine thread or the HTTP side's submit
+            self.totals["cancelled"] += 1
+            self._record(job, "cancelled before it started", {})
 
     def _attempt(self, job: Job | EmbedJob, what: str, work: Callable[[], T]) -> T | None:
         """`work()`, or None once the job failed: a prompt over the context is a 400, a qnnrt error

@@ -118,3 +118,20 @@ def test_a_schema_the_library_cannot_compile_names_the_part(grammars):
         compiler.json_schema(bad)
     with pytest.raises(GrammarError, match=r"^at /: .*Invalid type"):
         compiler.json_schema({"type": "wrong"})
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-300, 1e-12])
+def test_a_tiny_temperature_is_greedy_and_never_fails(temperature):
+    """Found by the API fuzzer: logits / 5e-324 overflowed to inf, every token was dropped as not
+    finite, and choosing from nothing raised IndexError (a 500)."""
+    logits = np.array([0.0, 3.0, -2.0, 3.0 - 1e-9, -np.inf])
+    for seed in range(5):
+        s = Sampler(SamplingOptions(temperature=temperature, seed=seed, top_p=0.5, min_p=0.1))
+        assert s(logits) == 1
+
+
+def test_a_tiny_repetition_penalty_keeps_a_choice():
+    s = Sampler(SamplingOptions(temperature=1.0, seed=0, repetition_penalty=5e-324))
+    logits = np.array([1.0, 2.0, 0.5])
+    first = s(logits)
+    assert s(logits) == first           # its logit divided by 5e-324: the largest float, chosen again

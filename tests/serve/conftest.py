@@ -80,6 +80,21 @@ def start_server(tokenizer: Path, report: Path, *extra: str) -> Server:
     return server
 
 
+@pytest.fixture(scope="session")
+def embedding_program(tmp_path_factory) -> Path:
+    """A tiny MiniLM-shaped embedding program (tests/helpers/embedding_model.py) built with `qnnrt build`
+    once per session, over the LLM fixture tokenizer's vocabulary."""
+    from tests.helpers.embedding_model import write_model
+    from tests.helpers.llm_text import VOCAB
+    d = tmp_path_factory.mktemp("embedder")
+    model = write_model(d / "embedder.onnx", VOCAB)
+    out = d / "program"
+    r = subprocess.run([sys.executable, "-m", "qnnrt.cli", "build", str(model), "-o", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
 @pytest.fixture(scope="module")
 def server(text_folder, tmp_path_factory):  # noqa: F811
     s = start_server(text_folder, tmp_path_factory.mktemp("serve") / "report.json", "--api-key", API_KEY,

@@ -341,8 +341,8 @@ MALFORMED = [  # (name, path, body, status)
     ("n huge", "/v1/chat/completions", CHAT | {"n": 10 ** 12}, 400),
     ("max_tokens beyond int64", "/v1/completions", {"model": MODEL_ID, "prompt": "a", "max_tokens": 1 << 64}, 400),
     ("response_format schema 100 deep", "/v1/chat/completions", CHAT | {"response_format": {
-        "type": "json_schema", "json_schema": {"name": "x", "schema": json.loads('{"not": ' * 100 + "{}" + "}" * 100)}}},
-     400),
+        "type": "json_schema", "json_schema": {"name": "x", "schema": json.loads('{"not": ' * 100 + "{}" + "}" * 100)}
+    }}, 400),
 ]
 
 

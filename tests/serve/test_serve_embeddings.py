@@ -4,14 +4,11 @@ vectors bit-identical to the same program run directly, close to the float32 ref
 from __future__ import annotations
 
 import base64
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests.helpers.cli_helpers import ROOT
-from tests.helpers.embedding_model import DIM, SEQ, reference, table, write_model
+from tests.helpers.embedding_model import DIM, SEQ, reference, table
 from tests.helpers.llm_text import VOCAB, text_folder  # noqa: F401
 from tests.serve.conftest import API_KEY, MODEL_ID, start_server
 from tests.serve.test_serve import assert_openai_error, client, post
@@ -26,14 +23,8 @@ TEXTS = ["Once upon a time there was a little cat.", "The dog ran to the park",
 
 
 @pytest.fixture(scope="module")
-def program(tmp_path_factory):
-    d = tmp_path_factory.mktemp("embedder")
-    model = write_model(d / "embedder.onnx", VOCAB)
-    out = d / "program"
-    r = subprocess.run([sys.executable, "-m", "qnnrt.cli", "build", str(model), "-o", str(out)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr
-    return out
+def program(embedding_program):
+    return embedding_program
 
 
 @pytest.fixture(scope="module")
