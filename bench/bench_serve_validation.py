@@ -7,7 +7,7 @@ earlier call, a completion with logit_bias). Then the path this checkout of qnnr
 same bytes, from bytes to what the engine gets (`qnnrt.serve.requests` when it exists, else the
 hand-written field checks of openai_api), so a run on an older checkout gives the "before".
 
-    nice -n 10 python bench/bench_serve_validation.py [--repeat 2000]
+    nice -n 10 python bench/bench_serve_validation.py [--repeat 2000] [--checkout DIR]
 """
 from __future__ import annotations
 
@@ -26,8 +26,6 @@ from msgspec import Meta, Struct
 from pydantic import BaseModel, ConfigDict, Field
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 VOCAB = 512
 
 
@@ -205,7 +203,9 @@ REQUESTS: dict[str, dict[str, Any]] = {
 def qnnrt_path() -> Callable[[str, bytes], Any]:
     """bytes -> what the engine gets, as this checkout does it."""
     try:
-        from qnnrt.serve import requests as rq  # type: ignore[attr-defined]
+        from qnnrt.serve import requests as rq
+        from qnnrt.serve import schema as s
+        from qnnrt.serve.tools import parse_tools as typed_tools
     except ImportError:
         from qnnrt.serve import openai_api as api
         from qnnrt.serve.tools import parse_tools
@@ -221,7 +221,11 @@ def qnnrt_path() -> Callable[[str, bytes], Any]:
         return old
 
     def new(name: str, data: bytes) -> Any:
-        return rq.parse_chat(data, VOCAB) if b'"messages"' in data else rq.parse_completion(data, VOCAB)
+        if b'"messages"' in data:
+            req = rq.decode(data, s.ChatRequest)
+            return rq.params(req, VOCAB), rq.chat_messages(req), typed_tools(req)
+        done = rq.decode(data, s.CompletionRequest)
+        return rq.params(done, VOCAB), rq.completion_prompt(done, VOCAB)
     return new
 
 
@@ -239,7 +243,9 @@ def per_call_us(fn: Callable[[], Any], repeat: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=2000)
+    ap.add_argument("--checkout", type=Path, default=ROOT, help="the qnnrt tree whose path is measured")
     args = ap.parse_args()
+    sys.path.insert(0, str(args.checkout))
     m_dec = msgspec.json.Decoder(MRequest)
     p_adapter = PRequest.model_validate_json
     path = qnnrt_path()

@@ -46,7 +46,7 @@ def assert_healthy(server) -> None:
 def test_schemathesis_finds_no_server_error(server, tmp_path):
     """A few hundred generated and mutated requests over every operation (the fuzzing phase, seeded)."""
     r = api_fuzz.run(server.base, API_KEY, tmp_path, phases="fuzzing", max_examples=100, seed=0,
-                     max_time=4 * DEFAULT_RUN_S)
+                     timeout_s=10 * DEFAULT_RUN_S)
     print(r.summary())
     assert r.exit_code == 0 and not r.failures and not r.errors, r.output[-6000:]
     assert r.cases >= 250 and r.server_errors == 0, r.summary()
@@ -140,18 +140,12 @@ def sse(r: httpx.Response) -> list[dict[str, Any]]:
 
 
 def test_every_answer_validates_against_the_published_document(server, published):
+    """(Tool-call answers: tests/serve/test_serve_structured.py, whose template renders tools briefly.)"""
     doc = published
-    tools = [{"type": "function", "function": {"name": "clock", "parameters": {
-        "type": "object", "properties": {"tz": {"enum": ["utc"]}}, "required": ["tz"]}}}]
     chat = CHAT | {"logprobs": True, "top_logprobs": 2, "n": 2}
     conforms(doc, "ChatCompletion", post(server, "/v1/chat/completions", chat).json())
-    conforms(doc, "ChatCompletion", post(server, "/v1/chat/completions", CHAT | {"tools": tools,
-                                                                                "tool_choice": "required"}).json())
     for chunk in sse(post(server, "/v1/chat/completions", chat | {"stream": True,
                                                                   "stream_options": {"include_usage": True}})):
-        conforms(doc, "ChatCompletionChunk", chunk)
-    for chunk in sse(post(server, "/v1/chat/completions", CHAT | {"stream": True, "tools": tools,
-                                                                  "tool_choice": "required"})):
         conforms(doc, "ChatCompletionChunk", chunk)
     done = {"model": MODEL_ID, "prompt": "Once", "logprobs": 2}
     conforms(doc, "Completion", post(server, "/v1/completions", done).json())

@@ -99,6 +99,23 @@ def test_a_forced_tool_call_has_valid_arguments(server, choice):
     jsonschema.validate(json.loads(call.function.arguments), PARAMS[call.function.name])
 
 
+def test_tool_call_answers_validate_against_the_published_document(server):
+    import httpx
+
+    from tests.serve.test_serve import AUTH
+    from tests.serve.test_serve_fuzz import conforms, sse
+    doc = httpx.get(server.base + "/openapi.json", headers=AUTH, timeout=30).json()
+    body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Time?"}], "max_tokens": BUDGET,
+            "temperature": 0, "tools": [WEATHER, CLOCK], "tool_choice": "required"}
+    whole = post(server, "/v1/chat/completions", body).json()
+    assert whole["choices"][0]["message"]["tool_calls"]
+    conforms(doc, "ChatCompletion", whole)
+    chunks = sse(post(server, "/v1/chat/completions", body | {"stream": True}))
+    assert any(c["choices"] and c["choices"][0]["delta"].get("tool_calls") for c in chunks)
+    for chunk in chunks:
+        conforms(doc, "ChatCompletionChunk", chunk)
+
+
 def test_tool_choice_none_returns_text(server):
     r = client(server).chat.completions.create(model=MODEL_ID, messages=HI, max_tokens=6, temperature=0,
                                                tools=[WEATHER], tool_choice="none")
