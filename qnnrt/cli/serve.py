@@ -155,7 +155,7 @@ def _run(args, tracer) -> int:
     finally:
         if engine is not None:
             engine.stop()
-            report["requests"] = engine.records
+            report["requests"] = list(engine.records)
             report["totals"] = dict(engine.totals)
         sock.close()
         report["method_calls"] = dict(runner.calls) if runner is not None else {}

@@ -73,6 +73,7 @@ class EmbeddingsEvent:
 Event = TextEvent | ChoiceEvent | DoneEvent | ErrorEvent | EmbeddingsEvent
 
 T = TypeVar("T")
+RECORDS_KEPT = 10_000     # requests whose figures --report keeps (the latest); a long-running server stays flat
 
 
 class QueueFull(QnnrtError):
@@ -161,13 +162,13 @@ class Engine:
         self._running: Job | EmbedJob | None = None
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="qnnrt-serve-engine", daemon=True)
-        self.records: list[dict[str, Any]] = []
+        self.records: deque[dict[str, Any]] = deque(maxlen=RECORDS_KEPT)   # the latest requests' figures
         self.totals: dict[str, float] = {"requests": 0, "completed": 0, "cancelled": 0, "failed": 0,
                                          "rejected_queue_full": 0, "prompt_tokens": 0, "cached_tokens": 0,
                                          "completion_tokens": 0, "generated_tokens": 0, "ttft_s_sum": 0.0,
                                          "decode_s_sum": 0.0, "decode_tokens": 0, "decode_forwards": 0,
                                          "draft_verifications": 0, "draft_tokens_accepted": 0,
-                                         "embedded_inputs": 0}
+                                         "embedded_inputs": 0, "records_dropped": 0}
         self.pd_bytes: int | None = None
 
     # -- the HTTP side ---------------------------------------------------------------------------
@@ -347,4 +348,6 @@ class Engine:
         job.emit(ErrorEvent(status, message, code))
 
     def _record(self, job: Job | EmbedJob, finish: str, figures: dict[str, Any]) -> None:
+        if len(self.records) == RECORDS_KEPT:
+            self.totals["records_dropped"] += 1
         self.records.append({"id": job.request_id, "endpoint": job.endpoint, "finish_reason": finish} | figures)

@@ -124,7 +124,9 @@ def test_streaming_clients_that_vanish_mid_stream(server):
 @pytest.fixture(scope="module")
 def published(server) -> dict[str, Any]:
     r = httpx.get(server.base + "/openapi.json", headers=AUTH, timeout=30)
-    assert r.status_code == 200
+    assert r.status_code == 200 and httpx.get(server.base + "/openapi.json", timeout=30).status_code == 401
+    validator = pytest.importorskip("openapi_spec_validator", reason="pip install -e '.[test]'")
+    validator.validate(r.json())                                  # OpenAPI 3.1, as served
     return r.json()
 
 
