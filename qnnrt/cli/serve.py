@@ -18,7 +18,7 @@ from qnnrt.errors import QnnrtError
 from qnnrt.install import extra_hint
 from qnnrt.units import parse_size
 
-SERVE_HINT = extra_hint("serve", "starlette uvicorn tokenizers jinja2 llguidance")
+SERVE_HINT = extra_hint("serve", "starlette uvicorn tokenizers jinja2 llguidance msgspec")
 API_KEY_ENV = "QNNRT_API_KEY"
 
 
@@ -60,10 +60,12 @@ def add_parser(sub) -> None:
 
 def require_stack() -> None:
     try:
+        import msgspec  # noqa: F401  -- the request schema
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
-        raise QnnrtError(f"qnnrt serve needs an ASGI stack ({e.name} is missing): {SERVE_HINT}") from None
+        raise QnnrtError(f"qnnrt serve needs an ASGI stack and msgspec ({e.name} is missing): {SERVE_HINT}") \
+            from None
 
 
 def _check_args(args) -> tuple[str | None, int]:

@@ -1,5 +1,6 @@
 """The HTTP side (Starlette, an ASGI app): OpenAI's /v1/models, /v1/chat/completions and
-/v1/completions (plain JSON or server-sent events), /health and /metrics. Requests become engine jobs;
+/v1/completions (plain JSON or server-sent events), /v1/embeddings, /health, /metrics and /openapi.json.
+Bodies are decoded into serve/schema.py's types (serve/requests.py); requests become engine jobs;
 nothing a request sends reaches the filesystem."""
 from __future__ import annotations
 

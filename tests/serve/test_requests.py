@@ -330,7 +330,7 @@ def test_bodies_generated_from_the_document_are_decoded_as_it_says(path, schema)
     from hypothesis import strategies as st
     v = _validator(schema.__name__)
     op = schemathesis.openapi.from_dict(_document())[path]["POST"]
-    modes = st.sampled_from([schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE])
+    modes = st.sampled_from([schemathesis.GenerationMode.POSITIVE] + [schemathesis.GenerationMode.NEGATIVE] * 2)
     seen = {True: 0, False: 0}
 
     @settings(max_examples=120, deadline=None, database=None, derandomize=True,

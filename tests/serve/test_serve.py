@@ -372,11 +372,12 @@ def test_malformed_requests_get_a_4xx_each_and_the_server_lives(server):
     assert server.proc.poll() is None and "Traceback" not in server.stderr()
 
 
-def test_serve_without_the_asgi_stack_says_what_to_install(monkeypatch):
+@pytest.mark.parametrize("missing", ["uvicorn", "msgspec"])
+def test_serve_without_the_asgi_stack_says_what_to_install(monkeypatch, missing):
     from qnnrt.cli import serve
     from qnnrt.errors import QnnrtError
-    monkeypatch.setitem(sys.modules, "uvicorn", None)
-    with pytest.raises(QnnrtError, match="uvicorn is missing") as e:
+    monkeypatch.setitem(sys.modules, missing, None)
+    with pytest.raises(QnnrtError, match=f"{missing} is missing") as e:
         serve.require_stack()
     assert serve.SERVE_HINT in str(e.value) and "[serve]" in serve.SERVE_HINT
 
