@@ -45,11 +45,11 @@ def assert_healthy(server) -> None:
 
 def test_schemathesis_finds_no_server_error(server, tmp_path):
     """A few hundred generated and mutated requests over every operation (the fuzzing phase, seeded)."""
-    r = api_fuzz.run(server.base, API_KEY, tmp_path, phases="fuzzing", max_examples=100, seed=0,
+    r = api_fuzz.run(server.base, API_KEY, tmp_path, phases="fuzzing", max_examples=60, seed=0,
                      timeout_s=10 * DEFAULT_RUN_S)
     print(r.summary())
     assert r.exit_code == 0 and not r.failures and not r.errors, r.output[-6000:]
-    assert r.cases >= 250 and r.server_errors == 0, r.summary()
+    assert r.cases >= 150 and r.server_errors == 0, r.summary()
     assert r.statuses.get(200, 0) >= 50 and r.statuses.get(400, 0) >= 50, r.summary()   # both sides reached
     assert_healthy(server)
 
