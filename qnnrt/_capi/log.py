@@ -14,36 +14,43 @@ from typing import Any, Callable
 from qnnrt._capi.functions import LOG_CALLBACK
 from qnnrt._capi.libc import format_varargs
 
-_pending: BaseException | None = None
+class Deferred:
+    """The interrupt the log callback caught and could not raise (None: none). One instance,
+    `DEFERRED`: a graph call reads `DEFERRED.exc` after it returns (one attribute read, no call)."""
+    __slots__ = ("exc",)
+
+    def __init__(self) -> None:
+        self.exc: BaseException | None = None
+
+
+DEFERRED = Deferred()
 _pending_lock = threading.Lock()
 
 
 def defer(exc: BaseException) -> None:
     """Keep `exc` (the first one wins) to be raised by the next `raise_pending()`."""
-    global _pending
     with _pending_lock:
-        if _pending is None:
-            _pending = exc
+        if DEFERRED.exc is None:
+            DEFERRED.exc = exc
 
 
 def interrupt_pending() -> bool:
-    """Did the log callback defer an interrupt (cheap: one global read)?"""
-    return _pending is not None
+    """Did the log callback defer an interrupt?"""
+    return DEFERRED.exc is not None
 
 
 def raise_pending() -> None:
     """Raise the interrupt the log callback deferred, if any (then it is cleared)."""
-    global _pending
-    if _pending is None:
+    if DEFERRED.exc is None:
         return
     with _pending_lock:
-        exc, _pending = _pending, None
+        exc, DEFERRED.exc = DEFERRED.exc, None
     if exc is not None:
         raise exc
 
 
 def has_pending() -> bool:
-    return _pending is not None
+    return DEFERRED.exc is not None
 
 
 def _callback_body(sink: Callable[[int, str], None], fmt: bytes | None, level: int,

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from qnnrt._capi import types as T
-from qnnrt._capi.log import interrupt_pending
+from qnnrt._capi.log import DEFERRED
 from qnnrt.core.binary import GraphSpec
 from qnnrt.core.clock import CLOCK
 from qnnrt.core.shared_buffer import SharedMemory, bind_mem_handle
@@ -50,16 +50,26 @@ ProfileSink = Callable[[list[dict]], None]   # receives the events of one graph 
 # events (None when the call is not profiled)
 CallObserver = Callable[[int, float, "list[dict] | None"], None]
 _FAST_DEQUANT = {np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16)}
+_clock = time.perf_counter
 
 
 def _untyped(fn: Callable[..., int]) -> CFuncPtr:
-    """The same C entry without argument types: called with ready ctypes objects only (pointers
-    as c_void_p / byref, counts as c_uint32, NULL as None), it skips the per-call conversion of
-    every argument, the larger part of a ctypes call's cost (bench/RESULTS.md)."""
+    """The same C entry without argument types: called with ready arguments only (pointers as
+    `pointer_arg` / byref, counts as Python ints, NULL as None), it skips the per-call conversion
+    of every argument, the larger part of a ctypes call's cost (bench/RESULTS.md)."""
     address = C.cast(fn, C.c_void_p).value  # type: ignore[arg-type]  # a CFuncPtr, typed by its signature
     if not address:
         raise QnnrtError("graphExecute is a NULL function pointer")
     return C.CFUNCTYPE(T.ErrorHandle)(address)
+
+
+def pointer_arg(handle: C.c_void_p | None) -> Any:
+    """`handle`'s value as an argument of an untyped call, in the form ctypes passes on without
+    work: a byref (ctypes' own argument object, copied as it is) of a zero-size view at that
+    address, i.e. the address itself. A c_void_p would make ctypes build that object anew at every
+    call; nothing is read at the address. NULL (None, an empty handle) passes as None."""
+    value = handle.value if handle is not None else None
+    return C.byref(C.c_char.from_address(value)) if value else None
 
 
 class BoundCall:
@@ -68,16 +78,14 @@ class BoundCall:
     then calls. Nothing is checked here; a failed call raises QnnError with QNN's log, and an
     interrupt the log callback deferred is raised after the call returns."""
 
-    __slots__ = ("backend", "name", "handle", "profile_handle", "precise_log", "_tensors", "_ia",
-                 "_oa", "_in_ref", "_out_ref", "_ni", "_no", "_in", "_out", "_in_t", "_out_t",
-                 "_execute")
+    __slots__ = ("backend", "name", "precise_log", "_handle", "_profile_handle", "_handle_arg",
+                 "_profile_arg", "_tensors", "_ia", "_oa", "_in_ref", "_out_ref", "_ni", "_no", "_in",
+                 "_out", "_in_t", "_out_t", "_execute")
 
     def __init__(self, backend: Backend, spec: GraphSpec) -> None:
         self.backend, self.name = backend, spec.name
-        # the live graph's handle (always a c_void_p: the untyped call passes it as a pointer);
-        # re-pointed when the context is re-created
-        self.handle: C.c_void_p | None = None
-        self.profile_handle: C.c_void_p | None = None  # a QNN profile to record into, or None
+        self.handle = None          # the live graph's (re-pointed when its context is re-created)
+        self.profile_handle = None  # a QNN profile to record into, or None
         self.precise_log = False  # a failure quotes only the lines this call logged (one lock more)
         self._tensors = [IOTensor(s) for s in spec.inputs] + [IOTensor(s) for s in spec.outputs]
         ni, no = len(spec.inputs), len(spec.outputs)
@@ -87,13 +95,31 @@ class BoundCall:
             self._ia[i] = t.struct
         for i, t in enumerate(self._tensors[ni:]):
             self._oa[i] = t.struct
-        self._ni, self._no = C.c_uint32(ni), C.c_uint32(no)
+        self._ni, self._no = ni, no   # passed as C ints: what uint32_t parameters receive
         self._in_t = [self._ia[i] for i in range(ni)]   # views into the arrays QNN reads
         self._out_t = [self._oa[j] for j in range(no)]
         self._in = [t.body.clientBuf for t in self._in_t]
         self._out = [t.body.clientBuf for t in self._out_t]
         self._in_ref, self._out_ref = C.byref(self._ia), C.byref(self._oa)
         self._execute = _untyped(backend.api.graphExecute)
+
+    @property
+    def handle(self) -> C.c_void_p | None:
+        """The live graph's handle the call goes to (a c_void_p, or None before it is pointed)."""
+        return self._handle
+
+    @handle.setter
+    def handle(self, handle: C.c_void_p | None) -> None:
+        self._handle, self._handle_arg = handle, pointer_arg(handle)
+
+    @property
+    def profile_handle(self) -> C.c_void_p | None:
+        """The QNN profile the call records into, None when it is not profiled."""
+        return self._profile_handle
+
+    @profile_handle.setter
+    def profile_handle(self, handle: C.c_void_p | None) -> None:
+        self._profile_handle, self._profile_arg = handle, pointer_arg(handle)
 
     def set_input(self, i: int, arr: np.ndarray) -> None:
         """Input `i` reads `arr` (C-contiguous, the tensor's dtype and shape)."""
@@ -134,12 +160,11 @@ class BoundCall:
     def __call__(self) -> float:
         """Execute on `handle`; returns the seconds spent inside QNN."""
         mark = self.backend.log.mark() if self.precise_log else None
-        pc = time.perf_counter
-        t0 = pc()
-        rc = self._execute(self.handle, self._in_ref, self._ni, self._out_ref, self._no,
-                           self.profile_handle, None)
-        seconds = pc() - t0
-        if rc or interrupt_pending():
+        t0 = _clock()
+        rc = self._execute(self._handle_arg, self._in_ref, self._ni, self._out_ref, self._no,
+                           self._profile_arg, None)
+        seconds = _clock() - t0
+        if rc or DEFERRED.exc is not None:
             self.backend.check(rc, "graphExecute", mark, f"for graph {self.name!r}")
         return seconds
 
@@ -228,7 +253,7 @@ class GraphBinding:
 
     __slots__ = ("call", "spec", "where", "in_slots", "out_slots", "dequantized", "shared",
                  "_trusted", "_checked", "_fresh", "_deq", "_after_call", "_sink", "_read", "_observer",
-                 "_mem", "_staged", "_copy_in", "_copy_out", "_own", "_bound_in")
+                 "_mem", "_staged", "_copy_in", "_copy_out", "_own", "_bound_in", "_bare")
 
     def __init__(self, call: PreparedCall, spec: GraphSpec, in_slots: Sequence[int],
                  out_slots: Sequence[int], dequantize: bool | Sequence[bool], where: str,
@@ -272,6 +297,7 @@ class GraphBinding:
             else:
                 call.set_output_size(j, s.nbytes)
                 self._fresh[j] = (slot, tuple(s.shape), s.dtype)
+        self._settle()
 
     # -- sent to a PD worker (runtime/pd_segment.py) -------------------------------------------
     def __getstate__(self) -> dict:
@@ -286,6 +312,7 @@ class GraphBinding:
         self._bound_in = {}   # the worker's call already points at them
         for j, (_, raw, _, _) in self._deq.items():   # the raw buffers are this side's copies
             self.call.set_output(j, raw)
+        self._settle()
 
     @property
     def reads(self) -> list[int]:
@@ -330,6 +357,7 @@ class GraphBinding:
     def trust_input(self, i: int) -> None:
         """Input i's slot always holds a C-contiguous array of the tensor's dtype and shape."""
         self._trusted[i] = self._checked.pop(i)[0]
+        self._settle()
 
     def _check_buffer(self, what: str, buffer: np.ndarray, kind: tuple[np.dtype, tuple[int, ...]]
                       ) -> None:
@@ -346,6 +374,7 @@ class GraphBinding:
         self.call.set_input(i, buffer)
         self._track(True, i, buffer, s)
         self._bound_in[i] = buffer
+        self._settle()
 
     def bound_input(self, i: int) -> np.ndarray | None:
         """The buffer input i was bound to once (`bind_input`), None when it is read per call."""
@@ -362,6 +391,7 @@ class GraphBinding:
             del self._fresh[j]
             self.call.set_output(j, buffer)
             self._track(False, j, buffer, self.spec.outputs[j])
+        self._settle()
 
     def attach_profile(self, profile: Profile, sink: ProfileSink) -> None:
         """Record every call into `profile` and hand its events to `sink` after each call."""
@@ -380,6 +410,7 @@ class GraphBinding:
         read, sink, observer = self._read, self._sink, self._observer
         if observer is None:
             self._after_call = None if sink is None or read is None else lambda _s: sink(read())
+            self._settle()
             return
         clock = CLOCK
 
@@ -390,6 +421,7 @@ class GraphBinding:
                 sink(events)
             observer(end, seconds, events)
         self._after_call = after
+        self._settle()
 
     def deliver_profile(self, events: list[dict]) -> None:
         """The events of a call made elsewhere (a PD worker ran it in a plan segment) go where
@@ -411,6 +443,7 @@ class GraphBinding:
             self._track(False, j, staging, outs[j])
             self._copy_out.append((slot, staging))
         self._trusted, self._checked, self._fresh = {}, {}, {}
+        self._settle()
 
     def _staged_input(self, i: int) -> np.ndarray:
         s = self.spec.inputs[i]
@@ -444,9 +477,18 @@ class GraphBinding:
         """How many of this graph's tensors are bound to shared memory."""
         return len(self._mem)
 
+    def _settle(self) -> None:
+        """After every change to what a call does: whether it is the C call alone (every input
+        and output bound once, nothing copied, dequantized or observed), decided here once, not
+        at each call."""
+        self._bare = not (self._trusted or self._checked or self._fresh or self._copy_in
+                          or self._copy_out or self._deq or self._after_call is not None)
+
     # -- run time -----------------------------------------------------------------------------
     def run(self, values: list) -> float:
         """Bind, execute, collect; returns the seconds spent inside graphExecute."""
+        if self._bare:   # nothing to do per call but the call
+            return self.call()
         converted = self._bind(values) if self._trusted or self._checked or self._fresh else None
         if self._copy_in:
             self._copy_inputs(values)

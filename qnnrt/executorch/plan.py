@@ -2,10 +2,10 @@
 becomes named steps over a slot list, one per instruction:
 
 - `KernelStep`  a CPU kernel (numpy) on slot arguments, its result in its out slots;
-- `MatmulStep`  `aten::mm.out` by a constant float32 weight, as np.matmul(a, W, out=...) into a
+- `MatmulStep`  `aten::mm.out` by a constant float32 weight, as a.dot(W, out=...) into a
                 planned buffer when the result never leaves the method;
-- `DelegateStep` a QNN delegate: a runtime GraphStep (the one binder) whose outputs are converted
-                to what the program declares when the graph's differ;
+- a QNN delegate: a runtime GraphStep (the one binder), then a `ConvertStep` when the graph's
+                outputs are not what the program declares (dtype cast, reshape);
 - `MoveStep`, `FreeStep`  ExecuTorch's MoveCall / FreeCall (and frees after last use).
 
 Arguments are `Slot` (a value made at run time) or `Const` (a program-given value, put in a slot of
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 Kind = tuple[np.dtype, tuple[int, ...]]   # what a buffer holds: dtype and shape
 _F32 = np.dtype(np.float32)
+_clock = time.perf_counter
 
 
 class NotCompilable(Exception):
@@ -97,7 +98,7 @@ class KernelStep:
                       state["tensor"], state["where"])
 
     def run(self, values: list) -> float:
-        t0 = time.perf_counter()
+        t0 = _clock()
         xs = [values[i] for i in self.inputs]
         try:
             res = K.cast_to_out(self.fn(*xs, out=self.info), self.info, self.name, self.cast)
@@ -113,16 +114,19 @@ class KernelStep:
                              f"program's out tensor is {list(self.tensor.shape)}")
         for o in self.outs:
             values[o] = res
-        return time.perf_counter() - t0
+        return _clock() - t0
 
 
 class MatmulStep:
-    """aten::mm.out by a constant float32 weight: np.matmul(values[a], weight, out=result), the
-    result a planned buffer (`result`) when it never leaves the method, else a fresh array."""
-    __slots__ = ("a", "weight", "outs", "shape", "result")
+    """aten::mm.out by a constant float32 weight: values[a].dot(weight, out=result), the result a
+    planned buffer (`result`) when it never leaves the method, else a fresh array. For 2-d float32
+    arrays ndarray.dot makes the BLAS call np.matmul makes (gemv / gemm with the same arguments,
+    so the same bits: tests/executorch/test_plan.py), without a generalized ufunc's set-up per
+    call (a third of the cost of np.matmul here)."""
+    __slots__ = ("a", "weight", "out", "shape", "result")
 
-    def __init__(self, a: int, weight: np.ndarray, outs: list[int], shape: tuple[int, ...]) -> None:
-        self.a, self.weight, self.outs, self.shape = a, weight, outs, shape
+    def __init__(self, a: int, weight: np.ndarray, out: int, shape: tuple[int, ...]) -> None:
+        self.a, self.weight, self.out, self.shape = a, weight, out, shape
         self.result: np.ndarray | None = None
 
     @property
@@ -131,21 +135,20 @@ class MatmulStep:
 
     @property
     def writes(self) -> list[int]:
-        return self.outs
+        return [self.out]
 
     @property
     def label(self) -> str:
         return "aten::mm.out"
 
     def run(self, values: list) -> float:
-        t0 = time.perf_counter()
+        t0 = _clock()
         res = self.result
         if res is None:
             res = np.empty(self.shape, np.float32)
-        np.matmul(values[self.a], self.weight, out=res)
-        for o in self.outs:
-            values[o] = res
-        return time.perf_counter() - t0
+        values[self.a].dot(self.weight, out=res)
+        values[self.out] = res
+        return _clock() - t0
 
 
 @dataclass(frozen=True)
@@ -156,19 +159,23 @@ class OutputConversion:
     tensor: TensorInfo     # what the program declares
 
 
-class DelegateStep(GraphStep):
-    """A QNN delegate call: the graph step, then the outputs the program declares otherwise
-    converted (dtype cast, reshape of the same size)."""
-    __slots__ = ("conversions", "where")
+class ConvertStep:
+    """After a delegate call, the outputs the program declares otherwise converted (dtype cast,
+    reshape of the same size), in their slots. Bookkeeping between two ops: not timed."""
+    __slots__ = ("graph", "conversions", "where")
 
-    def __init__(self, step: GraphStep, conversions: list[OutputConversion], where: str) -> None:
-        super().__init__(step.key, step.graph, step.position, step.binding)
-        self.conversions, self.where = conversions, where
+    def __init__(self, graph: str, conversions: list[OutputConversion], where: str) -> None:
+        self.graph, self.conversions, self.where = graph, conversions, where
+
+    @property
+    def reads(self) -> list[int]:
+        return [c.slot for c in self.conversions]
+
+    @property
+    def writes(self) -> list[int]:
+        return [c.slot for c in self.conversions]
 
     def run(self, values: list) -> float:
-        seconds = self.binding.run(values)
-        if not self.conversions:
-            return seconds
         for c in self.conversions:
             a, t = values[c.slot], c.tensor
             if t.dtype is not None and a.dtype != t.dtype:
@@ -179,7 +186,7 @@ class DelegateStep(GraphStep):
                                      f"shape {list(a.shape)}, the program expects {list(t.shape)}")
                 a = a.reshape(t.shape)
             values[c.slot] = a
-        return seconds
+        return 0.0
 
 
 class MoveStep:
@@ -244,7 +251,7 @@ def _adapt_delegate_inputs(step: GraphStep) -> None:
 class Port:
     """A place a planned buffer can be bound once: a delegate step's graph input / output, a matmul
     step's left operand / result. `None` in a port list: a user that takes whatever it is given."""
-    step: DelegateStep | MatmulStep
+    step: GraphStep | MatmulStep
     index: int          # graph input / output position (0 for a matmul)
     kind: Kind
 
@@ -309,11 +316,16 @@ class _Lowering:
         if (kd.name == "aten::mm.out" and isinstance(a0, Slot) and isinstance(w, np.ndarray)
                 and w.ndim == 2 and w.dtype == _F32 and t.dtype == _F32 and len(t.shape) == 2
                 and t.shape[1] == w.shape[1] and self._is_f32(a0.index, (t.shape[0], w.shape[0]))):
-            mm = MatmulStep(a0.index, w, outs, tuple(t.shape))
+            # the `out` argument is also the result (one slot); another out slot is a move of it
+            first, *others = dict.fromkeys(outs)
+            mm = MatmulStep(a0.index, w, first, tuple(t.shape))
             self.steps.append(mm)
             self._note(self.readers, a0.index, Port(mm, 0, (_F32, (t.shape[0], w.shape[0]))))
-            for o in dict.fromkeys(outs):
-                self._note(self.makers, o, Port(mm, 0, (_F32, tuple(t.shape))))
+            self._note(self.makers, first, Port(mm, 0, (_F32, tuple(t.shape))))
+            for o in others:
+                self._note(self.readers, first, None)
+                self._note(self.makers, o, None)
+                self.steps.append(MoveStep(first, o))
             return
         where = f"{self.where} instruction {pc} ({kd.name})"
         self.steps.append(KernelStep(kd, [self.slot_of(x) for x in args], outs, t, where))
@@ -345,20 +357,21 @@ class _Lowering:
         for p, s in enumerate(out_slots):
             if s is None:   # a graph output the program does not use: a scratch slot
                 out_slots[p] = self.slot_of(Const(None))
-        g = graph_step(self.program, site.step, len(self.graph_steps),
-                       [s for s in in_slots if s is not None],
-                       [s for s in out_slots if s is not None], f"graph {site.step.graph!r}")
-        _adapt_delegate_inputs(g)
+        step = graph_step(self.program, site.step, len(self.graph_steps),
+                          [s for s in in_slots if s is not None],
+                          [s for s in out_slots if s is not None], f"graph {site.step.graph!r}")
+        _adapt_delegate_inputs(step)
         conversions = []
         for p, a in zip(site.output_positions, a_out):
             t = self.tensor(a)
             assert t is not None
-            kind = g.binding.output_kind(p)
+            kind = step.binding.output_kind(p)
             if kind != (t.dtype, tuple(t.shape)):
                 conversions.append(OutputConversion(a, p, t))
-        step = DelegateStep(g, conversions, self.where)
         self.steps.append(step)
         self.graph_steps.append(step)
+        if conversions:
+            self.steps.append(ConvertStep(site.step.graph, conversions, self.where))
         converted = {c.slot for c in conversions}
         for p, a in zip(site.output_positions, a_out):
             bindable = a not in converted and not step.binding.dequantized[p]
@@ -415,7 +428,7 @@ class _Lowering:
             else:
                 made.step.binding.bind_output(made.index, buf)
             for port in ports[1:]:
-                if isinstance(port.step, DelegateStep):
+                if isinstance(port.step, GraphStep):
                     port.step.binding.bind_input(port.index, buf)
             planned.add(i)
         # a planned buffer lives as long as the plan: freeing its slot would free nothing
@@ -433,7 +446,7 @@ class _Lowering:
             spec, i = _caller_slot(ins, name, x, f"{where} input")
             self.template[i] = x
             for port in self.readers.get(i, []):
-                if (port is not None and isinstance(port.step, DelegateStep)
+                if (port is not None and isinstance(port.step, GraphStep)
                         and port.kind == (x.dtype, x.shape)):
                     port.step.binding.bind_input(port.index, x)
         boundary = set(a.input_values) | a.constant_values
@@ -442,7 +455,7 @@ class _Lowering:
             spec, o = _caller_slot(outs, name, x, f"{where} output")
             makers = self.makers.get(o, [])
             made = makers[0] if len(makers) == 1 else None
-            if (made is not None and isinstance(made.step, DelegateStep) and o not in boundary
+            if (made is not None and isinstance(made.step, GraphStep) and o not in boundary
                     and made.kind == (x.dtype, x.shape)):
                 made.step.binding.bind_output(made.index, x)
                 self.template[o] = x
@@ -503,7 +516,7 @@ class PtePlan(StepPlan):
         for name, i, copy in self.outputs:
             x = values[i]
             if isinstance(x, np.ndarray) and (copy or not x.flags.writeable
-                                              or any(np.shares_memory(x, g) for g in arrays)):
+                                              or any(np.may_share_memory(x, g) for g in arrays)):
                 x = np.array(x, copy=True)
             out[name] = x
         return out
@@ -538,7 +551,7 @@ class PreparedPte:
         slot = self.inputs[name]
         out = []
         for port in self.plan.readers.get(slot, []):
-            if isinstance(port.step, DelegateStep):
+            if isinstance(port.step, GraphStep):
                 b = port.step.binding.bound_input(port.index)
                 if b is not None:
                     out.append(b)

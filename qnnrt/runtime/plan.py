@@ -115,7 +115,8 @@ class SegmentStep:
 
 class GraphStep:
     """One graph call of a plan: context `key`, graph `graph`, the `position`-th graph call of the
-    method (the residency policy plans by it), and the binder that makes the call."""
+    method (the residency policy plans by it), and the binder that makes the call. Its run is the
+    binder's (a plan's loop calls `binding.run` itself)."""
     __slots__ = ("key", "graph", "position", "binding")
 
     def __init__(self, key: str, graph: str, position: int, binding: GraphBinding) -> None:
@@ -191,23 +192,19 @@ class LiveGraphs:
         self.order = [s.key for s in steps] if order is None else order
         self.keys = sorted(set(self.order))
         self._generation: int | None = None
-        self._contexts: list[LiveContext] = []
 
     def all_live(self) -> bool:
-        """True when every context is live and nothing pending; then every step points at it."""
+        """True when every context is live and nothing pending; then every step points at it. The
+        pool bumps its generation on every change to what is live (a creation, a free, a closed
+        pool or worker), so an unchanged generation is the whole check."""
         if self._generation is not None and self.pool.generation == self._generation:
-            for c in self._contexts:
-                if c.closed:
-                    break
-            else:
-                return True
+            return True
         live = self.pool.live_contexts(self.keys)
         if live is None:
             self._generation = None
             return False
         for s in self.steps:
             s.point_at(live.contexts[s.key])
-        self._contexts = list(live.contexts.values())
         self._generation = live.generation
         return True
 
@@ -240,9 +237,23 @@ class LiveGraphs:
         return seconds
 
 
+# what the loop does with a step's seconds (`StepPlan.calls`)
+CPU, GRAPH, SEGMENT = 0, 1, 2
+# one step as the loop calls it: its run (a graph step's: its binder's), its kind, the step
+Call = tuple[Callable[[list], float], int, Step]
+
+
+def loop_call(step: Step) -> Call:
+    """How the plan's loop calls `step`, decided once for the plan's life."""
+    if isinstance(step, GraphStep):
+        return step.binding.run, GRAPH, step
+    if isinstance(step, SegmentStep):
+        return step.run, SEGMENT, step
+    return step.run, CPU, step
+
+
 class StepPlan:
     """Runs a list of steps over a slot list, graph calls through `LiveGraphs`."""
-    steps: list[Step]
     timing: RunTiming
 
     def __init__(self, program: Program, graph_steps: list[GraphStep]) -> None:
@@ -250,6 +261,16 @@ class StepPlan:
         self.graph_steps = graph_steps
         self.live = LiveGraphs(program.pool, graph_steps, program.recovery)
         self.timing = RunTiming()
+
+    @property
+    def steps(self) -> list[Step]:
+        return self._steps
+
+    @steps.setter
+    def steps(self, steps: list[Step]) -> None:
+        """The plan's steps; what the loop calls for each is worked out here, once."""
+        self._steps = steps
+        self.calls: list[Call] = [loop_call(s) for s in steps]
 
     def cut_by_host(self, template: list, outputs: Sequence[int]) -> None:
         """Runs of steps whose graphs live in another host become one step each, which that host
@@ -263,24 +284,45 @@ class StepPlan:
             self.steps = traced_steps(self.steps, program.tracer)
 
     def run_steps(self, values: list) -> None:
+        """Every step once, in order, over `values`; the graph calls back to back while every
+        context is live, else each through the pool."""
+        if not self.live.all_live():
+            self.program.pool.set_order(self.live.order)
+            self._run_pooled(values)
+            return
         accelerator = cpu = 0.0
-        program = self.program
-        pooled = not self.live.all_live()
-        if pooled:
-            program.pool.set_order(self.live.order)
-        for step in self.steps:
-            if isinstance(step, GraphStep):
+        program, live = self.program, self.live
+        for run, kind, step in self.calls:
+            if kind == CPU:
+                cpu += run(values)
+            elif kind == GRAPH:
                 program.local_graph_calls += 1  # as they happen: progress lines read it
-                if pooled:
-                    accelerator += self.live.run_pooled(step, values)
-                    continue
                 try:
-                    accelerator += step.run(values)
+                    accelerator += run(values)
                 except QnnError as e:
-                    accelerator += self.live.recover(step, values, e)
-            elif isinstance(step, SegmentStep):   # another host's steps, on one request
-                accelerator += step.run(values)
+                    assert isinstance(step, GraphStep)
+                    accelerator += live.recover(step, values, e)
+            else:   # another host's steps, on one request
+                assert isinstance(step, SegmentStep)
+                accelerator += run(values)
                 cpu += step.cpu_seconds   # its graph calls are counted there, as they happen
+        t = self.timing
+        t.accelerator_s, t.cpu_ops_s, t.graph_calls = accelerator, cpu, len(self.graph_steps)
+
+    def _run_pooled(self, values: list) -> None:
+        """The same steps with each graph call's context acquired from the pool and released
+        after it (some context is not live, or something is pending)."""
+        accelerator = cpu = 0.0
+        program, live = self.program, self.live
+        for _, kind, step in self.calls:
+            if kind == GRAPH:
+                assert isinstance(step, GraphStep)
+                program.local_graph_calls += 1
+                accelerator += live.run_pooled(step, values)
+            elif kind == SEGMENT:
+                assert isinstance(step, SegmentStep)
+                accelerator += step.run(values)
+                cpu += step.cpu_seconds
             else:
                 cpu += step.run(values)
         t = self.timing

@@ -70,3 +70,38 @@ def test_a_planned_buffer_of_another_kind_is_refused(live):
         b.bind_output(0, np.zeros((1, WIDTH), np.float16))
     with pytest.raises(QnnrtError, match="slots"):
         GraphBinding(BoundCall(backend, graph.spec), graph.spec, [0, 1], [2], True, "test")
+
+
+def test_a_binding_bound_once_calls_the_graph_alone_until_observed(live):
+    """With every tensor bound once a call is the C call alone (slots untouched); attaching a
+    profile makes it more again: the sink gets each call's events."""
+    backend, graph = live
+    from qnnrt.core import Profile
+    x = np.random.default_rng(6).standard_normal((1, WIDTH)).astype(np.float32)
+    want = graph.execute([x])["y"]
+    b = _binding(live, [0], [1])
+    xin, yout = x.copy(), np.empty((1, WIDTH), np.float32)
+    b.bind_input(0, xin)
+    b.bind_output(0, yout)
+    values: list = ["untouched", yout]
+    b.run(values)
+    assert values == ["untouched", yout] and np.array_equal(yout, want)
+    got: list = []
+    with Profile(backend, "basic") as profile:
+        b.attach_profile(profile, got.append)
+        b.run(values)
+    assert len(got) == 1 and got[0]
+
+
+def test_the_graph_handle_is_passed_as_its_address(live):
+    """BoundCall passes the handle as a ready pointer argument: its address, NULL as None."""
+    import ctypes as C
+
+    from qnnrt.core.graph import pointer_arg
+    backend, graph = live
+    assert pointer_arg(None) is None and pointer_arg(C.c_void_p()) is None
+    arg = pointer_arg(C.c_void_p(0x1234560))
+    assert C.cast(arg, C.c_void_p).value == 0x1234560   # what the C function receives
+    call = BoundCall(backend, graph.spec)
+    call.handle = graph.handle
+    assert call.handle is graph.handle

@@ -202,3 +202,22 @@ def test_interpreted_pte_plan_bit_identical(name):
             p.compiled = True
             assert all(_same(g, r) for g, r in zip(got, ref)), n
             assert plan.timing.graph_calls == len(m.graph_order) and plan.timing.accelerator_s > 0
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 64, 64), (1, 7, 100), (2, 64, 64), (3, 100, 7), (8, 64, 257),
+                                     (64, 2, 1), (1, 1, 1), (130, 64, 64)])
+def test_matmul_step_is_bit_identical_to_np_matmul(m, k, n):
+    """MatmulStep computes aten::mm as ndarray.dot (cheaper per call than the matmul ufunc); the
+    reference path's kernel uses np.matmul: for 2-d float32 both make the same BLAS call."""
+    from qnnrt.executorch.plan import MatmulStep
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    for x in (a, np.asfortranarray(a)):
+        step = MatmulStep(0, w, 1, (m, n))
+        values: list = [x, None]
+        step.run(values)
+        assert values[1].dtype == np.float32 and np.array_equal(values[1], np.matmul(x, w))
+        step.result = np.empty((m, n), np.float32)      # planned: written in place
+        step.run(values)
+        assert values[1] is step.result and np.array_equal(step.result, np.matmul(x, w))
