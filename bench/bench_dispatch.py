@@ -3,13 +3,16 @@
     python bench/bench_dispatch.py PATH [--method M] [--iterations 200] [--warm-up 5]
         [--residency eager] [--reference] [--inputs a.npy,b.npy] [--backend-lib LIB] [--json out.json]
 
-Per iteration (median over >= 200), from the runtime's own counters (Program.timing: a perf_counter
-around each graphExecute C call and each CPU op, what `qnnrt run` reports as time_breakdown):
+Per iteration (median over >= 200), from the runtime's own counters on timed runs (Program.timed:
+a perf_counter around each graphExecute C call and each CPU op, what `qnnrt run` reports as
+time_breakdown):
     runtime cost per graph call = (iteration wall - inside graphExecute - CPU ops) / graph calls
 and ExecuTorch's definition (its et_run.py counts its CPU kernels as runtime):
     (iteration wall - inside graphExecute) / graph calls
-and "all in": the calling thread's CPU time per iteration / graph calls (mean over the timed
-iterations; on a busy machine it is not inflated by waiting for a core, as wall time is).
+and "all in", of the timed runs and of untimed ones (Program's default, as ExecuTorch's runtime
+runs: no clock read per step), interleaved one by one: median iteration wall / graph calls, and
+the calling thread's CPU time per iteration / graph calls (mean; on a busy machine it is not
+inflated by waiting for a core, as wall time is).
 
 --reference      the step-by-step path (Program.compiled = False); its CPU segments are timed by a
                  wrapper around session.run (.pte kernels by the interpreter's own counter)
@@ -91,20 +94,31 @@ def main(argv=None) -> dict:
             for s in m.steps:
                 if isinstance(s, CpuStep):
                     s.segment.session = _TimedSession(s.segment.session, cpu_acc)
-        for _ in range(a.warm_up):
-            prog.run(m.name, feed)
+        for timed in (True, False):
+            prog.timed = timed
+            for _ in range(a.warm_up):
+                prog.run(m.name, feed)
         rows = []
-        pc = time.perf_counter
-        cpu0, proc0 = time.thread_time(), time.process_time()
-        for _ in range(a.iterations):
+        untimed: list[float] = []
+        cpu = {True: 0.0, False: 0.0}
+        pc, tt = time.perf_counter, time.thread_time
+        proc0 = time.process_time()
+        for i in range(2 * a.iterations):
+            prog.timed = timed = i % 2 == 0
             cpu_acc[0] = 0.0
+            c0 = tt()
             t0 = pc()
             prog.run(m.name, feed)
             wall = pc() - t0
+            cpu[timed] += tt() - c0
+            if not timed:
+                untimed.append(wall)
+                continue
             t = prog.timing
             rows.append((wall, t.accelerator_s, t.cpu_ops_s + cpu_acc[0], t.graph_calls))
-        cpu_per_iteration = (time.thread_time() - cpu0) / a.iterations
-        proc_per_iteration = (time.process_time() - proc0) / a.iterations
+        cpu_per_iteration = cpu[True] / a.iterations
+        untimed_cpu_per_iteration = cpu[False] / a.iterations
+        proc_per_iteration = (time.process_time() - proc0) / (2 * a.iterations)
         load = os.getloadavg()
     finally:
         prog.close()
@@ -122,6 +136,10 @@ def main(argv=None) -> dict:
            "runtime_us_per_graph_call_p10_p90": [float(np.percentile(rt, q)) for q in (10, 90)],
            "runtime_plus_cpu_us_per_graph_call": med((r[0] - r[1]) / max(1, r[3]) for r in rows) * 1e6,
            "cpu_us_per_graph_call": cpu_per_iteration / max(1, calls) * 1e6,
+           "wall_us_per_graph_call": med(r[0] for r in rows) / max(1, calls) * 1e6,
+           "untimed_wall_ms": med(untimed) * 1e3,
+           "untimed_wall_us_per_graph_call": med(untimed) / max(1, calls) * 1e6,
+           "untimed_cpu_us_per_graph_call": untimed_cpu_per_iteration / max(1, calls) * 1e6,
            "process_cpu_us_per_graph_call": proc_per_iteration / max(1, calls) * 1e6,
            "loadavg": [round(x, 2) for x in load]}
     print(f"{a.path} [{m.name}] {res['path_kind']}{' null-execute' if null_execute else ''}: "
@@ -132,8 +150,11 @@ def main(argv=None) -> dict:
           f"{res['runtime_us_per_graph_call_p10_p90'][0]:.2f}, p90 "
           f"{res['runtime_us_per_graph_call_p10_p90'][1]:.2f}); incl. CPU ops: "
           f"{res['runtime_plus_cpu_us_per_graph_call']:.2f} us")
-    print(f"  all in (this thread's CPU time per iteration, timing included, / graph calls): "
-          f"{res['cpu_us_per_graph_call']:.2f} us (all threads: "
+    print(f"  all in, timed (median wall / graph calls; this thread's CPU time): "
+          f"{res['wall_us_per_graph_call']:.2f} us; {res['cpu_us_per_graph_call']:.2f} us")
+    print(f"  all in, untimed (Program's default): wall {res['untimed_wall_ms']:.3f} ms, "
+          f"{res['untimed_wall_us_per_graph_call']:.2f} us per graph call; this thread's CPU time "
+          f"{res['untimed_cpu_us_per_graph_call']:.2f} us (all threads, both kinds: "
           f"{res['process_cpu_us_per_graph_call']:.2f} us)")
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))

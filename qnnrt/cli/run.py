@@ -310,6 +310,7 @@ def _run(args, tracer) -> int:
     set_max_input_bytes(args.max_input_bytes)
     t_start = time.perf_counter()
     prog, profiler = open_program(args, args.graph, tracer=tracer)
+    prog.timed = True   # the report's time_breakdown: graph calls and CPU ops timed
     quiet, tty = getattr(args, "quiet", False), sys.stderr.isatty()
     try:
         load_s = time.perf_counter() - t_start

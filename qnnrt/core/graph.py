@@ -76,17 +76,20 @@ class BoundCall:
     """One graph's graphExecute over I/O structs made once: the caller points each input and output
     at an array it validated or planned (and keeps alive), sets `handle` to the live graph's handle,
     then calls. Nothing is checked here; a failed call raises QnnError with QNN's log, and an
-    interrupt the log callback deferred is raised after the call returns."""
+    interrupt the log callback deferred is raised after the call returns. A call returns the
+    seconds it spent inside QNN, or 0.0 when `timed` is False (no clock read: what an untimed
+    program's plans ask)."""
 
-    __slots__ = ("backend", "name", "precise_log", "_handle", "_profile_handle", "_handle_arg",
-                 "_profile_arg", "_tensors", "_ia", "_oa", "_in_ref", "_out_ref", "_ni", "_no", "_in",
-                 "_out", "_in_t", "_out_t", "_execute")
+    __slots__ = ("backend", "name", "precise_log", "timed", "_handle", "_profile_handle",
+                 "_handle_arg", "_profile_arg", "_tensors", "_ia", "_oa", "_in_ref", "_out_ref", "_ni",
+                 "_no", "_in", "_out", "_in_t", "_out_t", "_execute")
 
     def __init__(self, backend: Backend, spec: GraphSpec) -> None:
         self.backend, self.name = backend, spec.name
         self.handle = None          # the live graph's (re-pointed when its context is re-created)
         self.profile_handle = None  # a QNN profile to record into, or None
         self.precise_log = False  # a failure quotes only the lines this call logged (one lock more)
+        self.timed = True         # read the clock around the C call
         self._tensors = [IOTensor(s) for s in spec.inputs] + [IOTensor(s) for s in spec.outputs]
         ni, no = len(spec.inputs), len(spec.outputs)
         self._ia = (T.Tensor * max(1, ni))()
@@ -158,12 +161,13 @@ class BoundCall:
         return profile.events
 
     def __call__(self) -> float:
-        """Execute on `handle`; returns the seconds spent inside QNN."""
+        """Execute on `handle`; returns the seconds spent inside QNN (0.0 when not timed)."""
         mark = self.backend.log.mark() if self.precise_log else None
-        t0 = _clock()
+        timed = self.timed
+        t0 = _clock() if timed else 0.0
         rc = self._execute(self._handle_arg, self._in_ref, self._ni, self._out_ref, self._no,
                            self._profile_arg, None)
-        seconds = _clock() - t0
+        seconds = _clock() - t0 if timed else 0.0
         if rc or DEFERRED.exc is not None:
             self.backend.check(rc, "graphExecute", mark, f"for graph {self.name!r}")
         return seconds

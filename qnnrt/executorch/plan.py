@@ -17,7 +17,6 @@ load-time `MethodAnalysis`, nothing private.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +32,7 @@ from qnnrt.executorch.reader import DelegateCall, FreeCall, KernelCall, MoveCall
 from qnnrt.runtime.method import QnnStep, validate_inputs
 from qnnrt.runtime.plan import (CallerArrays, GraphStep, Inputs, LiveGraphs, NotPreparable, Plan,
                                 RunTiming, Step, StepPlan, graph_step)
+from qnnrt.runtime.steps import Bookkeeping
 
 from qnnrt.core.tensor import TensorSpec
 
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 Kind = tuple[np.dtype, tuple[int, ...]]   # what a buffer holds: dtype and shape
 _F32 = np.dtype(np.float32)
-_clock = time.perf_counter
 
 
 class NotCompilable(Exception):
@@ -98,7 +97,6 @@ class KernelStep:
                       state["tensor"], state["where"])
 
     def run(self, values: list) -> float:
-        t0 = _clock()
         xs = [values[i] for i in self.inputs]
         try:
             res = K.cast_to_out(self.fn(*xs, out=self.info), self.info, self.name, self.cast)
@@ -114,7 +112,7 @@ class KernelStep:
                              f"program's out tensor is {list(self.tensor.shape)}")
         for o in self.outs:
             values[o] = res
-        return _clock() - t0
+        return 0.0
 
 
 class MatmulStep:
@@ -142,13 +140,12 @@ class MatmulStep:
         return "aten::mm.out"
 
     def run(self, values: list) -> float:
-        t0 = _clock()
         res = self.result
         if res is None:
             res = np.empty(self.shape, np.float32)
         values[self.a].dot(self.weight, out=res)
         values[self.out] = res
-        return _clock() - t0
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -159,9 +156,9 @@ class OutputConversion:
     tensor: TensorInfo     # what the program declares
 
 
-class ConvertStep:
+class ConvertStep(Bookkeeping):
     """After a delegate call, the outputs the program declares otherwise converted (dtype cast,
-    reshape of the same size), in their slots. Bookkeeping between two ops: not timed."""
+    reshape of the same size), in their slots."""
     __slots__ = ("graph", "conversions", "where")
 
     def __init__(self, graph: str, conversions: list[OutputConversion], where: str) -> None:
@@ -189,7 +186,7 @@ class ConvertStep:
         return 0.0
 
 
-class MoveStep:
+class MoveStep(Bookkeeping):
     """ExecuTorch's MoveCall: the value in `source` is also the value in `target`."""
     __slots__ = ("source", "target")
 
@@ -209,7 +206,7 @@ class MoveStep:
         return 0.0
 
 
-class FreeStep:
+class FreeStep(Bookkeeping):
     """ExecuTorch's FreeCall, or a value dead after its last use: the slot lets go of it."""
     __slots__ = ("slot",)
 
@@ -571,7 +568,7 @@ class InterpretedPlan:
             self.by_step[id(site.step)] = g
             graph_steps.append(g)
         self.live = LiveGraphs(program.pool, graph_steps, program.recovery, order=method.graph_order)
-        self.timing = RunTiming()
+        self.timing = RunTiming(program.timed)
         self._accelerator = 0.0
         self._all_live = False
 

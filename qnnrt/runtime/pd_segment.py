@@ -26,6 +26,7 @@ from qnnrt.runtime import pd_channel as ch
 from qnnrt.runtime import pd_protocol as proto
 from qnnrt.runtime.hooks import Tracing
 from qnnrt.runtime.plan import GraphStep, SegmentStep, Step
+from qnnrt.runtime.steps import Bookkeeping
 from qnnrt.runtime.segments import Segment
 from qnnrt.runtime.tracing import step_label
 
@@ -266,13 +267,15 @@ class WorkerSegment:
             step = self.steps[k]
             status.at_step(k, calls)
             at = tracer.now() if tracer is not None else 0
+            t_step = time.perf_counter()
             try:
                 seconds = step.run(values)
             except QnnError as e:
                 return self._failed(rid, k, e, began)
             owner = owners[k]
-            if owner is None:
-                cpu += seconds
+            if owner is None:   # a CPU step: a worker times its own (its graph calls time themselves)
+                if not isinstance(step, Bookkeeping):
+                    cpu += time.perf_counter() - t_step
                 label = self.labels[k]
                 if tracer is not None and label is not None:
                     tracer.span(label, "cpu", at)

@@ -12,7 +12,9 @@ A plan is a list of steps over a list of values indexed by slot (no names, no di
 and nothing is pending (one generation comparison) the steps run back to back, else each graph call
 goes through the pool (acquire / release). Profiling and tracing attach to the binders
 (`CallObservers`); they are not another path (a traced plan's CPU steps are wrapped in timed steps,
-runtime/tracing.py). Every run records `timing` (seconds in graphExecute and in CPU ops).
+runtime/tracing.py). Every run records `timing`: its graph calls, and, when the program is timed
+(`Program.timed`), the seconds in graphExecute and in CPU ops (two clock reads per graph call and
+per CPU op, which an untimed plan does not make).
 
 `ReferencePlan` (Program.compiled = False) runs a method step by step by tensor name through
 `Graph.execute`: the oracle the tests compare plans with, bit for bit.
@@ -37,6 +39,8 @@ from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder, Tracing
 from qnnrt.runtime.method import CpuStep, Inputs, Method, QnnStep
 from qnnrt.runtime.ort_step import Kind, Shape, ort_step, static_shape
+from qnnrt.runtime.steps import (CPU, GRAPH, SEGMENT, Call, GraphStep, SegmentStep, Step,
+                                 loop_call)
 
 if TYPE_CHECKING:
     from qnnrt.runtime.program import Program
@@ -44,13 +48,15 @@ if TYPE_CHECKING:
     from qnnrt.runtime.residency import ContextSource, LiveContext
 
 class RunTiming:
-    """What the last run spent inside QNN graph execution and in CPU ops (seconds)."""
-    __slots__ = ("accelerator_s", "cpu_ops_s", "graph_calls")
+    """What the last run spent inside QNN graph execution and in CPU ops (seconds; 0.0 when the
+    plan is not timed, `timed`), and its graph calls."""
+    __slots__ = ("accelerator_s", "cpu_ops_s", "graph_calls", "timed")
 
-    def __init__(self) -> None:
+    def __init__(self, timed: bool = False) -> None:
         self.accelerator_s = 0.0
         self.cpu_ops_s = 0.0
         self.graph_calls = 0
+        self.timed = timed
 
 
 class Plan(Protocol):
@@ -95,49 +101,6 @@ class PreparedRun(Protocol):
         ...
 
 
-class Step(Protocol):
-    """One operation of a plan over the slot list; returns the seconds it spent in its op. A
-    `GraphStep` is a graph call on the accelerator, every other step runs on the CPU."""
-
-    def run(self, values: list) -> float: ...
-
-
-class SegmentStep:
-    """A run of steps executed by another host on one request. `run` returns the seconds inside
-    graphExecute; `cpu_seconds` is what the last run spent in its CPU steps; `graph_calls` how many
-    graph calls one run makes (the plan counts them for progress)."""
-    graph_calls: int = 0
-    cpu_seconds: float = 0.0
-
-    def run(self, values: list) -> float:
-        raise NotImplementedError
-
-
-class GraphStep:
-    """One graph call of a plan: context `key`, graph `graph`, the `position`-th graph call of the
-    method (the residency policy plans by it), and the binder that makes the call. Its run is the
-    binder's (a plan's loop calls `binding.run` itself)."""
-    __slots__ = ("key", "graph", "position", "binding")
-
-    def __init__(self, key: str, graph: str, position: int, binding: GraphBinding) -> None:
-        self.key, self.graph, self.position, self.binding = key, graph, position, binding
-
-    def point_at(self, context: LiveContext) -> None:
-        """Call the graph of this (live, possibly re-created) context from now on."""
-        self.binding.point_at(context.graph(self.graph))
-
-    @property
-    def reads(self) -> list[int]:
-        return self.binding.in_slots
-
-    @property
-    def writes(self) -> list[int]:
-        return self.binding.out_slots
-
-    def run(self, values: list) -> float:
-        return self.binding.run(values)
-
-
 class CallObservers:
     """What watches a program's graph calls, attached to each binder (not another path): QNN
     execution profiling (one QNN profile whose events go to the program's ExecutionProfiler after
@@ -171,10 +134,14 @@ class CallObservers:
 def graph_step(program: Program, step: QnnStep, position: int, in_slots: Sequence[int],
                out_slots: Sequence[int], where: str) -> GraphStep:
     """A graph step with its binder (defaults: inputs checked, outputs fresh), profiled when the
-    program profiles."""
+    program profiles, its calls timed when the program is timed or traced (a trace's slices need
+    their seconds; a PD worker times its own)."""
     spec = program.binaries[step.key].graph(step.graph)
-    binding = GraphBinding(program.bound_call(step.key, spec), spec, in_slots, out_slots,
-                           step.dequantize, where, shared=program.shared_memory)
+    call = program.bound_call(step.key, spec)
+    if isinstance(call, BoundCall):
+        call.timed = program.timed or program.tracer is not None
+    binding = GraphBinding(call, spec, in_slots, out_slots, step.dequantize, where,
+                           shared=program.shared_memory)
     g = GraphStep(step.key, step.graph, position, binding)
     if program.observers is not None:
         program.observers.attach(g)
@@ -237,21 +204,6 @@ class LiveGraphs:
         return seconds
 
 
-# what the loop does with a step's seconds (`StepPlan.calls`)
-CPU, GRAPH, SEGMENT = 0, 1, 2
-# one step as the loop calls it: its run (a graph step's: its binder's), its kind, the step
-Call = tuple[Callable[[list], float], int, Step]
-
-
-def loop_call(step: Step) -> Call:
-    """How the plan's loop calls `step`, decided once for the plan's life."""
-    if isinstance(step, GraphStep):
-        return step.binding.run, GRAPH, step
-    if isinstance(step, SegmentStep):
-        return step.run, SEGMENT, step
-    return step.run, CPU, step
-
-
 class StepPlan:
     """Runs a list of steps over a slot list, graph calls through `LiveGraphs`."""
     timing: RunTiming
@@ -260,7 +212,7 @@ class StepPlan:
         self.program = program
         self.graph_steps = graph_steps
         self.live = LiveGraphs(program.pool, graph_steps, program.recovery)
-        self.timing = RunTiming()
+        self.timing = RunTiming(program.timed)
 
     @property
     def steps(self) -> list[Step]:
@@ -270,7 +222,8 @@ class StepPlan:
     def steps(self, steps: list[Step]) -> None:
         """The plan's steps; what the loop calls for each is worked out here, once."""
         self._steps = steps
-        self.calls: list[Call] = [loop_call(s) for s in steps]
+        timed = self.program.timed
+        self.calls: list[Call] = [loop_call(s, timed) for s in steps]
 
     def cut_by_host(self, template: list, outputs: Sequence[int]) -> None:
         """Runs of steps whose graphs live in another host become one step each, which that host
@@ -314,17 +267,17 @@ class StepPlan:
         after it (some context is not live, or something is pending)."""
         accelerator = cpu = 0.0
         program, live = self.program, self.live
-        for _, kind, step in self.calls:
+        for run, kind, step in self.calls:
             if kind == GRAPH:
                 assert isinstance(step, GraphStep)
                 program.local_graph_calls += 1
                 accelerator += live.run_pooled(step, values)
             elif kind == SEGMENT:
                 assert isinstance(step, SegmentStep)
-                accelerator += step.run(values)
+                accelerator += run(values)
                 cpu += step.cpu_seconds
             else:
-                cpu += step.run(values)
+                cpu += run(values)
         t = self.timing
         t.accelerator_s, t.cpu_ops_s, t.graph_calls = accelerator, cpu, len(self.graph_steps)
 

@@ -125,8 +125,9 @@ class Program:
         self.local_graph_calls = 0   # made by this process (plans count them as they happen)
         self.vet_reports: list[VetReport] = []  # set by qnnrt.load: what was vetted
         self.timing = RunTiming()  # the last run: time inside graphExecute and in CPU ops
-        self._plans: dict[tuple[str, bool], Plan] = {}
+        self._plans: dict[tuple[str, bool, bool], Plan] = {}   # by (method, compiled, timed)
         self.compiled = True  # False: run every method on the step-by-step reference path
+        self._timed = False   # see `timed`
         self.performance = performance  # votes, shared buffers, groups (qnnrt.load makes it)
         # graph I/O in rpcmem (runtime/performance.py decided; none under multi-PD)
         self.shared_memory: SharedMemory | None = None
@@ -170,6 +171,21 @@ class Program:
             self.performance.start(self.backend)
         if self.observers is not None and self.observers.profile is not None:
             self.observers.restart(Profile(self.backend, self.profile_level))
+
+    @property
+    def timed(self) -> bool:
+        """Whether runs time their graph calls and CPU ops (`timing`: seconds inside graphExecute
+        and in CPU ops, what `qnnrt run` reports as time_breakdown). Off by default: two clock
+        reads per graph call and per CPU op are a sixth of the runtime's own cost per call
+        (bench/RESULTS.md, "The in-process graph call at ExecuTorch's cost"). A method has a plan
+        of each kind, built at its first run of that kind (a prepared method keeps what it was
+        made with)."""
+        return self._timed
+
+    @timed.setter
+    def timed(self, on: bool) -> None:
+        with self._lock:
+            self._timed = bool(on)
 
     @property
     def graph_calls(self) -> int:
@@ -295,7 +311,7 @@ class Program:
     def _plan_of(self, m: Method) -> Plan:
         """The method's plan, built at its first run: the method's own (`Method.plan`), or the
         step-by-step reference path when `compiled` is False."""
-        key = (m.name, self.compiled)
+        key = (m.name, self.compiled, self._timed)
         plan = self._plans.get(key)
         if plan is None or plan.method is not m:
             plan = self._plans[key] = m.plan(self) if self.compiled else ReferencePlan(self, m)

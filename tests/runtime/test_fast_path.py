@@ -57,6 +57,7 @@ def test_tiny_bit_identical_every_policy(built_tiny_program):
     for policy in ("eager", "auto", "sequential", "bounded:8"):
         with qnnrt.load(path, residency=policy) as p:
             first = p.run(None, feeds[0])
+            p.timed = True
             second = p.run(None, feeds[1])
             assert _same(first, ref[0]) and _same(second, ref[1]), policy
             assert p.timing.graph_calls == len(p.method().graph_order)
@@ -90,6 +91,7 @@ def test_prefetch_thread_does_not_wake_when_all_live(chain12):
 def test_breakdown_adds_up(chain12):
     x = {"x": np.ones((1, WIDTH), np.float32)}
     with qnnrt.load(chain12.model, residency="eager") as p:
+        p.timed = True
         p.run(None, x)
         for _ in range(5):
             t0 = time.perf_counter()
@@ -193,6 +195,7 @@ def test_interpreted_pte_plan_bit_identical(name):
     from qnnrt.executorch.plan import InterpretedPlan
     pte = executorch_pte(name)
     with qnnrt.load(pte, residency="lazy") as p:
+        p.timed = True
         for n, m in p.methods.items():
             feeds = [_feeds(m, s) for s in (0, 1)]
             plan = InterpretedPlan(p, m)
@@ -221,3 +224,31 @@ def test_matmul_step_is_bit_identical_to_np_matmul(m, k, n):
         step.result = np.empty((m, n), np.float32)      # planned: written in place
         step.run(values)
         assert values[1] is step.result and np.array_equal(step.result, np.matmul(x, w))
+
+
+def test_untimed_by_default_timed_when_asked(chain12):
+    """A program does not read the clock per step unless timed; timed and untimed plans of a method
+    give the same bits, each built once."""
+    from qnnrt.executorch.plan import FreeStep, MatmulStep
+    from qnnrt.runtime.steps import CPU, TimedStep, loop_call
+    x = {"x": np.random.default_rng(7).standard_normal((1, WIDTH)).astype(np.float32)}
+    with qnnrt.load(chain12.model, residency="eager") as p:
+        assert not p.timed
+        untimed = p.run(None, x)
+        t = p.timing
+        assert not t.timed and t.accelerator_s == t.cpu_ops_s == 0.0 and t.graph_calls == 12
+        p.timed = True
+        timed = p.run(None, x)
+        assert p.timing.timed and p.timing.accelerator_s > 0 and p.timing.cpu_ops_s > 0
+        assert _same(untimed, timed)
+        plan = p.plan()
+        p.timed = False
+        assert p.plan() is not plan and p.run(None, x).keys() == untimed.keys()
+        p.timed = True
+        assert p.plan() is plan
+    mm = MatmulStep(0, np.eye(2, dtype=np.float32), 1, (1, 2))
+    run, kind, step = loop_call(mm, timed=True)
+    assert kind == CPU and step is mm and isinstance(run.__self__, TimedStep)
+    free = FreeStep(3)
+    assert loop_call(free, timed=True)[0] == free.run     # bookkeeping is not an op: not timed
+    assert loop_call(mm, timed=False)[0] == mm.run
