@@ -63,7 +63,7 @@ def _untyped(fn: Callable[..., int]) -> CFuncPtr:
     return C.CFUNCTYPE(T.ErrorHandle)(address)
 
 
-def pointer_arg(handle: C.c_void_p | None) -> Any:
+def pointer_arg(handle: C.c_void_p | None) -> object:
     """`handle`'s value as an argument of an untyped call, in the form ctypes passes on without
     work: a byref (ctypes' own argument object, copied as it is) of a zero-size view at that
     address, i.e. the address itself. A c_void_p would make ctypes build that object anew at every
@@ -82,12 +82,16 @@ class BoundCall:
 
     __slots__ = ("backend", "name", "precise_log", "timed", "_handle", "_profile_handle",
                  "_handle_arg", "_profile_arg", "_tensors", "_ia", "_oa", "_in_ref", "_out_ref", "_ni",
-                 "_no", "_in", "_out", "_in_t", "_out_t", "_execute")
+                 "_no", "_in", "_out", "_in_t", "_out_t", "_execute", "_args")
 
     def __init__(self, backend: Backend, spec: GraphSpec) -> None:
         self.backend, self.name = backend, spec.name
-        self.handle = None          # the live graph's (re-pointed when its context is re-created)
-        self.profile_handle = None  # a QNN profile to record into, or None
+        # the live graph's handle (re-pointed when its context is re-created) and the QNN profile
+        # to record into (None: not profiled), each with its pointer argument
+        self._handle: C.c_void_p | None = None
+        self._profile_handle: C.c_void_p | None = None
+        self._handle_arg: object = None
+        self._profile_arg: object = None
         self.precise_log = False  # a failure quotes only the lines this call logged (one lock more)
         self.timed = True         # read the clock around the C call
         self._tensors = [IOTensor(s) for s in spec.inputs] + [IOTensor(s) for s in spec.outputs]
@@ -105,6 +109,12 @@ class BoundCall:
         self._out = [t.body.clientBuf for t in self._out_t]
         self._in_ref, self._out_ref = C.byref(self._ia), C.byref(self._oa)
         self._execute = _untyped(backend.api.graphExecute)
+        self._pack()
+
+    def _pack(self) -> None:
+        """graphExecute's arguments, as one tuple (the call passes it as it is)."""
+        self._args = (self._handle_arg, self._in_ref, self._ni, self._out_ref, self._no,
+                      self._profile_arg, None)
 
     @property
     def handle(self) -> C.c_void_p | None:
@@ -114,6 +124,7 @@ class BoundCall:
     @handle.setter
     def handle(self, handle: C.c_void_p | None) -> None:
         self._handle, self._handle_arg = handle, pointer_arg(handle)
+        self._pack()
 
     @property
     def profile_handle(self) -> C.c_void_p | None:
@@ -123,6 +134,7 @@ class BoundCall:
     @profile_handle.setter
     def profile_handle(self, handle: C.c_void_p | None) -> None:
         self._profile_handle, self._profile_arg = handle, pointer_arg(handle)
+        self._pack()
 
     def set_input(self, i: int, arr: np.ndarray) -> None:
         """Input `i` reads `arr` (C-contiguous, the tensor's dtype and shape)."""
@@ -165,8 +177,7 @@ class BoundCall:
         mark = self.backend.log.mark() if self.precise_log else None
         timed = self.timed
         t0 = _clock() if timed else 0.0
-        rc = self._execute(self._handle_arg, self._in_ref, self._ni, self._out_ref, self._no,
-                           self._profile_arg, None)
+        rc = self._execute(*self._args)
         seconds = _clock() - t0 if timed else 0.0
         if rc or DEFERRED.exc is not None:
             self.backend.check(rc, "graphExecute", mark, f"for graph {self.name!r}")

@@ -143,7 +143,7 @@ class MatmulStep:
         res = self.result
         if res is None:
             res = np.empty(self.shape, np.float32)
-        values[self.a].dot(self.weight, out=res)
+        values[self.a].dot(self.weight, res)   # (b, out): positional, parsed fastest
         values[self.out] = res
         return 0.0
 
