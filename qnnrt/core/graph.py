@@ -172,8 +172,11 @@ class BoundCall:
         self.profile_handle = profile.handle
         return profile.events
 
-    def __call__(self) -> float:
-        """Execute on `handle`; returns the seconds spent inside QNN (0.0 when not timed)."""
+    def __call__(self, values: list | None = None) -> float:
+        """Execute on `handle`; returns the seconds spent inside QNN (0.0 when not timed).
+        `values`, a call site's slot list, is not read: the structs point at the arrays already,
+        so a binder with nothing to do but the call hands the call itself to its call site
+        (`GraphBinding.entry`)."""
         mark = self.backend.log.mark() if self.precise_log else None
         timed = self.timed
         t0 = _clock() if timed else 0.0
@@ -498,6 +501,14 @@ class GraphBinding:
         at each call."""
         self._bare = not (self._trusted or self._checked or self._fresh or self._copy_in
                           or self._copy_out or self._deq or self._after_call is not None)
+
+    @property
+    def entry(self) -> Callable[[list], float]:
+        """What a call site calls for one call with its slot list: `run`, or the bound C call itself
+        when there is nothing else to do per call (one Python frame less). Read it again after the
+        binder changes (`point_at`, `bind_*`, `attach_profile`): a plan does after each re-point."""
+        call = self.call
+        return call if self._bare and isinstance(call, BoundCall) else self.run
 
     # -- run time -----------------------------------------------------------------------------
     def run(self, values: list) -> float:

@@ -159,6 +159,7 @@ class LiveGraphs:
         self.order = [s.key for s in steps] if order is None else order
         self.keys = sorted(set(self.order))
         self._generation: int | None = None
+        self.pointed = 0   # how many times the steps were pointed at live contexts
 
     def all_live(self) -> bool:
         """True when every context is live and nothing pending; then every step points at it. The
@@ -173,6 +174,7 @@ class LiveGraphs:
         for s in self.steps:
             s.point_at(live.contexts[s.key])
         self._generation = live.generation
+        self.pointed += 1
         return True
 
     def run_pooled(self, step: GraphStep, values: list, position: int | None = None) -> float:
@@ -220,10 +222,15 @@ class StepPlan:
 
     @steps.setter
     def steps(self, steps: list[Step]) -> None:
-        """The plan's steps; what the loop calls for each is worked out here, once."""
+        """The plan's steps; what the loop calls for each is worked out here, and again after the
+        steps are pointed at live graphs (a binder may bind more at its first `point_at`)."""
         self._steps = steps
+        self._calls_pointed = -1
+        self.calls = self._loop_calls()
+
+    def _loop_calls(self) -> list[Call]:
         timed = self.program.timed
-        self.calls: list[Call] = [loop_call(s, timed) for s in steps]
+        return [loop_call(s, timed) for s in self._steps]
 
     def cut_by_host(self, template: list, outputs: Sequence[int]) -> None:
         """Runs of steps whose graphs live in another host become one step each, which that host
@@ -239,12 +246,14 @@ class StepPlan:
     def run_steps(self, values: list) -> None:
         """Every step once, in order, over `values`; the graph calls back to back while every
         context is live, else each through the pool."""
-        if not self.live.all_live():
-            self.program.pool.set_order(self.live.order)
+        program, live = self.program, self.live
+        if not live.all_live():
+            program.pool.set_order(live.order)
             self._run_pooled(values)
             return
+        if self._calls_pointed != live.pointed:   # pointed anew since the calls were worked out
+            self.calls, self._calls_pointed = self._loop_calls(), live.pointed
         accelerator = cpu = 0.0
-        program, live = self.program, self.live
         for run, kind, step in self.calls:
             if kind == CPU:
                 cpu += run(values)

@@ -59,7 +59,7 @@ class SegmentStep:
 class GraphStep:
     """One graph call of a plan: context `key`, graph `graph`, the `position`-th graph call of the
     method (the residency policy plans by it), and the binder that makes the call. Its run is the
-    binder's (a plan's loop calls `binding.run` itself)."""
+    binder's (a plan's loop calls the binder's `entry` itself)."""
     __slots__ = ("key", "graph", "position", "binding")
 
     def __init__(self, key: str, graph: str, position: int, binding: GraphBinding) -> None:
@@ -83,15 +83,16 @@ class GraphStep:
 
 # what the loop does with a step's seconds (`StepPlan.calls`)
 CPU, GRAPH, SEGMENT = 0, 1, 2
-# one step as the loop calls it: its run (a graph step's: its binder's), its kind, the step
+# one step as the loop calls it: its run (a graph step's: its binder's entry), its kind, the step
 Call = tuple[Callable[[list], float], int, Step]
 
 
 def loop_call(step: Step, timed: bool) -> Call:
-    """How the plan's loop calls `step`, decided once for the plan's life: a CPU op of a timed
-    plan through a `TimedStep`."""
+    """How the plan's loop calls `step` (decided when the plan's steps are set and after they are
+    pointed at live graphs, not per call): a graph step through its binder's entry, a CPU op of a
+    timed plan through a `TimedStep`."""
     if isinstance(step, GraphStep):
-        return step.binding.run, GRAPH, step
+        return step.binding.entry, GRAPH, step
     if isinstance(step, SegmentStep):
         return step.run, SEGMENT, step
     if timed and not isinstance(step, Bookkeeping):

@@ -86,10 +86,15 @@ def test_a_binding_bound_once_calls_the_graph_alone_until_observed(live):
     values: list = ["untouched", yout]
     b.run(values)
     assert values == ["untouched", yout] and np.array_equal(yout, want)
+    assert b.entry == b.call        # a call site calls the C call itself
+    yout[...] = 0
+    b.entry(values)
+    assert np.array_equal(yout, want)
     got: list = []
     with Profile(backend, "basic") as profile:
         b.attach_profile(profile, got.append)
-        b.run(values)
+        assert b.entry == b.run
+        b.entry(values)
     assert len(got) == 1 and got[0]
 
 

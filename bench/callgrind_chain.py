@@ -1,0 +1,148 @@
+"""Instructions per graph call of qnnrt or ExecuTorch's runtime on a .pte, with the kit's no-op
+graphExecute, counted by valgrind's callgrind: a count that does not depend on the machine's load,
+for A/B comparisons on a busy machine (wall time does).
+
+    bash bench/anchor/setup.sh ANCHOR                  # the kit: bench/anchor/README.md
+    python bench/callgrind_chain.py CHAIN/chain66_et.pte --inputs CHAIN/chain66_et_input_0.npy \\
+        --graph-calls 66 --runtime qnnrt|executorch [--timed] [--tree TREE] [--anchor ANCHOR]
+    python bench/callgrind_chain.py MODEL.pte --llm [--tree TREE]       # per LLM decode step
+
+`--llm`: qnnrt's LLM runner (the prepared step, contexts created up front) generating from the
+37-token prompt of bench_llm_host.py; a count is one `generate` of N tokens, and the difference
+of two (`--iterations 1,65` by default) per extra token is the host work of one decode step
+(sampling included).
+
+Each count is one process under callgrind, instrumented only around N timed iterations (after the
+load and 5 warm-up iterations: `callgrind_control -i on`, then a dump); a second process with
+more iterations, and the difference between the two divided by the extra iterations and graph
+calls, takes out whatever the toggling costs. `--iterations 100,300` (default). qnnrt runs
+untimed (Program's default) unless `--timed`; `--tree` runs another checkout's qnnrt (its folder
+first on PYTHONPATH), e.g. `git worktree add BEFORE main`. ExecuTorch runs in the kit's venv.
+Needs valgrind (callgrind_control on PATH). A run takes minutes (the load runs uninstrumented).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))   # after PYTHONPATH: --tree's qnnrt first
+
+from bench.anchor.kit import QNNRT_SHIM_ENV, add_anchor_argument, anchor_dir, kit_env, shim_lib
+
+
+def _toggle(*args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(os.getpid())], stdout=subprocess.DEVNULL,
+                   check=False)
+
+
+def child_llm(pte: str, n: int, shim: str) -> None:
+    """Under callgrind: the LLM runner, one warm-up generation, then one of N tokens instrumented."""
+    import qnnrt
+    from qnnrt.llm import LlmRunner
+    prog = qnnrt.load(pte, backend_lib=shim)
+    runner = LlmRunner(prog, prepared=True, create_contexts=True)
+    prompt = [(7 * i + 3) % 500 + 1 for i in range(37)]   # bench_llm_host.py's
+    runner.generate(prompt, 4, eos_ids=[])
+    _toggle("-i", "on")
+    runner.generate(prompt, n, eos_ids=[])
+    _toggle("-d")
+    _toggle("-i", "off")
+    prog.close()
+
+
+def child(runtime: str, pte: str, inputs: str, n: int, timed: bool, shim: str) -> None:
+    """Under callgrind: load, warm up, then N iterations with instrumentation on."""
+    import numpy as np
+    arrays = [np.load(p) for p in inputs.split(",")]
+    if runtime == "executorch":
+        import torch
+        from executorch.runtime import Runtime
+        meth = Runtime.get().load_program(pte).load_method("forward")
+        xs = [torch.from_numpy(a) for a in arrays]
+
+        def once() -> None:
+            meth.execute(xs)
+    else:
+        import qnnrt
+        prog = qnnrt.load(pte, residency="eager", backend_lib=shim)
+        prog.timed = timed
+        name = prog.method(None).name
+
+        def once() -> None:
+            prog.run(name, arrays)
+    for _ in range(5):
+        once()
+    _toggle("-i", "on")
+    for _ in range(n):
+        once()
+    _toggle("-d")
+    _toggle("-i", "off")
+
+
+def count(args: argparse.Namespace, env: dict[str, str], n: int) -> int:
+    """Instructions of one process's instrumented part (its dump's summary)."""
+    python = env["ET_PY"] if args.runtime == "executorch" else sys.executable
+    with tempfile.TemporaryDirectory() as d:
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+               f"--callgrind-out-file={d}/cg.%p", python, __file__, "--child", str(n), args.pte,
+               "--runtime", args.runtime] + (["--timed"] if args.timed else [])
+        cmd += ["--llm"] if args.llm else ["--inputs", args.inputs, "--graph-calls", str(args.graph_calls)]
+        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        dumps = list(Path(d).glob("cg.*.1"))
+        if len(dumps) != 1:
+            raise SystemExit(f"expected one callgrind dump, found {[p.name for p in dumps]}")
+        for line in dumps[0].read_text().splitlines():
+            if line.startswith("summary:"):
+                return int(line.split()[1])
+    raise SystemExit("no summary line in the callgrind dump")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("pte")
+    ap.add_argument("--inputs")
+    ap.add_argument("--graph-calls", type=int, help="graph calls per iteration")
+    ap.add_argument("--llm", action="store_true", help="qnnrt's LLM runner: per decode step")
+    ap.add_argument("--runtime", choices=["qnnrt", "executorch"], default="qnnrt")
+    ap.add_argument("--timed", action="store_true", help="qnnrt: Program.timed (time_breakdown)")
+    ap.add_argument("--tree", type=Path, help="a checkout whose qnnrt to count (default: this one)")
+    ap.add_argument("--iterations", help="two counts (default 100,300; --llm: 1,65 tokens)")
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    add_anchor_argument(ap)
+    args = ap.parse_args()
+    shim = os.environ.get("QNNRT_CALLGRIND_SHIM", "")
+    if args.child is not None:
+        if args.llm:
+            child_llm(args.pte, args.child, shim)
+        else:
+            child(args.runtime, args.pte, args.inputs, args.child, args.timed, shim)
+        return 0
+    if args.llm and args.runtime != "qnnrt":
+        ap.error("--llm counts qnnrt's LLM runner")
+    if not args.llm and (args.inputs is None or args.graph_calls is None):
+        ap.error("--inputs and --graph-calls are needed (or --llm)")
+    anchor = anchor_dir(args.anchor)
+    env = kit_env(anchor)
+    env.update(QNN_SHIM_NOOP_EXEC="1", QNN_SHIM_COUNT="1")
+    if args.runtime == "qnnrt":
+        env.update(QNNRT_SHIM_ENV, QNNRT_CALLGRIND_SHIM=str(shim_lib(anchor)))
+        tree = (args.tree or Path(__file__).resolve().parents[1]).resolve()
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    few, many = (int(x) for x in (args.iterations or ("1,65" if args.llm else "100,300")).split(","))
+    a, b = count(args, env, few), count(args, env, many)
+    who = args.runtime + (" (timed)" if args.timed else "") + (f" at {args.tree}" if args.tree else "")
+    if args.llm:
+        print(f"{who} LLM: {a} instructions generating {few} tokens, {b} for {many}: "
+              f"{(b - a) / (many - few):.0f} per decode step")
+    else:
+        print(f"{who}: {a} instructions for {few} iterations, {b} for {many}: "
+              f"{(b - a) / (many - few) / args.graph_calls:.0f} per graph call")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
