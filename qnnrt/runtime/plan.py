@@ -11,7 +11,7 @@ A plan is a list of steps over a list of values indexed by slot (no names, no di
 `LiveGraphs` points the graph steps at their live graphs: when every context the plan uses is live
 and nothing is pending (one generation comparison) the steps run back to back, else each graph call
 goes through the pool (acquire / release). Profiling and tracing attach to the binders
-(`CallObservers`); they are not another path (a traced plan's CPU steps are wrapped in timed steps,
+(`CallObservers`); they are not another path (a traced plan's CPU steps are wrapped in traced steps,
 runtime/tracing.py). Every run records `timing`: its graph calls, and, when the program is timed
 (`Program.timed`), the seconds in graphExecute and in CPU ops (two clock reads per graph call and
 per CPU op, which an untimed plan does not make).
