@@ -14,7 +14,7 @@ import numpy as np
 from qnnrt._capi.types import LOG_LEVEL_NAMES
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.units import format_bytes
-from qnnrt.cli.run import add_performance_options, add_trace_options, finish_trace, open_tracer
+from qnnrt.cli.run import add_performance_options, add_trace_options, traced
 
 
 def add_parser(sub) -> None:
@@ -71,11 +71,7 @@ def next_commands(program: Path, preset: str) -> str:
 
 
 def run(args) -> int:
-    tracer = open_tracer(args)
-    try:
-        return _run(args, tracer)
-    finally:   # the eager attempt's failure is in it too
-        finish_trace(tracer)
+    return traced(_run, args)
 
 
 def _run(args, tracer) -> int:

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, finish_trace, latency_stats,
-                           open_program, open_tracer, print_performance, print_recoveries, write_report)
+from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, latency_stats,
+                           open_program, traced, print_performance, print_recoveries, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.fileio import check_output_path, write_atomic
 from qnnrt.llm.text import INSTALL_HINT
@@ -144,11 +144,7 @@ def _check_vocab(ids: list[int], vocab: int, what: str) -> None:
 
 
 def run(args) -> int:
-    tracer = open_tracer(args)
-    try:
-        return _run(args, tracer)
-    finally:   # a failed run's trace too: it shows where it stopped
-        finish_trace(tracer)
+    return traced(_run, args)
 
 
 def _run(args, tracer) -> int:

@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -99,6 +101,17 @@ def open_tracer(args):
     from qnnrt.profiling.trace import Tracer
     check_writable(path, "trace")
     return Tracer(path, max_events=args.trace_max_events)
+
+
+def traced(body: Callable[[Any, Any], int], args: Any) -> int:
+    """`body(args, tracer)` with the run's tracer (--trace), the trace written after it whatever
+    happened: after every program closed (their frees are in it), also after a failure or a
+    signal (the trace shows where it stopped)."""
+    tracer = open_tracer(args)
+    try:
+        return body(args, tracer)
+    finally:
+        finish_trace(tracer)
 
 
 def finish_trace(tracer) -> None:
@@ -294,11 +307,7 @@ def _exec_profiler(level: str):
 
 
 def run(args) -> int:
-    tracer = open_tracer(args)
-    try:
-        return _run(args, tracer)
-    finally:   # a failed run's trace too: it shows where it stopped
-        finish_trace(tracer)
+    return traced(_run, args)
 
 
 def _run(args, tracer) -> int:

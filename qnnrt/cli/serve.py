@@ -12,8 +12,8 @@ from typing import Any
 
 from qnnrt.cli.llm import add_speculative_options, cycles_reader, speculative_options
 from qnnrt.cli.process import Stopped, stop_signals
-from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, finish_trace, open_program,
-                           open_tracer, write_report)
+from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, open_program,
+                           traced, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.install import extra_hint
 from qnnrt.units import parse_size
@@ -93,11 +93,7 @@ def _check_args(args) -> tuple[str | None, int]:
 
 
 def run(args) -> int:
-    tracer = open_tracer(args)
-    try:
-        return _run(args, tracer)
-    finally:   # after every program closed (their frees are in it), also after a signal
-        finish_trace(tracer)
+    return traced(_run, args)
 
 
 def _run(args, tracer) -> int:
