@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 from qnnrt.core import Backend, ContextBinary, LogLevel, LogLevelName, QnnLibrary, open_library
 from qnnrt.core.profile import PROFILE_LEVELS
 from qnnrt.errors import FormatError, QnnrtError
+from qnnrt.formats.genie import GenieConfig, is_genie_bundle, read_genie_config
 from qnnrt.units import parse_size
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.profiling.trace import Tracer
@@ -130,6 +131,7 @@ class Source:
     constants: dict = field(default_factory=dict)
     trusted: set = field(default_factory=set)
     runtime: dict = field(default_factory=dict)   # what the file asks of the runtime (performance_mode, ...)
+    genie: GenieConfig | None = None             # a Genie bundle's config
 
 
 def load(path: str | os.PathLike[str], *, residency: str | Residency | None = None,
@@ -182,7 +184,8 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
                           watch=watch, max_pds=opts.max_pds,
                           log_level=LogLevel.parse(opts.log_level).name.lower(), spill_fill_group=group,
                           max_recoveries=opts.max_recoveries, performance=performance,
-                          tracer=tracer, write_trace=tracer is not None and tracer is not opts.trace)
+                          tracer=tracer, write_trace=tracer is not None and tracer is not opts.trace,
+                          genie=src.genie)
         program.vet_reports = vet_reports
         undo.pop_all()  # the program owns them now
     return program
@@ -373,6 +376,8 @@ def _open_source(p: Path, lib: QnnLibrary, graph: str | None, binaries: dict[str
                  owned: list) -> Source:
     """Open a program folder, EPContext model, .pte or .bin: its binaries go into `binaries` as they
     are opened, objects to close after them into `owned` (so a failure half-way frees all)."""
+    if is_genie_bundle(p):
+        return _genie_source(p, lib, binaries)
     if p.is_dir():
         from qnnrt.formats.program import read_program
         manifest = read_program(p)
@@ -393,6 +398,29 @@ def _open_source(p: Path, lib: QnnLibrary, graph: str | None, binaries: dict[str
         b = binaries[key]
         return {s.name: GraphMethod(key, s) for s in ([b.graph(graph)] if graph is not None else b.graphs)}
     return Source(build)
+
+
+def _genie_source(p: Path, lib: QnnLibrary, binaries: dict[str, ContextBinary]) -> Source:
+    """A Genie bundle: its part binaries (ctx-bins, in order) and one method per variant
+    (runtime/genie.py); the extensions file's SoC, perf profile and shared-buffer choice are the
+    file's asks, as a .pte's compile spec is."""
+    from qnnrt.runtime.genie import genie_methods
+    config = read_genie_config(p)
+    keys = []
+    for path in config.ctx_bins:
+        key = _relkey(path, config.folder)
+        if key not in binaries:
+            binaries[key] = ContextBinary(path, name=key, lib=lib)
+            keys.append(key)
+    ext = config.backend.extensions
+    runtime: dict[str, Any] = {}
+    if ext is not None:
+        runtime["where"] = str(ext.path)
+        if ext.perf_profile:
+            runtime["performance_mode"] = ext.perf_profile
+        runtime["shared_buffer"] = ext.shared_buffer
+    return Source(lambda: genie_methods(keys, binaries), ext.soc_model if ext is not None else None,
+                  runtime=runtime, genie=config)
 
 
 def _soc_of(binaries: dict[str, ContextBinary]) -> int | None:

@@ -24,7 +24,7 @@ LAYERS = {
     "runtime": {"core", "formats", "profiling"},
     "executorch": {"core", "formats", "runtime"},
     "compiler": {"core", "formats", "_capi"},
-    "llm": {"runtime"},                 # drives a loaded Program; never loads one itself
+    "llm": {"runtime", "formats"},      # drives a loaded Program; never loads one itself
     "serve": {"llm"},                   # HTTP in front of the LLM runner
     "cli": {"*"},
 }

@@ -227,11 +227,29 @@ def build_step_inputs(layout: LlmLayout, method: MethodLayout, cache: KVCache, t
     check_call(layout, method, cache.n_past, len(tokens), tree)
     tok = np.full((1, T), pad_token, dtype=method.token_dtype)
     tok[0, :len(tokens)] = np.asarray(tokens, dtype=np.int64)
-    pos = (cache.n_past + window_offsets(T, tree)).astype(method.inputs[2].dtype)[None, :]
+    pos = [np.zeros(s.shape, s.dtype) for s in method.position_inputs]
+    write_positions(layout, method, pos, cache.n_past + window_offsets(T, tree))
     mask = build_mask(method, layout.context_len, cache.n_past, tree)
     ks, vs = cache.inputs(method)
-    arrays = [tok, mask, pos] + ks + vs
-    return {spec.name: a for spec, a in zip(method.inputs, arrays)}
+    arrays = [tok, mask, *pos, *ks, *vs]
+    return {spec.name: as_shape(a, spec.shape) for spec, a in zip(method.inputs, arrays)}
+
+
+def as_shape(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`a` viewed as `shape` (the same bytes: a cache [1,H,..] as a Genie graph's [H,1,..])."""
+    return a if a.shape == shape else a.reshape(shape)
+
+
+def write_positions(layout: LlmLayout, method: MethodLayout, arrays: Sequence[np.ndarray],
+                    positions: np.ndarray) -> None:
+    """A call's position inputs for its T slots at `positions`: the ids (ExecuTorch's input_pos),
+    or each slot's RoPE cos / sin row (a Genie bundle: `layout.rope`)."""
+    if layout.rope is None:
+        arrays[0][0] = positions
+        return
+    rows = np.minimum(positions, layout.context_len - 1)
+    arrays[0][0, 0] = layout.rope.cos[rows]
+    arrays[1][0, 0] = layout.rope.sin[rows]
 
 
 def window_offsets(T: int, tree: WindowTree | None) -> np.ndarray:
@@ -253,7 +271,8 @@ def check_call(layout: LlmLayout, method: MethodLayout, n_past: int, n: int, tre
 
 
 def split_outputs(layout: LlmLayout, method: MethodLayout, outputs) -> tuple[np.ndarray, list, list]:
-    """(logits, k_outs, v_outs) from a name->array mapping or a positional sequence."""
+    """(logits, k_outs, v_outs) from a name->array mapping or a positional sequence; the new
+    entries as [1,H,D,T] / [1,H,T,D] whatever the graph's own shape."""
     if isinstance(outputs, Mapping):
         try:
             seq = [outputs[n] for n in method.output_names]
@@ -264,7 +283,10 @@ def split_outputs(layout: LlmLayout, method: MethodLayout, outputs) -> tuple[np.
     L = layout.n_layers
     if len(seq) != 1 + 2 * L:
         raise InputError(f"{method.name}: {len(seq)} outputs, expected {1 + 2 * L}")
-    return np.asarray(seq[0]), seq[1:1 + L], seq[1 + L:]
+    H, D, T = layout.n_kv_heads, layout.head_dim, method.ar_len
+    ks = [as_shape(np.asarray(k), (1, H, D, T)) for k in seq[1:1 + L]]
+    vs = [as_shape(np.asarray(v), (1, H, T, D)) for v in seq[1 + L:]]
+    return np.asarray(seq[0]), ks, vs
 
 
 def logits_to_float(layout: LlmLayout, logits: np.ndarray) -> np.ndarray:

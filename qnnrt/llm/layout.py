@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
@@ -14,6 +14,9 @@ from qnnrt.llm.errors import LayoutError
 from qnnrt.llm.quant import FLOAT_DTYPES as _FLOAT_DTYPES
 from qnnrt.llm.quant import QUANT_DTYPES as _QUANT_DTYPES
 from qnnrt.llm.quant import QuantParams, parse_quant_attr
+
+if TYPE_CHECKING:
+    from qnnrt.llm.rope import RopeTable
 
 PREFILL_METHOD = "prefill_forward"
 DECODE_METHOD = "kv_forward"
@@ -28,19 +31,27 @@ class IOTensor:
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype
+    quant: QuantParams | None = None     # a fixed-point tensor's encoding, where the graph says it
 
     @staticmethod
     def of(x) -> "IOTensor":
         if isinstance(x, IOTensor):
             return x
         if isinstance(x, Mapping):
-            return IOTensor(str(x["name"]), tuple(int(d) for d in x["shape"]), np.dtype(x["dtype"]))
-        name, shape, dtype = x
-        return IOTensor(str(name), tuple(int(d) for d in shape), np.dtype(dtype))
+            return IOTensor(str(x["name"]), tuple(int(d) for d in x["shape"]), np.dtype(x["dtype"]),
+                            x.get("quant"))
+        name, shape, dtype = x[:3]
+        return IOTensor(str(name), tuple(int(d) for d in shape), np.dtype(dtype),
+                        x[3] if len(x) > 3 else None)
 
 
 @dataclass(frozen=True)
 class MethodLayout:
+    """One method in the runner's order: inputs (tokens, mask, the position input(s), L k caches,
+    L v caches), outputs (logits, L k, L v). Positions are ids (ExecuTorch's input_pos: one input)
+    or RoPE cos / sin rows computed on the host (a Genie bundle: two inputs, `LlmLayout.rope`).
+    Cache tensors may be [1,H,..] (ExecuTorch) or [H,1,..] (Genie): the same bytes, so the runner
+    keeps [1,H,..] and hands each graph its own shape (`as_shape`)."""
     name: str
     ar_len: int                       # T
     inputs: tuple[IOTensor, ...]
@@ -49,10 +60,19 @@ class MethodLayout:
     mask_dtype: np.dtype
     mask_open: float
     mask_closed: float
+    n_positions: int = 1              # 1: position ids; 2: RoPE cos, sin
 
     @property
     def input_names(self) -> list[str]:
         return [s.name for s in self.inputs]
+
+    @property
+    def position_inputs(self) -> tuple[IOTensor, ...]:
+        return self.inputs[2:2 + self.n_positions]
+
+    @property
+    def cache_inputs(self) -> tuple[IOTensor, ...]:
+        return self.inputs[2 + self.n_positions:]
 
     @property
     def output_names(self) -> list[str]:
@@ -92,6 +112,8 @@ class LlmLayout:
     max_seq_len: int
     kv_io_bit_width: int | None        # as declared (NOT reliable: the fp16 fixture says 8)
     constants: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    rope: RopeTable | None = field(default=None, repr=False)   # RoPE rows when positions are cos / sin
+    seq_limit: int | None = None       # a sequence limit below the graphs' (a Genie config's context size)
 
     @property
     def max_cache_len(self) -> int:
@@ -104,8 +126,10 @@ class LlmLayout:
     @property
     def decode_limit(self) -> int:
         """The longest sequence decoding reaches: the token at position p is decoded with p cache
-        entries, and the decode method holds C - T of them (ExecuTorch stops at pos > C - T)."""
-        return self.cache_slots(self.decode) + 1
+        entries, and the decode method holds C - T of them (ExecuTorch stops at pos > C - T); or
+        the configured sequence limit, when lower."""
+        limit = self.cache_slots(self.decode) + 1
+        return limit if self.seq_limit is None else min(limit, self.seq_limit)
 
     @property
     def prompt_capacity(self) -> int:
@@ -132,7 +156,8 @@ class LlmLayout:
                 "logits_quant": None if self.logits_quant is None else
                 [self.logits_quant.scale, self.logits_quant.zero_point],
                 "eos_ids": sorted(self.eos_ids), "bos_id": self.bos_id, "max_seq_len": self.max_seq_len,
-                "prompt_capacity": self.prompt_capacity}
+                "prompt_capacity": self.prompt_capacity,
+                "positions": "rope" if self.rope is not None else "ids"}
 
     # --------------------------------------------------------------------------------------------
     @classmethod

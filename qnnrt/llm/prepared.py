@@ -11,7 +11,8 @@ from typing import Sequence
 
 import numpy as np
 
-from qnnrt.llm.kv_cache import Alloc, KVCache, WindowTree, build_mask, check_call, window_visibility
+from qnnrt.llm.kv_cache import (Alloc, KVCache, WindowTree, as_shape, build_mask, check_call,
+                                window_offsets, window_visibility, write_positions)
 from qnnrt.llm.layout import LlmLayout, MethodLayout
 from qnnrt.runtime.plan import CallerArrays
 from qnnrt.runtime.program import PreparedMethod, Program
@@ -23,30 +24,33 @@ class StepBuffers:
 
     def __init__(self, alloc: Alloc, layout: LlmLayout, method: MethodLayout, fused: bool) -> None:
         self.method, self.layout = method, layout
-        tok, mask, pos = method.inputs[:3]
+        tok, mask = method.inputs[:2]
         self.tokens = alloc(tok.shape, tok.dtype)
         self.mask = alloc(mask.shape, mask.dtype)
-        self.pos = alloc(pos.shape, pos.dtype)
+        self.pos = [alloc(s.shape, s.dtype) for s in method.position_inputs]
         self.mask[...] = build_mask(method, layout.context_len, 0)
         self.mask_n = 0          # the n_past the mask opens columns for
         self.tree: WindowTree | None = None   # the window layout the mask and positions hold
-        L = layout.n_layers
-        lg, k_out, v_out = method.outputs[0], method.outputs[1], method.outputs[1 + L]
+        L, H, D, T = layout.n_layers, layout.n_kv_heads, layout.head_dim, method.ar_len
+        lg, dtype = method.outputs[0], layout.cache_dtype
         self.logits = alloc(lg.shape, lg.dtype)
         self.k_out_all = self.v_out_all = None
+        # the runner's [1,H,D,T] / [1,H,T,D]; each graph writes them in its own shape (as_shape)
         if fused:
-            self.k_out_all = alloc((L, *k_out.shape), k_out.dtype)
-            self.v_out_all = alloc((L, *v_out.shape), v_out.dtype)
+            self.k_out_all = alloc((L, 1, H, D, T), dtype)
+            self.v_out_all = alloc((L, 1, H, T, D), dtype)
             self.k_out, self.v_out = list(self.k_out_all), list(self.v_out_all)
         else:
-            self.k_out = [alloc(s.shape, s.dtype) for s in method.outputs[1:1 + L]]
-            self.v_out = [alloc(s.shape, s.dtype) for s in method.outputs[1 + L:]]
+            self.k_out = [alloc((1, H, D, T), dtype) for _ in range(L)]
+            self.v_out = [alloc((1, H, T, D), dtype) for _ in range(L)]
 
     def caller_arrays(self, cache: KVCache) -> CallerArrays:
         ks, vs = cache.arrays(self.method)
         m = self.method
-        ins = dict(zip(m.input_names, [self.tokens, self.mask, self.pos, *ks, *vs]))
-        outs = dict(zip(m.output_names, [self.logits, *self.k_out, *self.v_out]))
+        ins = {s.name: as_shape(a, s.shape)
+               for s, a in zip(m.inputs, [self.tokens, self.mask, *self.pos, *ks, *vs])}
+        outs = {s.name: as_shape(a, s.shape)
+                for s, a in zip(m.outputs, [self.logits, *self.k_out, *self.v_out])}
         return CallerArrays(ins, outs)
 
     def write(self, tokens: Sequence[int], n_past: int, pad_token: int, tree: WindowTree | None = None) -> None:
@@ -55,13 +59,13 @@ class StepBuffers:
         open (only the columns that changed since the last call are written) and its window
         columns causal or as the tree says (written when the layout changes)."""
         n, T = len(tokens), self.method.ar_len
-        if T == 1:
+        if T == 1 and self.layout.rope is None:
             self.tokens[0, 0] = tokens[0]
-            self.pos[0, 0] = n_past
+            self.pos[0][0, 0] = n_past
         else:
             self.tokens[0, :n] = tokens
             self.tokens[0, n:] = pad_token
-            self.pos[0] = n_past + (np.arange(T) if tree is None else np.asarray(tree.offsets))
+            write_positions(self.layout, self.method, self.pos, n_past + window_offsets(T, tree))
             if tree is not self.tree:
                 m, C = self.method, self.layout.context_len
                 self.mask[0, 0, :, C - T:] = np.where(window_visibility(m, tree), m.mask_open, m.mask_closed)

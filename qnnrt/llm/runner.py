@@ -8,20 +8,45 @@ import numpy as np
 
 from qnnrt.llm.errors import LayoutError
 from qnnrt.llm.kv_cache import KVCache
-from qnnrt.llm.layout import DECODE_METHOD, PREFILL_METHOD, LlmLayout
+from qnnrt.formats.genie import GenieConfig
+from qnnrt.llm.genie_layout import genie_layout
+from qnnrt.llm.layout import DECODE_METHOD, PREFILL_METHOD, IOTensor, LlmLayout
 from qnnrt.llm.loops import (PLAIN, CycleCounter, DecodeStrategy, GenerationResult, GenericSteps, ScoreResult,
                              Steps, generate, score)
 from qnnrt.llm.prepared import PreparedSteps
 from qnnrt.llm.sampling import Sampler
 from qnnrt.llm.speculative import SpeculativeOptions, strategy_for
-from qnnrt.runtime.method import UnavailableMethod
+from qnnrt.llm.quant import QuantParams
+from qnnrt.runtime.method import IOSpec, UnavailableMethod
 from qnnrt.runtime.plan import NotPreparable
 from qnnrt.runtime.program import Program
 
 
+def _io(spec: IOSpec) -> IOTensor:
+    """A method tensor with the encoding of the QNN tensor behind it (fixed point)."""
+    q = spec.tensor.quantization if spec.tensor is not None and spec.tensor.is_fixed_point else None
+    quant = None
+    if q is not None and q.scale > 0:
+        quant = QuantParams(float(q.scale), -int(q.offset), np.dtype(spec.dtype))
+    return IOTensor(spec.name, tuple(int(d) for d in spec.shape), np.dtype(spec.dtype), quant)
+
+
+def genie_layout_of(program: Program, config: GenieConfig) -> LlmLayout:
+    """The layout of a Genie bundle (llm/genie_layout.py) from its config and its variants' I/O."""
+    methods: dict[str, tuple[list[IOTensor], list[IOTensor]]] = {}
+    for name, m in program.methods.items():
+        if isinstance(m, UnavailableMethod):
+            raise LayoutError(f"{program.path}: method {name!r} cannot run: {m.reason}")
+        methods[name] = ([_io(s) for s in m.inputs], [_io(s) for s in m.outputs])
+    return genie_layout(config, methods)
+
+
 def layout_of(program: Program) -> LlmLayout:
-    """The LLM layout of a loaded program, from its constant methods and method I/O (LayoutError
-    when it is not an ExecuTorch Qualcomm LLM program of a supported layout)."""
+    """The LLM layout of a loaded program: a Genie bundle's from its config and graphs, else from
+    the constant methods and method I/O (LayoutError when it is not an ExecuTorch Qualcomm LLM
+    program of a supported layout)."""
+    if program.genie is not None:
+        return genie_layout_of(program, program.genie)
     methods: dict[str, Any] = {}
     for name in (PREFILL_METHOD, DECODE_METHOD):
         m = program.methods.get(name)

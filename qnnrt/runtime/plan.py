@@ -294,7 +294,7 @@ class StepPlan:
 class MethodPlan(StepPlan):
     """A Method of QNN steps and ONNX Runtime CPU segments, compiled for one Program."""
 
-    def __init__(self, program: Program, method: Method) -> None:
+    def __init__(self, program: Program, method: Method, caller: CallerArrays | None = None) -> None:
         self.program = program   # before the steps: planned buffers come from it
         self.method = method
         self.where = f"method {method.name!r}"
@@ -313,6 +313,9 @@ class MethodPlan(StepPlan):
         # (name, slot, copy: the output is a method input and must not alias the caller's array)
         self.out_list = [(n, self.slot(n), self.slot(n) in in_set) for n in self.out_names]
         constants = {self.slot(n): a for n, a in method.constants.items()}
+        self.caller_outputs: dict[int, np.ndarray] = {}
+        if caller is not None:
+            self._take_caller(caller)
         self.steps = []
         graph_steps: list[GraphStep] = []
         for step in method.steps:
@@ -351,7 +354,33 @@ class MethodPlan(StepPlan):
             self.kinds[slot] = kind
             if slot not in self.out_slots:
                 b.bind_output(j, self.plan_buffer(slot, shape, dtype))
+            elif slot in self.caller_outputs:
+                b.bind_output(j, self.caller_outputs[slot])
+                self.planned[slot] = self.caller_outputs[slot]
         return g
+
+    def _take_caller(self, caller: CallerArrays) -> None:
+        """The caller's arrays as planned buffers of the method's input / output slots: bound into
+        the graph calls once (a method output a graph does not write cannot be bound)."""
+        ins = {s.name: s for s in self.method.inputs}
+        outs = {s.name: s for s in self.method.outputs}
+        for what, given, specs in (("input", caller.inputs, ins), ("output", caller.outputs, outs)):
+            for name, x in given.items():
+                spec = specs.get(name)
+                if spec is None:
+                    raise QnnrtError(f"{self.where} {what} {name!r}: no such tensor; the method has "
+                                     f"{sorted(specs)}")
+                if (not isinstance(x, np.ndarray) or x.dtype != np.dtype(spec.dtype)
+                        or x.shape != tuple(spec.shape) or not x.flags.c_contiguous
+                        or not x.flags.writeable):
+                    got = f"{x.dtype}{list(x.shape)}" if isinstance(x, np.ndarray) else type(x).__name__
+                    raise QnnrtError(f"{self.where} {what} {name!r}: the caller's array must be a "
+                                     f"writeable C-contiguous {np.dtype(spec.dtype)}{list(spec.shape)}, "
+                                     f"got {got}")
+                if what == "input":
+                    self.planned[self.slot(name)] = x
+                else:
+                    self.caller_outputs[self.slot(name)] = x
 
     # -- planning ---------------------------------------------------------------------------
     def slot(self, name: str) -> int:
@@ -375,6 +404,33 @@ class MethodPlan(StepPlan):
         self.run_steps(values)
         return {n: (values[slot].copy() if copy else values[slot])
                 for n, slot, copy in self.out_list}
+
+
+class PreparedPlan:
+    """A method of graph calls bound once to caller arrays (`PreparedRun`): a run is the plan's
+    steps over its template, the caller's arrays already bound into the calls."""
+
+    def __init__(self, program: Program, method: Method, arrays: CallerArrays) -> None:
+        self.plan = MethodPlan(program, method, arrays)
+        if any(not isinstance(s, QnnStep) for s in method.steps):
+            raise NotPreparable(f"method {method.name!r} has CPU segments: run it with Program.run")
+        unbound = [n for n, slot, _ in self.plan.out_list
+                   if n in arrays.outputs and slot not in self.plan.planned]
+        if unbound:
+            raise NotPreparable(f"method {method.name!r}: output(s) {unbound[:3]} are not written by "
+                                f"a graph call and cannot be bound")
+        self.arrays = arrays
+
+    @property
+    def timing(self) -> RunTiming:
+        return self.plan.timing
+
+    def run(self) -> None:
+        self.plan.run_steps(self.plan.template.copy())
+
+    def graph_reads(self, name: str) -> list[np.ndarray]:
+        x = self.arrays.inputs.get(name)
+        return [] if x is None else [x]
 
 
 class ReferencePlan:

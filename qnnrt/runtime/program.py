@@ -16,6 +16,7 @@ from qnnrt.core import Backend, ContextBinary, GraphSpec, Profile
 from qnnrt.core.graph import PreparedCall
 from qnnrt.core.shared_buffer import SharedMemory
 from qnnrt.core.spill_fill import SpillFillGroup
+from qnnrt.formats.genie import GenieConfig
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.profiling.heap import HeapProfiler
@@ -106,9 +107,10 @@ class Program:
                  spill_fill_group: SpillFillGroup | None = None,
                  max_recoveries: int = DEFAULT_MAX_RECOVERIES,
                  performance: Performance | None = None, tracer: Tracer | None = None,
-                 write_trace: bool = False) -> None:
+                 write_trace: bool = False, genie: GenieConfig | None = None) -> None:
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
+        self.genie = genie    # a Genie bundle's config (formats/genie.py), None for other files
         self.backend = backend
         self.binaries = binaries
         self.heap = heap
