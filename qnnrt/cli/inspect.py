@@ -10,7 +10,8 @@ from qnnrt.errors import FormatError
 
 def add_parser(sub) -> None:
     p = sub.add_parser("inspect", help="show graphs, tensors and sizes of a binary or program")
-    p.add_argument("path", help="context binary (.bin), program folder, EPContext .onnx or .pte")
+    p.add_argument("path", help="context binary (.bin), program folder, EPContext .onnx, .pte or Genie "
+                                "bundle folder (genie_config.json)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--backend-lib", help="path to libQnnHtp.so (default: discovered)")
     p.add_argument("--pd", action="store_true",
@@ -42,6 +43,10 @@ def describe_binary(path: Path, backend_lib: str | None = None) -> dict:
 def describe(path: Path, backend_lib: str | None = None) -> dict:
     if not path.exists():
         raise FormatError(f"{path}: no such file or folder")
+    from qnnrt.formats.genie import is_genie_bundle
+    if is_genie_bundle(path):
+        from qnnrt.cli.inspect_genie import describe_genie
+        return describe_genie(path, backend_lib)
     if path.is_dir() or path.suffix == ".onnx":
         return _describe_program(path, backend_lib)
     if path.suffix == ".pte":
@@ -107,6 +112,9 @@ def run(args) -> int:
     elif d.get("kind") == "program":
         from qnnrt.cli.inspect_program import print_program
         print_program(d)
+    elif d.get("kind") == "genie":
+        from qnnrt.cli.inspect_genie import print_genie
+        print_genie(d)
     else:
         _print_pte(d)
     return 0

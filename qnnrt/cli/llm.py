@@ -38,10 +38,13 @@ def add_parser(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=32, help="default 32")
     p.add_argument("--seq-len", type=int, default=0,
                    help="stop when the sequence reaches this length (default: the context length)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) = greedy")
-    p.add_argument("--top-k", type=int, default=0, help="sample from the k best (0 = all)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1 = off)")
-    p.add_argument("--seed", type=int, default=None, help="sampling seed")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="0 = greedy (default; a Genie bundle: its config's sampler.temp)")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="sample from the k best (0 = all, the default; a Genie bundle: its sampler's)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="nucleus sampling (1 = off, the default; a Genie bundle: its sampler's)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (a Genie bundle: its sampler's)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at the EOS token")
     p.add_argument("--score-prefill", type=int, default=None,
                    help="score mode: tokens given to the prefill method (default: as many as fit); "
@@ -102,6 +105,23 @@ def speculative_options(args, layout):
     lookup = LookupOptions() if args.draft_ngram is None else LookupOptions(ngram_max=args.draft_ngram)
     return SpeculativeOptions(mode, args.draft_max or 0, args.draft_policy or "auto", lookup,
                               lookahead=LookaheadOptions(args.ngram, args.window, args.gcap))
+
+
+def file_sampling(program):
+    """What the file says to sample with: a Genie bundle's sampler, else greedy."""
+    from qnnrt.llm import SamplingOptions
+    if program.genie is not None:
+        from qnnrt.llm.genie_layout import genie_sampling
+        return genie_sampling(program.genie)
+    return SamplingOptions()
+
+
+def sampling_options(args, defaults):
+    """The flags given, else `defaults` (the file's)."""
+    import dataclasses
+    given = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "seed")
+             if getattr(args, k) is not None}
+    return dataclasses.replace(defaults, **given)
 
 
 def cycles_reader(profiler):
@@ -168,12 +188,13 @@ def _run(args, tracer) -> int:
             raise QnnrtError(f"--dump-logits {args.dump_logits}: cannot create the folder ({e})") from e
         check_output_path(Path(args.dump_logits) / "logits.npy", "--dump-logits")
     tokenizer = TextTokenizer.from_path(args.tokenizer) if args.tokenizer else None
-    sampler = Sampler(SamplingOptions(args.temperature, args.top_k, args.top_p, args.seed))  # checks them
+    sampling_options(args, SamplingOptions())  # checks them before loading
     t_start = time.perf_counter()
     prog, profiler = open_program(args, default_mode="burst", tracer=tracer)   # qnn_llama_runner's vote
     report: dict[str, Any] = {"path": str(args.path)}
     try:
         layout = layout_of(prog)
+        sampler = Sampler(sampling_options(args, file_sampling(prog)))
         runner = LlmRunner(prog, layout, speculative=speculative_options(args, layout),
                            cycles=cycles_reader(profiler))
         lay = runner.layout

@@ -21,6 +21,7 @@ from qnnrt.llm.errors import LayoutError
 from qnnrt.llm.layout import FLOAT_MASK_OPEN, IOTensor, LlmLayout, MethodLayout
 from qnnrt.llm.quant import FLOAT_DTYPES, QUANT_DTYPES, QuantParams
 from qnnrt.llm.rope import RopeTable
+from qnnrt.llm.sampling import SamplingOptions
 
 PROMPT_METHOD = "prompt"
 TOKEN_METHOD = "token"
@@ -182,3 +183,10 @@ def _rope_table(config: GenieConfig, m: MethodLayout, C: int) -> RopeTable:
     if cos.dtype != sin.dtype:
         raise LayoutError(f"{COS} is {cos.dtype} and {SIN} {sin.dtype}; expected one dtype")
     return RopeTable.build(config.rope, C, cos.dtype, cos.quant, sin.quant)
+
+
+def genie_sampling(config: GenieConfig) -> SamplingOptions:
+    """The config's sampler as the runner's options (greedy or temp 0: argmax)."""
+    s = config.sampler
+    temp = 0.0 if s.greedy else s.temperature
+    return SamplingOptions(temperature=temp, top_k=s.top_k, top_p=s.top_p, seed=s.seed)

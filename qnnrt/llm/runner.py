@@ -22,7 +22,7 @@ from qnnrt.runtime.plan import NotPreparable
 from qnnrt.runtime.program import Program
 
 
-def _io(spec: IOSpec) -> IOTensor:
+def io_tensor(spec: IOSpec) -> IOTensor:
     """A method tensor with the encoding of the QNN tensor behind it (fixed point)."""
     q = spec.tensor.quantization if spec.tensor is not None and spec.tensor.is_fixed_point else None
     quant = None
@@ -37,7 +37,7 @@ def genie_layout_of(program: Program, config: GenieConfig) -> LlmLayout:
     for name, m in program.methods.items():
         if isinstance(m, UnavailableMethod):
             raise LayoutError(f"{program.path}: method {name!r} cannot run: {m.reason}")
-        methods[name] = ([_io(s) for s in m.inputs], [_io(s) for s in m.outputs])
+        methods[name] = ([io_tensor(s) for s in m.inputs], [io_tensor(s) for s in m.outputs])
     return genie_layout(config, methods)
 
 
