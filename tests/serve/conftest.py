@@ -57,14 +57,15 @@ def _pump(stream, sink: list[str], ready: threading.Event | None) -> None:
             ready.set()
 
 
-def start_server(tokenizer: Path, report: Path, *extra: str) -> Server:
+def start_server(tokenizer: Path, report: Path, *extra: str, model: Path = FIX / "model.pte",
+                 model_id: str = MODEL_ID) -> Server:
     """`python -m qnnrt.cli serve` on port 0; returns once it listens (the port it prints)."""
     pytest.importorskip("starlette", reason="needs the ASGI stack (pip install -e '.[test]')")
     pytest.importorskip("uvicorn", reason="needs the ASGI stack (pip install -e '.[test]')")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                QNNRT_DEBUG_WORKER="1")
-    proc = subprocess.Popen([sys.executable, "-m", "qnnrt.cli", "serve", str(FIX / "model.pte"), "--tokenizer",
-                             str(tokenizer), "--port", "0", "--model-name", MODEL_ID, "--report", str(report),
+    proc = subprocess.Popen([sys.executable, "-m", "qnnrt.cli", "serve", str(model), "--tokenizer",
+                             str(tokenizer), "--port", "0", "--model-name", model_id, "--report", str(report),
                              *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     ready = threading.Event()
     server = Server(proc, 0, report)

@@ -1,0 +1,116 @@
+"""A Genie bundle through the CLI as a user runs it (no terminal): `qnnrt inspect BUNDLE`, `qnnrt
+llm BUNDLE` (tokens equal the maker's float reference, greedy: the bundle's own sampler is top-k 1)
+with ids or text, speculative prompt-lookup through the prompt graph, and bad bundles refused with
+one clear line; `qnnrt.load(BUNDLE)` in Python."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import qnnrt
+from tests.genie.conftest import edit_config
+from tests.helpers.cli_helpers import qnnrt as qnnrt_cli
+from tests.helpers.data import GENIE_TINY
+
+
+def _ids(xs) -> str:
+    return ",".join(map(str, xs))
+
+
+def test_inspect_shows_the_variants_parts_and_layout():
+    r = qnnrt_cli("inspect", GENIE_TINY, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["kind"] == "genie" and len(d["binaries"]) == 8
+    v = {x["name"]: x for x in d["variants"]}
+    assert sorted(v) == ["prompt", "token"] and (v["prompt"]["ar"], v["token"]["ar"]) == (16, 1)
+    assert [p["graph"] for p in v["token"]["parts"]] == [f"token_ar1_cl128_{i}_of_4" for i in range(1, 5)]
+    assert d["llm"]["n_layers"] == 4 and d["llm"]["context_len"] == 128 and d["llm"]["positions"] == "rope"
+    text = qnnrt_cli("inspect", GENIE_TINY)
+    assert text.returncode == 0, text.stderr
+    assert "Genie bundle, 8 context binaries, 2 variant(s)" in text.stdout
+    assert "method prompt (AR 16): 4 part(s)" in text.stdout and "weight sharing no" in text.stdout
+
+
+def test_llm_generates_the_float_references_tokens(references, tmp_path):
+    ref = references[0]
+    report = tmp_path / "r.json"
+    r = qnnrt_cli("llm", GENIE_TINY, "--prompt-tokens", _ids(ref["prompt_ids"]),
+                  "--max-new-tokens", str(len(ref["tokens"])), "--ignore-eos", "--report", report)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(report.read_text())
+    assert d["generated_tokens"] == ref["tokens"]
+    assert d["method_calls"]["prompt"] == 1 and d["method_calls"]["token"] == len(ref["tokens"]) - 1
+    assert d["layout"]["prefill_method"] == "prompt" and d["layout"]["eos_ids"] == [1]
+
+
+def test_llm_text_in_text_out_with_the_bundles_tokenizer(references, tmp_path):
+    ref = references[1]
+    report = tmp_path / "r.json"
+    r = qnnrt_cli("llm", GENIE_TINY, "--prompt", ref["prompt"], "--tokenizer", GENIE_TINY,
+                  "--max-new-tokens", str(len(ref["tokens"])), "--ignore-eos", "--report", report)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(report.read_text())
+    assert d["prompt_token_ids"] == ref["prompt_ids"]    # the config's BOS prepended
+    assert d["generated_tokens"] == ref["tokens"] and d["text"] == ref["text"]
+
+
+def test_speculative_prompt_lookup_verifies_with_the_prompt_graph(references, tmp_path):
+    ref = max(references, key=lambda x: len(x["tokens"]))
+    report = tmp_path / "r.json"
+    r = qnnrt_cli("llm", GENIE_TINY, "--prompt-tokens", _ids(ref["prompt_ids"]), "--ignore-eos",
+                  "--max-new-tokens", str(len(ref["tokens"])), "--speculative", "prompt-lookup",
+                  "--draft-policy", "always", "--report", report)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(report.read_text())
+    assert d["generated_tokens"] == ref["tokens"]
+    assert d["speculative"]["verifications"] >= 1 and d["method_calls"]["prompt"] > 1
+
+
+def test_python_load_runs_the_token_method_on_its_parts():
+    with qnnrt.load(GENIE_TINY) as p:
+        assert sorted(p.methods) == ["prompt", "token"]
+        m = p.methods["token"]
+        assert len(m.graph_calls) == 4
+        ins = {s.name: np.zeros(s.shape, s.dtype) for s in m.inputs}
+        out = p.run("token", ins)
+        assert out["logits"].shape == (1, 1, 384) and np.isfinite(out["logits"]).all()
+        assert out["past_key_3_out"].shape == (2, 1, 16, 1)
+
+
+def _fails(*args) -> str:
+    r = qnnrt_cli(*args)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and "bug in qnnrt" not in r.stderr
+    return r.stderr
+
+
+def test_a_bundle_with_a_missing_binary_or_bad_json_is_refused_clearly(bundle_copy):
+    (bundle_copy / "tiny_llama_part_3_of_4_token.bin").unlink()
+    err = _fails("llm", bundle_copy, "--prompt-tokens", "0,5")
+    assert "ctx-bins[6] names 'tiny_llama_part_3_of_4_token.bin', but" in err and "does not exist" in err
+    (bundle_copy / "genie_config.json").write_text("{ not json")
+    assert "not valid JSON (line 1, column 3" in _fails("inspect", bundle_copy)
+
+
+def test_a_bundle_without_a_part_or_the_token_graphs_is_refused_clearly(bundle_copy):
+    def drop(names):
+        def change(d):
+            bins = d["dialog"]["engine"]["model"]["binary"]["ctx-bins"]
+            bins[:] = [b for b in bins if not any(n in b for n in names)]
+        return change
+    edit_config(bundle_copy, drop(["part_2_of_4_token"]))
+    assert "part 2 of 4 has 0 graphs of AR 1" in _fails("llm", bundle_copy, "--prompt-tokens", "0,5")
+    edit_config(bundle_copy, drop(["_token"]))
+    assert "no token graph (AR 1)" in _fails("llm", bundle_copy, "--prompt-tokens", "0,5")
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("n-vocab", 500, "dialog.context.n-vocab is 500 but the graphs' logits have 384"),
+    ("size", 256, "dialog.context.size is 256 but the graphs hold 128 positions"),
+])
+def test_a_config_that_does_not_fit_the_graphs_is_refused_clearly(bundle_copy, field, value, says):
+    edit_config(bundle_copy, lambda d: d["dialog"]["context"].__setitem__(field, value))
+    assert says in _fails("llm", bundle_copy, "--prompt-tokens", "0,5")
