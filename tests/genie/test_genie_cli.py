@@ -114,3 +114,18 @@ def test_a_bundle_without_a_part_or_the_token_graphs_is_refused_clearly(bundle_c
 def test_a_config_that_does_not_fit_the_graphs_is_refused_clearly(bundle_copy, field, value, says):
     edit_config(bundle_copy, lambda d: d["dialog"]["context"].__setitem__(field, value))
     assert says in _fails("llm", bundle_copy, "--prompt-tokens", "0,5")
+
+
+@pytest.mark.parametrize("residency", ["bounded:3", "multi-pd:2"])
+def test_residency_across_parts_keeps_the_tokens(references, tmp_path, residency):
+    """Eight part contexts evicted three at a time, or spread over two PDs (a worker process
+    running its parts on the caller's arena arrays): the same tokens."""
+    ref = references[0]
+    report = tmp_path / "r.json"
+    r = qnnrt_cli("llm", GENIE_TINY, "--prompt-tokens", _ids(ref["prompt_ids"]), "--ignore-eos",
+                  "--max-new-tokens", "8", "--residency", residency, "--report", report)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(report.read_text())
+    assert d["generated_tokens"] == ref["tokens"][:8]
+    if residency == "bounded:3":
+        assert d["residency"]["peak_live"] == 3 and d["residency"]["evictions"] > 0
