@@ -89,6 +89,13 @@ def genie_methods(keys: Sequence[str], binaries: Mapping[str, ContextBinary]) ->
     variant, else a FormatError naming the part and the graphs found."""
     graphs = _part_graphs(keys, binaries)
     parts = sorted({g.part for g in graphs})
+    totals = {int(m.group(2)) for g in graphs if (m := _PART.search(g.ref.spec.name))}
+    if len(totals) > 1:
+        raise FormatError(f"Genie bundle: the graphs' names say different part counts ({sorted(totals)})")
+    if totals and parts != list(range(max(totals))):
+        missing = [i + 1 for i in range(max(totals)) if i not in parts]
+        raise FormatError(f"Genie bundle: no graph of part(s) {missing} of {max(totals)} in the binaries "
+                          f"{list(keys)}; list every part's binary in engine.model.binary.ctx-bins")
     ars = sorted({g.window.ar for g in graphs})
     widest = ars[-1]
     methods: dict[str, Method] = {}

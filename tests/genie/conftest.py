@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.data import GENIE_TINY
+from tests.helpers.data import GENIE_F32
 
 
 @pytest.fixture(scope="session")
 def references() -> list[dict]:
     """The maker's float reference: prompt ids, greedy tokens and text per prompt."""
-    return json.loads((GENIE_TINY / "references.json").read_text())["references"]
+    return json.loads((GENIE_F32 / "references.json").read_text())["references"]
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def bundle_copy(tmp_path: Path) -> Path:
     """A copy of the tiny bundle (its binaries as symlinks: a test changes the JSON files only)."""
     out = tmp_path / "bundle"
     out.mkdir()
-    for f in GENIE_TINY.iterdir():
+    for f in GENIE_F32.iterdir():
         if f.suffix == ".bin":
             (out / f.name).symlink_to(f)
         else:

@@ -12,7 +12,7 @@ import pytest
 import qnnrt
 from tests.genie.conftest import edit_config
 from tests.helpers.cli_helpers import qnnrt as qnnrt_cli
-from tests.helpers.data import GENIE_TINY
+from tests.helpers.data import GENIE_F32, GENIE_F32_SHARED
 
 
 def _ids(xs) -> str:
@@ -20,24 +20,24 @@ def _ids(xs) -> str:
 
 
 def test_inspect_shows_the_variants_parts_and_layout():
-    r = qnnrt_cli("inspect", GENIE_TINY, "--json")
+    r = qnnrt_cli("inspect", GENIE_F32, "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert d["kind"] == "genie" and len(d["binaries"]) == 8
+    assert d["kind"] == "genie" and len(d["binaries"]) == 4
     v = {x["name"]: x for x in d["variants"]}
     assert sorted(v) == ["prompt", "token"] and (v["prompt"]["ar"], v["token"]["ar"]) == (16, 1)
     assert [p["graph"] for p in v["token"]["parts"]] == [f"token_ar1_cl128_{i}_of_4" for i in range(1, 5)]
     assert d["llm"]["n_layers"] == 4 and d["llm"]["context_len"] == 128 and d["llm"]["positions"] == "rope"
-    text = qnnrt_cli("inspect", GENIE_TINY)
+    text = qnnrt_cli("inspect", GENIE_F32)
     assert text.returncode == 0, text.stderr
-    assert "Genie bundle, 8 context binaries, 2 variant(s)" in text.stdout
+    assert "Genie bundle, 4 context binaries, 2 variant(s)" in text.stdout
     assert "method prompt (AR 16): 4 part(s)" in text.stdout and "weight sharing no" in text.stdout
 
 
 def test_llm_generates_the_float_references_tokens(references, tmp_path):
     ref = references[0]
     report = tmp_path / "r.json"
-    r = qnnrt_cli("llm", GENIE_TINY, "--prompt-tokens", _ids(ref["prompt_ids"]),
+    r = qnnrt_cli("llm", GENIE_F32, "--prompt-tokens", _ids(ref["prompt_ids"]),
                   "--max-new-tokens", str(len(ref["tokens"])), "--ignore-eos", "--report", report)
     assert r.returncode == 0, r.stderr
     d = json.loads(report.read_text())
@@ -49,7 +49,7 @@ def test_llm_generates_the_float_references_tokens(references, tmp_path):
 def test_llm_text_in_text_out_with_the_bundles_tokenizer(references, tmp_path):
     ref = references[1]
     report = tmp_path / "r.json"
-    r = qnnrt_cli("llm", GENIE_TINY, "--prompt", ref["prompt"], "--tokenizer", GENIE_TINY,
+    r = qnnrt_cli("llm", GENIE_F32, "--prompt", ref["prompt"], "--tokenizer", GENIE_F32,
                   "--max-new-tokens", str(len(ref["tokens"])), "--ignore-eos", "--report", report)
     assert r.returncode == 0, r.stderr
     d = json.loads(report.read_text())
@@ -60,7 +60,7 @@ def test_llm_text_in_text_out_with_the_bundles_tokenizer(references, tmp_path):
 def test_speculative_prompt_lookup_verifies_with_the_prompt_graph(references, tmp_path):
     ref = max(references, key=lambda x: len(x["tokens"]))
     report = tmp_path / "r.json"
-    r = qnnrt_cli("llm", GENIE_TINY, "--prompt-tokens", _ids(ref["prompt_ids"]), "--ignore-eos",
+    r = qnnrt_cli("llm", GENIE_F32, "--prompt-tokens", _ids(ref["prompt_ids"]), "--ignore-eos",
                   "--max-new-tokens", str(len(ref["tokens"])), "--speculative", "prompt-lookup",
                   "--draft-policy", "always", "--report", report)
     assert r.returncode == 0, r.stderr
@@ -70,7 +70,7 @@ def test_speculative_prompt_lookup_verifies_with_the_prompt_graph(references, tm
 
 
 def test_python_load_runs_the_token_method_on_its_parts():
-    with qnnrt.load(GENIE_TINY) as p:
+    with qnnrt.load(GENIE_F32) as p:
         assert sorted(p.methods) == ["prompt", "token"]
         m = p.methods["token"]
         assert len(m.graph_calls) == 4
@@ -88,23 +88,26 @@ def _fails(*args) -> str:
 
 
 def test_a_bundle_with_a_missing_binary_or_bad_json_is_refused_clearly(bundle_copy):
-    (bundle_copy / "tiny_llama_part_3_of_4_token.bin").unlink()
+    (bundle_copy / "tiny_llama_part_3_of_4.bin").unlink()
     err = _fails("llm", bundle_copy, "--prompt-tokens", "0,5")
-    assert "ctx-bins[6] names 'tiny_llama_part_3_of_4_token.bin', but" in err and "does not exist" in err
+    assert "ctx-bins[2] names 'tiny_llama_part_3_of_4.bin', but" in err and "does not exist" in err
     (bundle_copy / "genie_config.json").write_text("{ not json")
     assert "not valid JSON (line 1, column 3" in _fails("inspect", bundle_copy)
 
 
-def test_a_bundle_without_a_part_or_the_token_graphs_is_refused_clearly(bundle_copy):
-    def drop(names):
-        def change(d):
-            bins = d["dialog"]["engine"]["model"]["binary"]["ctx-bins"]
-            bins[:] = [b for b in bins if not any(n in b for n in names)]
-        return change
-    edit_config(bundle_copy, drop(["part_2_of_4_token"]))
-    assert "part 2 of 4 has 0 graphs of AR 1" in _fails("llm", bundle_copy, "--prompt-tokens", "0,5")
-    edit_config(bundle_copy, drop(["_token"]))
-    assert "no token graph (AR 1)" in _fails("llm", bundle_copy, "--prompt-tokens", "0,5")
+def test_a_bundle_with_a_part_missing_is_refused_clearly(bundle_copy):
+    edit_config(bundle_copy, lambda d: d["dialog"]["engine"]["model"]["binary"]["ctx-bins"].remove(
+        "tiny_llama_part_2_of_4.bin"))
+    err = _fails("llm", bundle_copy, "--prompt-tokens", "0,5")
+    assert "no graph of part(s) [2] of 4 in the binaries" in err and "ctx-bins" in err
+
+
+def test_a_weight_shared_bundle_is_refused_on_the_simulator_in_one_line():
+    err = _fails("llm", GENIE_F32_SHARED, "--prompt-tokens", "0,5")
+    line = next(x for x in err.splitlines() if "weight sharing" in x)
+    assert "compiled with HTP weight sharing" in line and "x86 simulator" in line
+    r = qnnrt_cli("inspect", GENIE_F32_SHARED)
+    assert r.returncode == 0 and "weight sharing yes (the x86 simulator cannot run it)" in r.stdout
 
 
 @pytest.mark.parametrize("field, value, says", [
@@ -118,14 +121,14 @@ def test_a_config_that_does_not_fit_the_graphs_is_refused_clearly(bundle_copy, f
 
 @pytest.mark.parametrize("residency", ["bounded:3", "multi-pd:2"])
 def test_residency_across_parts_keeps_the_tokens(references, tmp_path, residency):
-    """Eight part contexts evicted three at a time, or spread over two PDs (a worker process
+    """Four part contexts (each holding both variants) evicted to three live, or spread over two PDs (a worker process
     running its parts on the caller's arena arrays): the same tokens."""
     ref = references[0]
     report = tmp_path / "r.json"
-    r = qnnrt_cli("llm", GENIE_TINY, "--prompt-tokens", _ids(ref["prompt_ids"]), "--ignore-eos",
+    r = qnnrt_cli("llm", GENIE_F32, "--prompt-tokens", _ids(ref["prompt_ids"]), "--ignore-eos",
                   "--max-new-tokens", "8", "--residency", residency, "--report", report)
     assert r.returncode == 0, r.stderr
     d = json.loads(report.read_text())
     assert d["generated_tokens"] == ref["tokens"][:8]
     if residency == "bounded:3":
-        assert d["residency"]["peak_live"] == 3 and d["residency"]["evictions"] > 0
+        assert d["residency"]["peak_live"] == 3 and d["residency"]["evictions"] > 0   # of 4 parts

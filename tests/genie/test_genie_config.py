@@ -7,16 +7,16 @@ import pytest
 from qnnrt.errors import FormatError
 from qnnrt.formats.genie import is_genie_bundle, read_genie_config
 from tests.genie.conftest import edit_config
-from tests.helpers.data import GENIE_TINY
+from tests.helpers.data import GENIE_F32
 
 
 def test_the_tiny_bundle_reads_as_its_config_says():
-    c = read_genie_config(GENIE_TINY)
-    assert is_genie_bundle(GENIE_TINY) and is_genie_bundle(GENIE_TINY / "genie_config.json")
-    assert not is_genie_bundle(GENIE_TINY.parent)
+    c = read_genie_config(GENIE_F32)
+    assert is_genie_bundle(GENIE_F32) and is_genie_bundle(GENIE_F32 / "genie_config.json")
+    assert not is_genie_bundle(GENIE_F32.parent)
     assert (c.context.size, c.context.n_vocab, c.context.bos, c.context.eos) == (128, 384, 0, (1,))
-    assert c.tokenizer == GENIE_TINY / "tokenizer.json"
-    assert len(c.ctx_bins) == 8 and all(p.is_file() for p in c.ctx_bins)
+    assert c.tokenizer == GENIE_F32 / "tokenizer.json"
+    assert len(c.ctx_bins) == 4 and all(p.is_file() for p in c.ctx_bins)
     assert c.rope is not None and (c.rope.dim, c.rope.theta, c.rope.scaling) == (8, 10000.0, None)
     ext = c.backend.extensions
     assert ext is not None and (ext.soc_model, ext.perf_profile, ext.weight_sharing) == (43, "burst", False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.data import GENIE_TINY
+from tests.helpers.data import GENIE_F32
 from tests.serve.conftest import API_KEY, start_server
 
 openai = pytest.importorskip("openai", reason="the client test needs openai (pip install -e '.[test]')")
@@ -13,7 +13,7 @@ openai = pytest.importorskip("openai", reason="the client test needs openai (pip
 @pytest.fixture(scope="module")
 def genie_server(tmp_path_factory):
     report = tmp_path_factory.mktemp("genie_serve") / "report.json"
-    s = start_server(GENIE_TINY, report, "--api-key", API_KEY, model=GENIE_TINY, model_id="tiny")
+    s = start_server(GENIE_F32, report, "--api-key", API_KEY, model=GENIE_F32, model_id="tiny")
     yield s
     s.stop()
 

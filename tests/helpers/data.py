@@ -12,8 +12,9 @@ EXECUTORCH = DATA / "executorch"                       # small .pte files writte
 LLM_STORIES = DATA / "llm" / "llama_stories_fp16"      # ExecuTorch's llama.py, hybrid mode
 LOOKAHEAD_STORIES = DATA / "llm" / "lookahead_stories"  # the same weights, lookahead mode
 SMOLLM2_TOKENIZER = DATA / "llm" / "hf_tokenizer_smollm2"  # a real chat model's tokenizer folder
-GENIE = DATA / "genie"                                 # Genie bundles (tools/fixtures/make_genie_bundle.py)
-GENIE_TINY = GENIE / "tiny_llama_f32"                  # float, 4 parts, prompt + token binaries
+GENIE = DATA / "genie"                                 # Genie bundles: tools/fixtures/make_genie_bundle.py
+GENIE_F32 = GENIE / "tiny_llama_f32"                   # float, 4 parts, each one binary of prompt AR16 + token AR1
+GENIE_F32_SHARED = GENIE / "tiny_llama_f32_shared"     # the same, weight-shared (the x86 simulator refuses it)
 SHIMS = DATA                                           # the C sources of the tests' forwarding shims
 
 # Where the session's caches go (compiled test binaries, qnnrt's own caches): in the repository,
