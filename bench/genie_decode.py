@@ -5,6 +5,9 @@ alternating rounds of one process each (one sitting: the machine's load moves bo
     python bench/genie_decode.py BUNDLE --prompt-tokens 0,85,73,70,379,366 [--max-new-tokens 24]
         [--rounds 3]
 
+`--prompt-tokens` is the whole sequence the model sees (BOS first): qnnrt takes it as it is, Genie
+without the config's bos-token, which it prepends itself to a dialog's first query.
+
 Per round: Genie generates (its config's sampler; greedy for a top-k 1 bundle) and reports the time
 between successive tokens; then `qnnrt llm BUNDLE` generates the same count with the same sampler
 (its report's decode ms per token). Prints one JSON object: each round's medians, the medians over
@@ -59,9 +62,12 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    ids = [int(t) for t in args.prompt_tokens.split(",")]
+    bos = json.loads((Path(args.bundle) / "genie_config.json").read_text())["dialog"]["context"].get("bos-token")
+    genie_ids = ",".join(map(str, ids[1:] if ids and ids[0] == bos else ids))
     rounds = []
     for _ in range(args.rounds):
-        rounds.append({"genie": genie_round(args.bundle, args.prompt_tokens, args.max_new_tokens),
+        rounds.append({"genie": genie_round(args.bundle, genie_ids, args.max_new_tokens),
                        "qnnrt": qnnrt_round(args.bundle, args.prompt_tokens, args.max_new_tokens)})
     med = {side: {k: statistics.median(r[side][k] for r in rounds)
                   for k in ("decode_ms_median", "first_token_ms")} for side in ("genie", "qnnrt")}
