@@ -59,9 +59,14 @@ class StepBuffers:
         open (only the columns that changed since the last call are written) and its window
         columns causal or as the tree says (written when the layout changes)."""
         n, T = len(tokens), self.method.ar_len
-        if T == 1 and self.layout.rope is None:
+        rope = self.layout.rope
+        if T == 1:
             self.tokens[0, 0] = tokens[0]
-            self.pos[0][0, 0] = n_past
+            if rope is None:
+                self.pos[0][0, 0] = n_past
+            else:   # one row each: copied in place, no index array
+                self.pos[0][0, 0, 0] = rope.cos[n_past]
+                self.pos[1][0, 0, 0] = rope.sin[n_past]
         else:
             self.tokens[0, :n] = tokens
             self.tokens[0, n:] = pad_token
