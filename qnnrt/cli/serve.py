@@ -145,7 +145,8 @@ def _run(args, tracer) -> int:
         emb_id = (args.embeddings_name or Path(args.embeddings).stem) if embedder is not None else None
         if emb_id == model_id:
             raise QnnrtError(f"the LLM and the embedding model are both named {model_id!r}: give --embeddings-name")
-        settings = ServeSettings(model_id, key, max_body, emb_id, args.max_tokens)
+        settings = ServeSettings(model_id, key, max_body, emb_id, args.max_tokens,
+                                 sampling=serve_sampling(prog))
         service = Service(engine, text, runner.layout, settings, int(time.time()), grammars)
         level = {"verbose": "debug"}.get(args.log_level, args.log_level if args.log_level != "warn" else "warning")
         signum = run_server(create_app(service), engine, sock, log_level=level, stop_signals=stop_signals(),
@@ -168,6 +169,16 @@ def _run(args, tracer) -> int:
     if signum is not None:
         raise Stopped(signum)     # exit 128 + signum, as every command stopped by a signal
     return 0
+
+
+def serve_sampling(program):
+    """What a request that gives no temperature / top_k / top_p / seed samples with: a Genie
+    bundle's sampler, else OpenAI's defaults."""
+    if program.genie is None:
+        from qnnrt.serve.requests import OPENAI_SAMPLING
+        return OPENAI_SAMPLING
+    from qnnrt.llm.genie_layout import genie_sampling
+    return genie_sampling(program.genie)
 
 
 def _pd_in_use(*progs) -> int | None:

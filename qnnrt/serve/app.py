@@ -21,6 +21,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from qnnrt.llm.chat_template import render_chat
+from qnnrt.llm.sampling import SamplingOptions
 from qnnrt.llm.errors import ChatTemplateError, GrammarError, TokenizerError
 from qnnrt.llm.grammar import Grammar, GrammarCompiler
 from qnnrt.llm.layout import LlmLayout
@@ -56,6 +57,7 @@ class ServeSettings:
     max_body_bytes: int
     embeddings_id: str | None = None
     max_tokens: int | None = None          # the most tokens one choice generates (None: to the context's end)
+    sampling: SamplingOptions = rq.OPENAI_SAMPLING   # what a request leaves out (a Genie bundle: its sampler)
 
 
 class Service:
@@ -166,7 +168,7 @@ class Service:
 
     async def chat(self, request: Request) -> Response:
         req = await self.read(request, s.ChatRequest)
-        params = rq.params(req, self.layout.vocab_size)
+        params = rq.params(req, self.layout.vocab_size, self.settings.sampling)
         messages = rq.chat_messages(req)
         tools = parse_tools(req)
         prompt = self.render(messages, tools)
@@ -177,7 +179,7 @@ class Service:
 
     async def completions(self, request: Request) -> Response:
         req = await self.read(request, s.CompletionRequest)
-        params = rq.params(req, self.layout.vocab_size)
+        params = rq.params(req, self.layout.vocab_size, self.settings.sampling)
         p = rq.completion_prompt(req, self.layout.vocab_size)
         ids = p if isinstance(p, list) else self.encode(p, "prompt")
         grammar = await asyncio.to_thread(self.format_grammar, params.response_format)

@@ -105,7 +105,13 @@ class Params:
     response_format: s.ResponseFormat | None
 
 
-def params(req: s.ChatRequest | s.CompletionRequest, vocab_size: int) -> Params:
+OPENAI_SAMPLING = SamplingOptions(temperature=1.0)   # what a request leaves out, as OpenAI's API has it
+
+
+def params(req: s.ChatRequest | s.CompletionRequest, vocab_size: int,
+           defaults: SamplingOptions = OPENAI_SAMPLING) -> Params:
+    """`defaults`: temperature, top_k, top_p and seed where the request gives none (a Genie
+    bundle's sampler; else OpenAI's)."""
     if isinstance(req, s.ChatRequest):
         max_tokens = req.max_completion_tokens or req.max_tokens
         top = (req.top_logprobs or 0) if req.logprobs else None
@@ -113,13 +119,13 @@ def params(req: s.ChatRequest | s.CompletionRequest, vocab_size: int) -> Params:
         max_tokens = req.max_tokens or 16         # the completions API's default
         top = req.logprobs
     stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    return Params(max_tokens=max_tokens, sampling=_sampling(req, vocab_size), n=req.n or 1,
+    return Params(max_tokens=max_tokens, sampling=_sampling(req, vocab_size, defaults), n=req.n or 1,
                   stops=[x for x in stops if x], top_logprobs=top, stream=bool(req.stream),
                   include_usage=bool(req.stream_options and req.stream_options.include_usage),
                   response_format=req.response_format)
 
 
-def _sampling(req: s.GenerationRequest, vocab_size: int) -> SamplingOptions:
+def _sampling(req: s.GenerationRequest, vocab_size: int, d: SamplingOptions) -> SamplingOptions:
     if req.top_k is not None and req.top_k > vocab_size:
         raise bad("top_k", f"{req.top_k} is more than the vocabulary of {vocab_size}")
     bias = req.logit_bias or {}
@@ -127,8 +133,10 @@ def _sampling(req: s.GenerationRequest, vocab_size: int) -> SamplingOptions:
     if outside:
         raise bad("logit_bias", f"key {outside[0]} is not a token id of this model (0..{vocab_size - 1})")
     return SamplingOptions(
-        temperature=1.0 if req.temperature is None else req.temperature, top_k=req.top_k or 0,
-        top_p=1.0 if req.top_p is None else req.top_p, seed=None if req.seed is None else req.seed % (1 << 64),
+        temperature=d.temperature if req.temperature is None else req.temperature,
+        top_k=d.top_k if req.top_k is None else req.top_k,
+        top_p=d.top_p if req.top_p is None else req.top_p,
+        seed=d.seed if req.seed is None else req.seed % (1 << 64),
         min_p=req.min_p or 0.0, presence_penalty=req.presence_penalty or 0.0,
         frequency_penalty=req.frequency_penalty or 0.0,
         repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
