@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from qnnrt.core.binary import ContextBinary
-from tests.helpers.data import GENIE_F32, GENIE_F32_SHARED
+from tests.helpers.data import GENIE_F32, GENIE_F32_SHARED, GENIE_W8A16
 from tests.helpers.genie_bundle import GENIE_RUNNER, Bundle, fixture_module
 
 GRAPH = re.compile(r"(prompt|token)_ar(\d+)_cl(\d+)_(\d+)_of_(\d+)")
@@ -41,7 +41,22 @@ def _shape(spec, name: str, ar: int) -> tuple[int, ...]:
     return (KVH, 1, D, n) if kv.group(1) == "key" else (KVH, 1, n, D)
 
 
-@pytest.mark.parametrize("root", [GENIE_F32, GENIE_F32_SHARED], ids=["f32", "f32_shared"])
+def _quantization(bundle: Bundle) -> dict:
+    import yaml
+    path = bundle.root / "metadata.yaml"
+    return yaml.safe_load(path.read_text())["tensors"] if bundle.meta.get("quantized") else {}
+
+
+def _dtype(bundle: Bundle, name: str) -> type:
+    """int32 token ids; float32 I/O, or in the quantized bundle uint8 KV and uint16 the rest."""
+    if name == "input_ids":
+        return np.int32
+    if not bundle.meta.get("quantized"):
+        return np.float32
+    return np.uint8 if name.startswith("past_") else np.uint16
+
+
+@pytest.mark.parametrize("root", [GENIE_F32, GENIE_F32_SHARED, GENIE_W8A16], ids=["f32", "f32_shared", "w8a16"])
 def test_bundle_is_what_its_config_says(root: Path) -> None:
     bundle = Bundle.load(root)
     spec, cfg = bundle.spec, bundle.config["dialog"]
@@ -50,6 +65,7 @@ def test_bundle_is_what_its_config_says(root: Path) -> None:
     assert (htp["kv-dim"], htp["pos-id-dim"]) == (spec.head_dim, spec.head_dim // 2)
     assert (root / cfg["tokenizer"]["path"]).is_file()
     ext = json.loads((root / cfg["engine"]["backend"]["extensions"]).read_text())
+    quant = _quantization(bundle)
     layers: list[int] = []
     graphs: set[str] = set()
     for path in bundle.ctx_bins:
@@ -61,7 +77,10 @@ def test_bundle_is_what_its_config_says(root: Path) -> None:
                 assert int(ar) == (bundle.meta["prompt_ar"] if kind == "prompt" else 1)
                 for t in g.inputs + g.outputs:
                     assert t.shape == _shape(spec, t.name, int(ar)), (g.name, t.name)
-                    assert t.dtype == (np.int32 if t.name == "input_ids" else np.float32)
+                    assert t.dtype == _dtype(bundle, t.name), (g.name, t.name)
+                    if t.name in quant:         # metadata.yaml says what the binary says
+                        assert (t.quantization.scale, t.quantization.offset) == \
+                            pytest.approx((quant[t.name]["scale"], quant[t.name]["offset"]), rel=1e-6)
                 if kind == "prompt":
                     layers += [int(t.name.split("_")[2]) for t in g.inputs if t.name.startswith("past_key_")]
                 graphs.add(g.name)
@@ -138,3 +157,16 @@ def test_genie_text_query_equals_the_reference_text(f32: Bundle, genie_library) 
     done = _genie(f32.root, "--prompt", r["prompt"], "--max-new-tokens", str(f32.meta["max_new_tokens"]))
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["text"] == r["text"]
+
+
+def test_genie_on_the_quantized_bundle_gives_its_graphs_tokens(genie_library) -> None:
+    """w8a16: Genie's greedy tokens are the quantized graphs' own (references.json quantized_tokens: the
+    same graphs through ONNX Runtime's QNN EP on the simulator), which on the first prompt leave the float
+    reference at the 4th token, where the float model's top-2 margin is 0.15 (docs/genie.md)."""
+    w8 = Bundle.load(GENIE_W8A16)
+    r = w8.meta["references"][0]
+    done = _genie(w8.root, "--prompt-tokens", ",".join(map(str, r["prompt_ids"][1:])), "--max-new-tokens", "6")
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout)["tokens"]
+    assert got == r["quantized_tokens"][:6]
+    assert got[:3] == r["tokens"][:3] and got[3] != r["tokens"][3]
