@@ -21,6 +21,7 @@ def test_renamed_graphs_and_tensors_are_what_qnn_reads() -> None:
     out = rename_in_binary(blob, {"token_ar1_cl128_4_of_4": "token_4"},
                            {"_model_model_layers_3_Add_1_output_0": "hidden"})
     assert len(out) == len(blob)
+    assert b"token_ar1_cl128_4_of_4" not in out     # nor in the HTP blob's PICKLE/<graph id>/ copy
     assert _graphs(out) == {"prompt_ar16_cl128_4_of_4": ["hidden", "logits"], "token_4": ["hidden", "logits"]}
     assert _graphs(rename_graph(blob, "prompt_ar16_cl128_4_of_4", "p"))["p"] == \
         ["_model_model_layers_3_Add_1_output_0", "logits"]

@@ -170,3 +170,27 @@ def test_genie_on_the_quantized_bundle_gives_its_graphs_tokens(genie_library) ->
     got = json.loads(done.stdout)["tokens"]
     assert got == r["quantized_tokens"][:6]
     assert got[:3] == r["tokens"][:3] and got[3] != r["tokens"][3]
+
+
+def _graph_specs(path: Path) -> list:
+    with ContextBinary(path) as b:
+        return [(g.name, [(t.name, t.shape, t.dtype) for t in g.inputs + g.outputs]) for g in b.graphs]
+
+
+def test_the_maker_writes_the_committed_float_bundle(tmp_path: Path) -> None:
+    """tools/fixtures/make_genie_bundle.py (graphs compiled through qnnrt's ONNX -> QNN path) writes the
+    committed float bundle: the same files, byte for byte but the binaries, whose graphs and I/O are the
+    same (QNN's compile of the same graph is not always byte-identical)."""
+    out = tmp_path / GENIE_F32.name
+    repo = GENIE_RUNNER.parents[1]      # this tree's qnnrt, whatever is installed
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(repo / "tools" / "fixtures" / "make_genie_bundle.py"), str(out),
+                           "--check"], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    committed = sorted(p.name for p in GENIE_F32.iterdir())
+    assert sorted(p.name for p in out.iterdir()) == committed
+    for name in committed:
+        if name.endswith(".bin"):
+            assert _graph_specs(out / name) == _graph_specs(GENIE_F32 / name), name
+        else:
+            assert (out / name).read_bytes() == (GENIE_F32 / name).read_bytes(), name
