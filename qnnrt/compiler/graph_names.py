@@ -8,42 +8,54 @@ says). Likewise a binary of several graphs compiled from one ONNX model (compile
 the later graphs' I/O under aliases, where Genie wants every graph's I/O under the same names.
 
 The binary stores each such name as a flatbuffer string (a little-endian u32 length, the bytes, a NUL);
-graph names also as ``PICKLE/256/<name>``. A name no longer than the old one is written in place with
+graph names also as ``PICKLE/<graph id>/<name>``. A name no longer than the old one is written in place with
 its length lowered and the freed bytes zeroed, which leaves every offset in the binary as it was.
 """
 from __future__ import annotations
 
+import re
 import struct
 
 from qnnrt.errors import BuildError
 
-GRAPH_PREFIXES = (b"", b"PICKLE/256/")
+_PICKLE = re.compile(rb"PICKLE/\d+/$")   # the HTP blob's own copy of a graph name: PICKLE/<graph id>/<name>
 
 
-def _rename(data: bytearray, old: str, new: str, prefixes: tuple[bytes, ...]) -> int:
+def _prefix_at(data: bytearray, at: int, prefixed: bool) -> int:
+    """Where the string holding a name at ``at`` starts: ``at`` itself, or the start of a
+    ``PICKLE/<graph id>/`` before it (-1 if there is none)."""
+    if not prefixed:
+        return at
+    m = _PICKLE.search(bytes(data[max(0, at - 24):at]))
+    return at - (len(m.group(0))) if m else -1
+
+
+def _rename(data: bytearray, old: str, new: str, prefixed: bool) -> int:
     if not new or len(new.encode()) > len(old.encode()):
         raise BuildError(f"cannot rename {old!r} to {new!r} in a context binary: the new name must be "
                          f"non-empty and at most {len(old.encode())} bytes (it is written in place)")
+    name, repl = old.encode(), new.encode()
     found = 0
-    for prefix in prefixes:
-        full, repl = prefix + old.encode(), prefix + new.encode()
-        at = data.find(full)
-        while at >= 4:
-            length = struct.unpack_from("<I", data, at - 4)[0]
-            if length == len(full) and at + length < len(data) and data[at + length] == 0:
-                data[at - 4:at] = struct.pack("<I", len(repl))
-                data[at:at + length] = repl + bytes(length - len(repl))
+    for with_prefix in (False, True) if prefixed else (False,):
+        at = data.find(name)
+        while at >= 0:
+            start = _prefix_at(data, at, with_prefix)
+            end = at + len(name)
+            if start >= 4 and end < len(data) and data[end] == 0 and \
+                    struct.unpack_from("<I", data, start - 4)[0] == end - start:
+                data[start - 4:start] = struct.pack("<I", end - start - len(name) + len(repl))
+                data[at:end] = repl + bytes(len(name) - len(repl))
                 found += 1
-            at = data.find(full, at + 1)
+            at = data.find(name, at + 1)
     return found
 
 
 def rename_in_binary(blob: bytes, graphs: dict[str, str], tensors: dict[str, str] | None = None) -> bytes:
     """``blob`` with graphs and tensors renamed (old -> new, each new name not longer than its old)."""
     data = bytearray(blob)
-    for kind, renames, prefixes in (("graph", graphs, GRAPH_PREFIXES), ("tensor", tensors or {}, (b"",))):
+    for kind, renames, prefixed in (("graph", graphs, True), ("tensor", tensors or {}, False)):
         for old, new in renames.items():
-            if not _rename(data, old, new, prefixes):
+            if not _rename(data, old, new, prefixed):
                 raise BuildError(f"{kind} {old!r} is not named in this context binary")
     return bytes(data)
 

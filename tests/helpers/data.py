@@ -15,6 +15,7 @@ SMOLLM2_TOKENIZER = DATA / "llm" / "hf_tokenizer_smollm2"  # a real chat model's
 GENIE = DATA / "genie"                                 # Genie bundles: tools/fixtures/make_genie_bundle.py
 GENIE_F32 = GENIE / "tiny_llama_f32"                   # float, 4 parts, each one binary of prompt AR16 + token AR1
 GENIE_F32_SHARED = GENIE / "tiny_llama_f32_shared"     # the same, weight-shared (the x86 simulator refuses it)
+GENIE_W8A16 = GENIE / "tiny_llama_w8a16"               # the same weights quantized: uint16 activations, uint8 KV
 SHIMS = DATA                                           # the C sources of the tests' forwarding shims
 
 # Where the session's caches go (compiled test binaries, qnnrt's own caches): in the repository,
