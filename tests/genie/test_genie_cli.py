@@ -12,7 +12,7 @@ import pytest
 import qnnrt
 from tests.genie.conftest import edit_config
 from tests.helpers.cli_helpers import qnnrt as qnnrt_cli
-from tests.helpers.data import GENIE_F32, GENIE_F32_SHARED
+from tests.helpers.data import GENIE_F32, GENIE_F32_SHARED, GENIE_W8A16
 
 
 def _ids(xs) -> str:
@@ -132,3 +132,19 @@ def test_residency_across_parts_keeps_the_tokens(references, tmp_path, residency
     assert d["generated_tokens"] == ref["tokens"][:8]
     if residency == "bounded:3":
         assert d["residency"]["peak_live"] == 3 and d["residency"]["evictions"] > 0   # of 4 parts
+
+
+def test_the_quantized_bundle_gives_its_graphs_tokens(tmp_path):
+    """uint16 activations, uint8 KV with the graphs' own encodings (mask and RoPE rows quantized,
+    logits dequantized): the quantized graphs' tokens, which leave the float reference's at the
+    4th token on this prompt (Genie's are the same: tests/genie/test_genie_bundle.py)."""
+    ref = json.loads((GENIE_W8A16 / "references.json").read_text())["references"][0]
+    n = 8
+    assert ref["quantized_tokens"][:n] != ref["tokens"][:n]     # the prompt tells the two apart
+    report = tmp_path / "r.json"
+    r = qnnrt_cli("llm", GENIE_W8A16, "--prompt-tokens", _ids(ref["prompt_ids"]), "--ignore-eos",
+                  "--max-new-tokens", str(n), "--report", report)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(report.read_text())
+    assert d["generated_tokens"] == ref["quantized_tokens"][:n]
+    assert (d["layout"]["cache_dtype"], d["layout"]["mask_dtype"]) == ("uint8", "uint16")
