@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING
 from qnnrt.core.binary import GraphSpec
 from qnnrt.core.tensor import TensorSpec
 from qnnrt.errors import FormatError
+import numpy as np
+
 from qnnrt.runtime.method import IOSpec, Method, QnnStep
+from qnnrt.runtime.plan import CallerArrays, MethodPlan, NotPreparable, Plan, RunTiming
 
 if TYPE_CHECKING:
-    from qnnrt.runtime.plan import CallerArrays, Plan, PreparedRun
     from qnnrt.runtime.program import Program
 
 
@@ -69,11 +71,36 @@ class GraphChainMethod(Method):
         self._plan_lifetimes()
 
     def plan(self, program: Program) -> Plan:
-        from qnnrt.runtime.plan import MethodPlan
         return MethodPlan(program, self)
 
-    def prepare(self, program: Program, arrays: CallerArrays) -> PreparedRun:
+    def prepare(self, program: Program, arrays: CallerArrays) -> PreparedPlan:
         """Every graph input fed by a method input reads the caller's array in place and every
         method output is written into the caller's array (`PreparedPlan`)."""
-        from qnnrt.runtime.plan import PreparedPlan
         return PreparedPlan(program, self, arrays)
+
+
+class PreparedPlan:
+    """A method of graph calls bound once to caller arrays (`PreparedRun`): a run is the plan's
+    steps over its template, the caller's arrays already bound into the calls."""
+
+    def __init__(self, program: Program, method: Method, arrays: CallerArrays) -> None:
+        self.plan = MethodPlan(program, method, arrays)
+        if any(not isinstance(s, QnnStep) for s in method.steps):
+            raise NotPreparable(f"method {method.name!r} has CPU segments: run it with Program.run")
+        unbound = [n for n, slot, _ in self.plan.out_list
+                   if n in arrays.outputs and slot not in self.plan.planned]
+        if unbound:
+            raise NotPreparable(f"method {method.name!r}: output(s) {unbound[:3]} are not written by "
+                                f"a graph call and cannot be bound")
+        self.arrays = arrays
+
+    @property
+    def timing(self) -> RunTiming:
+        return self.plan.timing
+
+    def run(self) -> None:
+        self.plan.run_steps(self.plan.template.copy())
+
+    def graph_reads(self, name: str) -> list[np.ndarray]:
+        x = self.arrays.inputs.get(name)
+        return [] if x is None else [x]

@@ -406,33 +406,6 @@ class MethodPlan(StepPlan):
                 for n, slot, copy in self.out_list}
 
 
-class PreparedPlan:
-    """A method of graph calls bound once to caller arrays (`PreparedRun`): a run is the plan's
-    steps over its template, the caller's arrays already bound into the calls."""
-
-    def __init__(self, program: Program, method: Method, arrays: CallerArrays) -> None:
-        self.plan = MethodPlan(program, method, arrays)
-        if any(not isinstance(s, QnnStep) for s in method.steps):
-            raise NotPreparable(f"method {method.name!r} has CPU segments: run it with Program.run")
-        unbound = [n for n, slot, _ in self.plan.out_list
-                   if n in arrays.outputs and slot not in self.plan.planned]
-        if unbound:
-            raise NotPreparable(f"method {method.name!r}: output(s) {unbound[:3]} are not written by "
-                                f"a graph call and cannot be bound")
-        self.arrays = arrays
-
-    @property
-    def timing(self) -> RunTiming:
-        return self.plan.timing
-
-    def run(self) -> None:
-        self.plan.run_steps(self.plan.template.copy())
-
-    def graph_reads(self, name: str) -> list[np.ndarray]:
-        x = self.arrays.inputs.get(name)
-        return [] if x is None else [x]
-
-
 class ReferencePlan:
     """The step-by-step path by tensor name (Method.run, each graph through Graph.execute): what
     the tests compare every plan with."""

@@ -58,7 +58,7 @@ def test_in_place_inputs_equal_the_generic_inputs_through_writes_and_truncation(
         inplace.sync(m)
         b.write(toks, inplace.n_past, 7)
         ks, vs = inplace.arrays(m)
-        got = [b.tokens, b.mask, b.pos, *ks, *vs]
+        got = [b.tokens, b.mask, *b.pos, *ks, *vs]
         for name, g in zip(m.input_names, got):
             np.testing.assert_array_equal(g, want[name], err_msg=f"{what} {name}")
             assert g.dtype == want[name].dtype
