@@ -25,10 +25,12 @@ import numpy as np
 from qnnrt.core.tensor import prepare_input
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.executorch import kernels as K
+from qnnrt.executorch.instructions import InstructionVisitor, visit
 from qnnrt.executorch.interpreter import UNDEFINED, MethodAnalysis, shape_fits
 from qnnrt.executorch.kernels.dtypes import astype
 from qnnrt.executorch.program import DelegateSite, PteMethodAdapter, size1_reshape
-from qnnrt.executorch.reader import DelegateCall, FreeCall, KernelCall, MoveCall, TensorInfo
+from qnnrt.executorch.reader import (DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall,
+                                     TensorInfo)
 from qnnrt.runtime.method import QnnStep, validate_inputs
 from qnnrt.runtime.plan import (CallerArrays, GraphStep, Inputs, LiveGraphs, NotPreparable, Plan,
                                 RunTiming, Step, StepPlan, graph_step)
@@ -253,8 +255,8 @@ class Port:
     kind: Kind
 
 
-class _Lowering:
-    """Turns a method's instructions into steps (one function per instruction kind), then plans
+class _Lowering(InstructionVisitor[None]):
+    """Turns a method's instructions into steps (one handler per instruction kind), then plans
     buffers for the values that can live in one."""
 
     def __init__(self, program: Program, method: PteMethodAdapter) -> None:
@@ -300,7 +302,7 @@ class _Lowering:
     def _note(self, table: dict[int, list[Port | None]], i: int, port: Port | None) -> None:
         table.setdefault(i, []).append(port)
 
-    # -- one function per instruction kind --------------------------------------------------
+    # -- one handler per instruction kind (executorch/instructions.py) ----------------------
     def kernel(self, pc: int, ins: KernelCall) -> None:
         kd = self.analysis.kernels[pc]
         args = [self.arg(a) for a in ins.args[:kd.n_inputs]]
@@ -379,25 +381,22 @@ class _Lowering:
             if s is not None and s < len(self.analysis.values):
                 self._note(self.readers, s, Port(step, p, (x.dtype, tuple(x.shape))))
 
-    def move(self, ins: MoveCall) -> None:
+    def move(self, pc: int, ins: MoveCall) -> None:
         source = self.slot_of(self.arg(ins.move_from))
         if source < len(self.analysis.values):
             self._note(self.readers, source, None)
         self._note(self.makers, ins.move_to, None)
         self.steps.append(MoveStep(source, ins.move_to))
 
+    def free(self, pc: int, ins: FreeCall) -> None:
+        self.steps.append(FreeStep(ins.value_index))
+
+    def jump_false(self, pc: int, ins: JumpFalseCall) -> None:
+        raise NotCompilable     # not straight-line: the interpreter runs it
+
     def lower(self) -> None:
         for pc, ins in enumerate(self.analysis.instructions):
-            if isinstance(ins, KernelCall):
-                self.kernel(pc, ins)
-            elif isinstance(ins, DelegateCall):
-                self.delegate(pc, ins)
-            elif isinstance(ins, MoveCall):
-                self.move(ins)
-            elif isinstance(ins, FreeCall):
-                self.steps.append(FreeStep(ins.value_index))
-            else:
-                raise NotCompilable
+            visit(self, pc, ins)
             for dead in self.analysis.free_after.get(pc, ()):
                 self.steps.append(FreeStep(dead))
 
