@@ -6,7 +6,6 @@ import dataclasses
 import os
 import signal
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ import qnnrt
 from qnnrt.runtime.pd_fleet import MultiPdPool
 from qnnrt.runtime.pd_host import PdWorkerError
 from qnnrt.runtime.pd_remote import RemoteCall
+from tests.helpers.data import EXECUTORCH
 from tests.helpers.qnn_fixtures import WIDTH
 
 BUDGET = "64MiB"  # six chain12 contexts (10.5 MB each) per PD: the program needs two
@@ -471,7 +471,7 @@ def test_another_thread_reads_and_votes_while_runs_go_through_the_workers(chain1
             assert np.array_equal(out[k], ref[i % 2][k])
 
 
-MANY4 = Path(__file__).resolve().parents[1] / "data" / "executorch" / "many_4_fp16"
+MANY4 = EXECUTORCH / "many_4_fp16"
 
 
 def _many4(tmp_path) -> tuple[str, np.ndarray]:
