@@ -104,7 +104,7 @@ def _modules_imported(path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("module", ["runtime/program.py", "runtime/plan.py", "runtime/steps.py",
-                                    "executorch/plan.py", "runtime/segments.py", "runtime/hosts.py"])
+                                    "executorch/plan.py", "runtime/segments.py", "runtime/hosts/__init__.py"])
 def test_programs_and_plans_name_no_multi_pd_module(module):
     """They ask hosts (runtime/hosts.py); only runtime/pools.py picks the multi-PD pool."""
     named = {m.split(".")[-1] for m in _modules_imported(ROOT / module)}
