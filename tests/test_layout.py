@@ -104,11 +104,36 @@ def _modules_imported(path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("module", ["runtime/program.py", "runtime/plan.py", "runtime/steps.py",
-                                    "executorch/plan.py", "runtime/segments.py", "runtime/hosts/__init__.py"])
-def test_programs_and_plans_name_no_multi_pd_module(module):
-    """They ask hosts (runtime/hosts.py); only runtime/pools.py picks the multi-PD pool."""
-    named = {m.split(".")[-1] for m in _modules_imported(ROOT / module)}
-    assert not named & MULTI_PD_MODULES, (module, named & MULTI_PD_MODULES)
+                                    "runtime/plan_context.py", "runtime/method.py",
+                                    "executorch/plan.py", "executorch/program.py",
+                                    "runtime/segments.py", "runtime/hosts/this_process.py"])
+def test_programs_and_plans_name_no_pd_module(module):
+    """They ask hosts (runtime/hosts/): no pd_* module, not even the placement or the budget
+    (the kind of host that uses a placement decides it)."""
+    named = {m for m in _modules_imported(ROOT / module) if m.startswith("qnnrt.runtime.pd_")}
+    assert not named, (module, named)
+
+
+def test_the_hosts_registry_names_no_multi_pd_module():
+    """The registry sizes every kind by the PD budget (pd_budget) and knows the kinds by name."""
+    named = {m.split(".")[-1] for m in _modules_imported(ROOT / "runtime/hosts/__init__.py")}
+    assert not named & MULTI_PD_MODULES, named & MULTI_PD_MODULES
+
+
+def test_a_kind_of_host_is_one_registered_module():
+    """Every module of runtime/hosts/ is a kind of host listed in `hosts.KINDS` with a `KIND` that
+    opens; the one that always holds a program is last; only the PD-process kind opens the
+    multi-PD pool."""
+    from qnnrt.runtime import hosts
+    files = {f"qnnrt.runtime.hosts.{f.stem}" for f in (ROOT / "runtime/hosts").glob("*.py")
+             if f.stem != "__init__"}
+    assert files == set(hosts.KINDS)
+    assert hosts.KINDS[-1] == "qnnrt.runtime.hosts.this_process"
+    assert all(callable(k.open) and k.name for k in hosts.kinds())
+    opening = {str(f.relative_to(ROOT)) for f in ROOT.rglob("*.py")
+               if "qnnrt.runtime.pd_fleet" in _modules_imported(f)}
+    assert opening <= {"runtime/hosts/pd_processes.py"} | {
+        f"runtime/{m}.py" for m in MULTI_PD_MODULES}, opening
 
 
 def test_runtime_modules_stay_small():

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -172,6 +172,13 @@ class BoundCall:
         self.profile_handle = profile.handle
         return profile.events
 
+    def point_at(self, graph: LiveGraph) -> None:
+        """Call `graph`'s handle from now on: a graph of this process."""
+        if not isinstance(graph, Graph):
+            raise QnnrtError(f"graph {self.name!r}: a call in this process pointed at "
+                             f"{type(graph).__name__}, a graph of another process")
+        self.handle = graph.handle
+
     def __call__(self, values: list | None = None) -> float:
         """Execute on `handle`; returns the seconds spent inside QNN (0.0 when not timed).
         `values`, a call site's slot list, is not read: the structs point at the arrays already,
@@ -231,17 +238,25 @@ class PrepareInput:
 
 
 class LiveGraph(Protocol):
-    """What a binder is pointed at: a live graph's handle (a `Graph`, or a PD worker's graph)."""
+    """A live graph, of this process (`Graph`) or of a PD worker (runtime/pd_remote.py): what a
+    binder is pointed at, and what executes by name, checked (the reference path)."""
     @property
-    def handle(self) -> Any: ...
+    def spec(self) -> GraphSpec: ...
+
+    @property
+    def last_execute_seconds(self) -> float: ...
+
+    def execute(self, inputs: object, profile: Profile | None = None,
+                dequantize: bool | Sequence[bool] = True,
+                shared: SharedMemory | None = None) -> dict[str, np.ndarray]: ...
 
 
 class PreparedCall(Protocol):
     """The calling shape of a prepared graph call: `BoundCall` in this process; a PD worker's
-    remote call (runtime/pd_fleet.py) has the same shape, so one binder serves both."""
-    handle: C.c_void_p | None
-    profile_handle: C.c_void_p | None
-    precise_log: bool
+    remote call (runtime/pd_remote.py) has the same shape, so one binder serves both."""
+
+    def point_at(self, graph: LiveGraph) -> None:
+        """Call `graph` from now on (its context may have been re-created)."""
 
     def set_input(self, i: int, arr: np.ndarray) -> None: ...
     def point_input(self, i: int, arr: np.ndarray) -> None: ...
@@ -474,7 +489,7 @@ class GraphBinding:
         """Call `graph` (live; its context may have been re-created) from now on. With shared
         memory, the tensors are bound to mem handles of its context (registered on first use, raw
         buffers when memRegister is refused)."""
-        self.call.handle = graph.handle
+        self.call.point_at(graph)
         if self.shared is None or not isinstance(graph, Graph):
             return
         if not self._staged:
@@ -565,6 +580,7 @@ class Graph:
         self.handle = handle
         self._input_names = [s.name for s in spec.inputs]
         self._bindings: dict[tuple[tuple[bool, ...], SharedMemory | None], GraphBinding] = {}
+        self._calls: dict[GraphBinding, BoundCall] = {}   # each binding's call (this process's)
         self._lock = threading.Lock()
         self._valid = True
         self.last_execute_seconds = 0.0  # time inside graphExecute of the last execution
@@ -585,6 +601,7 @@ class Graph:
             for b in self._bindings.values():
                 b.release()   # shared staging buffers: deregistered while the context lives
             self._bindings.clear()
+            self._calls.clear()
 
     def _binding(self, dequantize: bool | Sequence[bool], shared: SharedMemory | None
                  ) -> GraphBinding:
@@ -593,12 +610,14 @@ class Graph:
         b = self._bindings.get((flags, shared))
         if b is None:
             ni = len(self.spec.inputs)
-            b = GraphBinding(BoundCall(self.context.backend, self.spec), self.spec, range(ni),
-                             range(ni, ni + no), flags, f"graph {self.name!r}", shared=shared)
+            call = BoundCall(self.context.backend, self.spec)
+            call.precise_log = True
+            b = GraphBinding(call, self.spec, range(ni), range(ni, ni + no), flags,
+                             f"graph {self.name!r}", shared=shared)
             for i in range(ni):
                 b.trust_input(i)   # execute prepares every input first
-            b.call.precise_log = True
             self._bindings[(flags, shared)] = b
+            self._calls[b] = call
         return b
 
     def execute(self, inputs: object, profile: Profile | None = None,
@@ -618,7 +637,7 @@ class Graph:
                                  f"retrieve the graph again from a live context")
             b = self._binding(dequantize, shared)
             b.point_at(self)
-            b.call.profile_handle = profile.handle if profile is not None else None
+            self._calls[b].profile_handle = profile.handle if profile is not None else None
             self.last_execute_seconds = b.run(values)
         ni = len(self.spec.inputs)
         return {s.name: values[ni + j] for j, s in enumerate(self.spec.outputs)}

@@ -2,7 +2,7 @@
 the main process's own PD (PD 0, a ContextPool here), each other group in a worker process (one PD
 each, reached through its `pd_host.PdWorker`).
 
-`MultiPdPool` is a program's pool and its hosts (runtime/hosts.py): the plans ask it whether every
+`MultiPdPool` is a program's pool and its hosts (runtime/hosts/): the plans ask it whether every
 context is live (always, unless PD 0 evicts beyond --max-pds), which host runs a context's graphs,
 for each graph's call object (a BoundCall for PD 0's, a `pd_remote.RemoteCall` for a worker's) and
 for the step that has a worker run its part of the plan (`pd_segment.RemoteSegment`). The
@@ -34,6 +34,7 @@ from qnnrt.runtime.pd_remote import RemoteCall, RemoteContext, call_id_of
 from qnnrt.runtime.pd_segment import RemoteSegment
 from qnnrt.runtime.pd_worker import group_pool
 from qnnrt.runtime.performance import Choice
+from qnnrt.runtime.plan_context import PlanContext
 from qnnrt.runtime.residency import LiveContexts, Residency
 from qnnrt.runtime.segments import Segment
 
@@ -158,14 +159,14 @@ class MultiPdPool:
         w = self._where.get(key)
         return w.index if w is not None else 0
 
-    def segment_step(self, segment: Segment, template: list, program: Any) -> RemoteSegment:
+    def segment_step(self, segment: Segment, template: list, context: PlanContext) -> RemoteSegment:
         """The step that has the worker of `segment.host` run it on one request."""
         worker = self.workers[segment.host - 1]
         self._segments += 1
 
         def broken(what: str) -> NoReturn:
             self.broken_while(worker, what)
-        return RemoteSegment(segment, self._segments, template, program, worker, self.arena,
+        return RemoteSegment(segment, self._segments, template, context, worker, self.arena,
                              call_id_of, broken)
 
     def graph_calls_elsewhere(self) -> int:

@@ -31,7 +31,8 @@ from qnnrt.runtime.segments import Segment
 from qnnrt.runtime.tracing import step_label
 
 if TYPE_CHECKING:
-    from qnnrt.runtime.program import Program
+    from qnnrt.runtime.pd_host import PdWorker
+    from qnnrt.runtime.plan_context import PlanContext
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,11 @@ class RemoteSegment(SegmentStep):
     """The main process's step for a segment its worker runs. `run` returns the seconds inside
     graphExecute (there); `cpu_seconds` the CPU steps' (there)."""
 
-    def __init__(self, segment: Segment, segment_id: int, template: list, program: Program,
-                 worker: Any, arena: ch.Arena, call_id_of: Callable[[object], int | None],
+    def __init__(self, segment: Segment, segment_id: int, template: list, context: PlanContext,
+                 worker: PdWorker, arena: ch.Arena, call_id_of: Callable[[object], int | None],
                  broken: Callable[[str], NoReturn]) -> None:
         self.segment, self.id, self.template = segment, segment_id, template
-        self.program, self.worker, self.arena = program, worker, arena
+        self.context, self.worker, self.arena = context, worker, arena
         self.call_id_of, self.broken = call_id_of, broken
         self.graph_at = {k: s for k, s in enumerate(segment.steps) if isinstance(s, GraphStep)}
         self.graph_calls = len(self.graph_at)
@@ -132,17 +133,17 @@ class RemoteSegment(SegmentStep):
                 at[0] = again.at
                 raise again.error from None
         step = self.graph_at[failed.at]
-        return self.program.recovery.rerun(step.key, step.graph, failed.error, resume)
+        return self.context.recovery.rerun(step.key, step.graph, failed.error, resume)
 
     def _exchange(self, values: list, start: int) -> float:
         """One run request from step `start`: the seconds inside graphExecute; a QNN error at a
         graph step raised as _StepFailed."""
         w = self.worker
-        tracer = self.program.tracer
+        tracer = self.context.tracer
         began = tracer.now() if tracer is not None else 0
         t0 = time.perf_counter()
         try:
-            frame = w.channel.segment(self.id, start, self.wait)
+            frame = w.channel.segment(self.id, start, self.wait)  # type: ignore[union-attr]
         except (OSError, AttributeError):
             self.broken(self.where_stopped())
         rtt = time.perf_counter() - t0

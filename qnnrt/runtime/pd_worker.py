@@ -75,8 +75,6 @@ class _Call:
             pool.release(key, position)
         self.call = BoundCall(pool.backend, self.spec)
         self.profile: Any = None   # a QNN profile every call records into (the main asked for it)
-        self.profile_handle: Any = None
-        self.precise_log = False
         self.call.handle = self.handle
         self.inputs, self.outputs = list(inputs), list(outputs)   # what each tensor points at
         for i, a in enumerate(self.inputs):
@@ -105,6 +103,9 @@ class _Call:
         self.call.attach_profile(profile)
 
     # -- BoundCall's calling shape -------------------------------------------------------------
+    def point_at(self, graph: object) -> None:
+        """Nothing to point: the call follows its context's live graph itself (`refresh`)."""
+
     def set_input(self, i: int, arr: np.ndarray) -> None:
         self.inputs[i] = arr
         self.call.set_input(i, arr)
