@@ -131,7 +131,17 @@ class ProtocolError(QnnrtError):
 
 
 def object_frame(kind: bytes, request_id: int, obj: object) -> bytes:
-    return _HEAD.pack(kind, request_id) + pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return body_frame(kind, request_id, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def body_frame(kind: bytes, request_id: int, body: bytes) -> bytes:
+    """A frame of `kind` carrying `body` as it is (a message its protocol encoded)."""
+    return _HEAD.pack(kind, request_id) + body
+
+
+def frame_body(frame: bytes) -> bytes:
+    """What a frame carries after its header."""
+    return frame[_HEAD.size:]
 
 
 def frame_head(frame: bytes) -> tuple[bytes, int]:

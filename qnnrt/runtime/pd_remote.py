@@ -49,7 +49,7 @@ class RemoteCall:
         self._dst: list[np.ndarray | None] = [None] * len(self._outs)  # bound output arrays
         self._home = {"in": ins, "out": outs}                     # the staging blocks
         self._at = {"in": list(ins), "out": list(outs)}           # where the worker points now
-        worker.control(proto.Bind(call_id, key, spec.name, tuple(ins), tuple(outs)),
+        worker.control(proto.Bind(call_id, key, spec.name, tuple(ins), tuple(outs)), proto.Done,
                        f"binding graph {spec.name!r} of context {key!r}")
 
     def point_at(self, graph: LiveGraph) -> None:
@@ -59,7 +59,7 @@ class RemoteCall:
     def attach_profile(self, profile: Profile) -> Callable[[], list[dict]]:
         """The worker records every call of this graph into a QNN profile of its own (at
         `profile`'s level) and sends the call's events with its reply."""
-        self.worker.control(proto.ProfileCalls(self.call_id, profile.level),
+        self.worker.control(proto.ProfileCalls(self.call_id, profile.level), proto.Done,
                             f"profiling graph {self.name!r} of context {self.key!r}")
         self.profiled = True
         return lambda: self.events
@@ -86,7 +86,7 @@ class RemoteCall:
         block = self.pool.arena.block_of(arr)
         want = block if block is not None else self._home[kind][i]
         if self._at[kind][i] != want:
-            self.worker.control(proto.Point(self.call_id, kind == "out", i, want),
+            self.worker.control(proto.Point(self.call_id, kind == "out", i, want), proto.Done,
                                 f"binding graph {self.name!r} of context {self.key!r}")
             self._at[kind][i] = want
         return block is not None
@@ -130,9 +130,8 @@ class RemoteCall:
             if frame[:1] == ch.ERROR:
                 raise w.failure(frame, f"graph {self.name!r} of context {self.key!r}")
             raise ch.ProtocolError(f"{w.name}: a {frame[:1]!r} frame in reply to a graph call")
-        dt, tail = ch.parse_ok(frame)
-        if tail is not None and not isinstance(tail, proto.CallTail):
-            raise ch.ProtocolError(f"{w.name}: a call reply carrying {type(tail).__name__}")
+        dt, tail_bytes = ch.parse_ok(frame)
+        tail = proto.loads(tail_bytes, proto.CallTail) if tail_bytes else None
         if self.profiled:
             self.events = (tail.events if tail is not None else None) or []
         if tail is not None:

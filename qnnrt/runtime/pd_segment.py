@@ -108,7 +108,7 @@ class RemoteSegment(SegmentStep):
             self.stage_in.append((slot, staging))
         program = SegmentProgram(self.segment.steps, len(self.template), entries, self.segment.live_out)
         self.worker.control(proto.InstallSegment(self.id, pack(program, self.arena, self.call_id_of)),
-                            f"installing {self.what}")
+                            proto.Done, f"installing {self.what}")
         self.installed = True
 
     def run(self, values: list) -> float:
@@ -152,7 +152,8 @@ class RemoteSegment(SegmentStep):
                         {"segment": self.id, "from_step": start, "ok": frame[:1] == ch.DONE})
         if frame[:1] != ch.DONE:
             raise self._failure(frame)
-        accelerator_s, self.cpu_seconds, busy_s, tail = ch.parse_done(frame)
+        accelerator_s, self.cpu_seconds, busy_s, tail_bytes = ch.parse_done(frame)
+        tail = proto.loads(tail_bytes, proto.SegmentTail) if tail_bytes else None
         w.count(self.graph_calls - self._done_before(start), accelerator_s, rtt - busy_s)
         for slot, staging in self.stage_out:
             values[slot] = staging.copy()
@@ -179,8 +180,7 @@ class RemoteSegment(SegmentStep):
             self.broken(self.where_stopped())
         if frame[:1] != ch.ERROR:
             return ch.ProtocolError(f"{w.name}: a {frame[:1]!r} frame in reply to a segment run")
-        failure = ch.parse_object(frame)
-        at = failure.at_step if isinstance(failure, proto.Failure) else None
+        at = proto.loads(ch.frame_body(frame), proto.Failure).at_step
         step = self.graph_at.get(at) if at is not None else None
         err = w.failure(frame, f"graph {step.graph!r} of context {step.key!r}" if step else self.what)
         if step is None or at is None or not isinstance(err, QnnError):
@@ -197,7 +197,7 @@ class RemoteSegment(SegmentStep):
                 self.stage_out.append((slot, staging))
                 blocks[slot] = (block, tuple(v.shape), v.dtype.str)
         if blocks:
-            self.worker.control(proto.StageOutputs(self.id, blocks),
+            self.worker.control(proto.StageOutputs(self.id, blocks), proto.Done,
                                 f"staging the outputs of {self.what}")
         for k, events in tail.events:
             step = self.graph_at[k]
@@ -294,14 +294,15 @@ class WorkerSegment:
             tracer.span(f"segment {len(self.steps) - start} step(s)", "pd", began,
                         {"graph_calls": calls - first, "from_step": start})
         tail = self._tail(values, events)
-        return ch.done_frame(rid, accelerator, cpu, time.perf_counter() - t0, tail)
+        return ch.done_frame(rid, accelerator, cpu, time.perf_counter() - t0,
+                             b"" if tail is None else proto.dumps(tail))
 
     def _failed(self, rid: int, k: int, e: QnnError, began: int) -> bytes:
         """The ERROR frame of a QNN error at step `k` (its trace sent with the next reply)."""
         if self.tracer is not None:
             self.tracer.span("segment (failed)", "pd", began, {"at_step": k, "code": e.code})
-        return ch.object_frame(ch.ERROR, rid, replace(proto.Failure.of(e, traceback.format_exc(limit=8)),
-                                                      at_step=k))
+        failure = replace(proto.Failure.of(e, traceback.format_exc(limit=8)), at_step=k)
+        return ch.body_frame(ch.ERROR, rid, proto.dumps(failure))
 
     def _tail(self, values: list, events: list[tuple[int, list[dict]]]) -> proto.SegmentTail | None:
         by_value: dict[int, Any] = {}

@@ -317,9 +317,10 @@ class Worker:
         if self.evicting:
             self.report_pool()
         if self.tracer is None:
-            return ch.ok_frame(rid, seconds, None if events is None else proto.CallTail(events, None))
+            return ch.ok_frame(rid, seconds,
+                               b"" if events is None else proto.dumps(proto.CallTail(events, None)))
         self.tracer.graph_call(call.key, call.graph, end, seconds, events)
-        return ch.ok_frame(rid, seconds, proto.CallTail(events, self.drain()))
+        return ch.ok_frame(rid, seconds, proto.dumps(proto.CallTail(events, self.drain())))
 
     def loop(self) -> None:
         """Serve requests until the channel closes or a Close: every request gets one reply with
@@ -341,14 +342,17 @@ class Worker:
                     continue
                 if kind != ch.CONTROL:
                     raise ch.ProtocolError(f"a frame of unknown kind {kind!r}")
-                req = ch.parse_object(frame)
+                req = proto.loads_any(ch.frame_body(frame), proto.REQUESTS)
                 if isinstance(req, proto.Close):
                     heap_report = self.close()
-                    end.send(ch.object_frame(ch.REPLY, rid, proto.Closed(heap_report, self.drain())))
+                    closed = proto.Closed(heap_report, self.drain())
+                    end.send(ch.body_frame(ch.REPLY, rid, proto.dumps(closed)))
                     return
-                end.send(ch.object_frame(ch.REPLY, rid, self.handle(req)))
+                assert isinstance(req, proto.REQUESTS)
+                end.send(ch.body_frame(ch.REPLY, rid, proto.dumps(self.handle(req))))
             except Exception as e:  # noqa: BLE001 - every failure goes back as its request's reply
-                end.send(ch.object_frame(ch.ERROR, rid, proto.Failure.of(e, traceback.format_exc(limit=8))))
+                failure = proto.Failure.of(e, traceback.format_exc(limit=8))
+                end.send(ch.body_frame(ch.ERROR, rid, proto.dumps(failure)))
 
     def close(self) -> dict | None:
         """Free every context, then the backend (idempotent); the heap report when profiling."""
