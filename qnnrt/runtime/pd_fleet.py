@@ -324,8 +324,8 @@ class MultiPdPool:
                          where=f"worker pid {w.pid}", contexts=len(w.keys),
                          first=w.keys[0] if w.keys else None, last=w.keys[-1] if w.keys else None,
                          pd_predicted_bytes=self.placement.pd_bytes[w.index],
-                         pd_reported_bytes=s["pd_estimate_total_bytes"], creates=s["creates"],
-                         evictions=s["evictions"], evicting=w.index in self.placement.evicting,
+                         pd_reported_bytes=s.pd_estimate_total_bytes, creates=s.creates,
+                         evictions=s.evictions, evicting=w.index in self.placement.evicting,
                          load_seconds=w.load_seconds, graph_calls=w.calls, round_trips=w.requests,
                          channel_us_per_call=(round(w.channel_s / w.calls * 1e6, 2)
                                               if w.calls else None),

@@ -15,7 +15,7 @@ thread reading a summary must not touch a channel another thread is waiting on.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TypeVar
 
 import numpy as np
@@ -249,8 +249,19 @@ def loads_any(data: bytes, expected: tuple[type, ...]) -> object:
 
 
 # -- the status a worker writes in shared memory --------------------------------------------------
-STATUS_FIELDS = ("creates", "evictions", "frees", "pd_estimate_total_bytes", "segment_step",
-                 "segment_graph_calls")
+@dataclass(frozen=True)
+class WorkerStatus:
+    """What a worker's status block says at one moment: its pool's counters, the segment step it
+    is at, and the graph calls it made in segments."""
+    creates: int
+    evictions: int
+    frees: int
+    pd_estimate_total_bytes: int
+    segment_step: int
+    segment_graph_calls: int
+
+
+STATUS_FIELDS = tuple(f.name for f in fields(WorkerStatus))   # one 64-bit word each
 STATUS_DTYPE = np.dtype([(name, np.int64) for name in STATUS_FIELDS])
 _STEP_WORD = STATUS_FIELDS.index("segment_step")
 _CALLS_WORD = STATUS_FIELDS.index("segment_graph_calls")
@@ -281,6 +292,6 @@ class StatusBlock:
     def segment_graph_calls(self) -> int:
         return int(self._words[_CALLS_WORD])
 
-    def read(self) -> dict[str, int]:
+    def read(self) -> WorkerStatus:
         row = self.array[0]
-        return {name: int(row[name]) for name in STATUS_FIELDS}
+        return WorkerStatus(*(int(row[name]) for name in STATUS_FIELDS))

@@ -163,7 +163,7 @@ class RemoteSegment(SegmentStep):
 
     def where_stopped(self) -> str:
         """The step the worker was at (from its status block), for the error of a worker that died."""
-        step = self.graph_at.get(self.worker.status.read()["segment_step"])
+        step = self.graph_at.get(self.worker.status.read().segment_step)
         if step is None:
             return self.what
         return f"running graph {step.graph!r} of context {step.key!r} ({self.what})"
