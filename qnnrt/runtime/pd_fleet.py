@@ -36,7 +36,7 @@ from qnnrt.runtime.pd_segment import RemoteSegment
 from qnnrt.runtime.pd_worker import group_pool
 from qnnrt.runtime.performance import Choice
 from qnnrt.runtime.plan_context import PlanContext
-from qnnrt.runtime.residency import LiveContexts, Residency
+from qnnrt.runtime.residency import LiveContext, LiveContexts, Residency
 from qnnrt.runtime.segments import Segment
 
 
@@ -216,7 +216,7 @@ class MultiPdPool:
         generation = self.generation
         keys = list(keys)
         local = [k for k in keys if k not in self._where]
-        found: dict[str, Any] = {}
+        found: dict[str, LiveContext] = {}
         if local:
             live = self.local.pool.live_contexts(local)
             if live is None:
@@ -228,7 +228,7 @@ class MultiPdPool:
     def set_order(self, order: list[str]) -> None:
         pass  # each PD keeps its group's order (the placement's)
 
-    def acquire(self, key: str, position: int = 0) -> Any:
+    def acquire(self, key: str, position: int = 0) -> LiveContext:
         if self._closed or self.failure:
             raise PdWorkerError(self.failure or "program is closed")
         if key in self._where:
@@ -260,7 +260,7 @@ class MultiPdPool:
         device (this process's and the workers'), re-created as one recovery."""
         return [k for pd in self._same_device(key) for k in self._keys_of(pd)]
 
-    def live_context(self, key: str) -> Any:
+    def live_context(self, key: str) -> LiveContext:
         if key in self._where:
             if self._closed or self.failure:
                 raise PdWorkerError(self.failure or "program is closed")

@@ -31,6 +31,8 @@ from qnnrt.runtime.segments import Segment
 from qnnrt.runtime.tracing import step_label
 
 if TYPE_CHECKING:
+    from qnnrt.core.graph import PreparedCall
+    from qnnrt.runtime.pd_worker import WorkerCall
     from qnnrt.runtime.pd_host import PdWorker
     from qnnrt.runtime.plan_context import PlanContext
 
@@ -215,7 +217,7 @@ class _StepFailed(Exception):
 
 # -- the worker's side ------------------------------------------------------------------------------
 class _ArenaUnpickler(pickle.Unpickler):
-    def __init__(self, data: bytes, view: ch.ArenaView, call: Callable[[int], Any]):
+    def __init__(self, data: bytes, view: ch.ArenaView, call: Callable[[int], PreparedCall]):
         super().__init__(io.BytesIO(data))
         self.view, self.call = view, call
 
@@ -231,8 +233,8 @@ class _ArenaUnpickler(pickle.Unpickler):
 class WorkerSegment:
     """A segment in the worker: its steps over a slot list of its own, run on request."""
 
-    def __init__(self, payload: bytes, view: ch.ArenaView, call: Callable[[int], Any],
-                 owner: Callable[[object], Any], status: proto.StatusBlock,
+    def __init__(self, payload: bytes, view: ch.ArenaView, call: Callable[[int], PreparedCall],
+                 owner: Callable[[object], WorkerCall | None], status: proto.StatusBlock,
                  tracer: Tracing | None = None) -> None:
         self.status, self.tracer = status, tracer
         program: SegmentProgram = _ArenaUnpickler(payload, view, call).load()
@@ -305,7 +307,7 @@ class WorkerSegment:
         return ch.body_frame(ch.ERROR, rid, proto.dumps(failure))
 
     def _tail(self, values: list, events: list[tuple[int, list[dict]]]) -> proto.SegmentTail | None:
-        by_value: dict[int, Any] = {}
+        by_value: dict[int, proto.LiveValue] = {}
         for slot in self.live_out:
             v = values[slot]
             if v is self.in_place.get(slot):

@@ -31,6 +31,9 @@ from qnnrt.runtime.child import SpinWait, child_end
 from qnnrt.runtime import pd_protocol as proto
 
 if TYPE_CHECKING:
+    from qnnrt.core.graph import PreparedCall
+    from qnnrt.core.profile import Profile
+    from qnnrt.runtime.pd_segment import WorkerSegment
     from qnnrt.profiling.trace import Tracer
     from qnnrt.profiling.trace_events import TraceBatch
     from qnnrt.runtime.residency import ContextPool
@@ -53,7 +56,7 @@ def group_pool(backend: Any, binaries: dict, predictions: dict, evict_budget: in
     return pool
 
 
-class _Call:
+class WorkerCall:
     """One graph's bound call over arena arrays, executed on request. With every context of the
     worker resident (eager), the graph handle is kept until the pool re-creates the context
     (recovery); otherwise (more contexts than its PD holds) each call goes through the pool, at
@@ -74,7 +77,7 @@ class _Call:
         finally:
             pool.release(key, position)
         self.call = BoundCall(pool.backend, self.spec)
-        self.profile: Any = None   # a QNN profile every call records into (the main asked for it)
+        self.profile: Profile | None = None   # every call records into it (the main asked for it)
         self.call.handle = self.handle
         self.inputs, self.outputs = list(inputs), list(outputs)   # what each tensor points at
         for i, a in enumerate(self.inputs):
@@ -84,21 +87,21 @@ class _Call:
 
     @staticmethod
     def over_blocks(pool: ContextPool, view: ch.ArenaView, key: str, graph: str, position: int,
-                    ins: list[ch.Block], outs: list[ch.Block]) -> "_Call":
+                    ins: list[ch.Block], outs: list[ch.Block]) -> "WorkerCall":
         spec = pool.binaries[key].graph(graph)
-        return _Call(pool, key, graph, position,
+        return WorkerCall(pool, key, graph, position,
                      [view.array(b, tuple(s.shape), s.dtype) for b, s in zip(ins, spec.inputs)],
                      [view.array(b, tuple(s.shape), s.dtype) for b, s in zip(outs, spec.outputs)])
 
-    def clone(self) -> "_Call":
+    def clone(self) -> "WorkerCall":
         """The same graph on a BoundCall of its own, pointing where this one points now (a plan
         segment's binder re-points its tensors per call; this call's stay as the main set them)."""
-        c = _Call(self.pool, self.key, self.graph, self.position, self.inputs, self.outputs)
+        c = WorkerCall(self.pool, self.key, self.graph, self.position, self.inputs, self.outputs)
         if self.profile is not None:
             c.record_into(self.profile)
         return c
 
-    def record_into(self, profile: Any) -> None:
+    def record_into(self, profile: Profile) -> None:
         self.profile = profile
         self.call.attach_profile(profile)
 
@@ -128,7 +131,7 @@ class _Call:
     def set_output_size(self, j: int, nbytes: int) -> None:
         self.call.set_output_size(j, nbytes)
 
-    def attach_profile(self, profile: Any) -> Callable[[], list[dict]]:
+    def attach_profile(self, profile: Profile) -> Callable[[], list[dict]]:
         self.record_into(profile)
         return profile.events
 
@@ -159,17 +162,17 @@ class Worker:
     def __init__(self, end: ch.PipeEnd | ch.ConnEnd) -> None:
         self.end = end
         self.view = ch.ArenaView()
-        self.calls: dict[int, _Call] = {}
+        self.calls: dict[int, WorkerCall] = {}
         self.backend: Any = None
         self.binaries: dict = {}
         self.pool: Any = None
         self.heap: Any = None
         self.performance: Any = None
-        self.profile: Any = None
+        self.profile: Profile | None = None
         self.status: proto.StatusBlock | None = None
         self.evicting = False   # the pool's counters change with calls, not only with requests
-        self.segments: dict[int, Any] = {}       # id -> pd_segment.WorkerSegment
-        self.clones: list[_Call] = []            # the segments' own calls
+        self.segments: dict[int, WorkerSegment] = {}
+        self.clones: list[WorkerCall] = []            # the segments' own calls
         self.tracer: Tracer | None = None        # when the program traces: this worker's part
 
     def start(self, cfg: proto.WorkerConfig) -> proto.Started:
@@ -219,7 +222,7 @@ class Worker:
         if isinstance(req, proto.Start):
             return self.start(req.config)
         if isinstance(req, proto.Bind):
-            self.calls[req.call] = _Call.over_blocks(self.pool, self.view, req.key, req.graph,
+            self.calls[req.call] = WorkerCall.over_blocks(self.pool, self.view, req.key, req.graph,
                                                      self.order.index(req.key), list(req.inputs),
                                                      list(req.outputs))
             return proto.Done()
@@ -262,7 +265,7 @@ class Worker:
             os.kill(os.getpid(), signal.SIGKILL)
         raise ch.ProtocolError(f"a request this worker does not know: {type(req).__name__}")
 
-    def clone_call(self, call_id: int) -> Any:
+    def clone_call(self, call_id: int) -> PreparedCall:
         """The call a segment's binder makes for bound call `call_id`: a clone of it; with every
         context resident, the clone's BoundCall itself (no hop per call; `refresh` re-points it
         after a re-creation)."""
@@ -270,14 +273,14 @@ class Worker:
         self.clones.append(c)
         return c.call if c.resident else c
 
-    def owner(self, call: object) -> _Call | None:
+    def owner(self, call: object) -> WorkerCall | None:
         """The clone a segment's call object belongs to (its profile, its refresh)."""
         return next((c for c in self.clones if c is call or c.call is call), None)
 
-    def all_calls(self) -> list[_Call]:
+    def all_calls(self) -> list[WorkerCall]:
         return list(self.calls.values()) + self.clones
 
-    def installed(self, segment: int) -> Any:
+    def installed(self, segment: int) -> WorkerSegment:
         seg = self.segments.get(segment)
         if seg is None:
             raise ch.ProtocolError(f"no installed segment {segment}")
@@ -290,7 +293,7 @@ class Worker:
             self.report_pool()
         return out
 
-    def bound(self, call_id: int) -> _Call:
+    def bound(self, call_id: int) -> WorkerCall:
         call = self.calls.get(call_id)
         if call is None:
             raise ch.ProtocolError(f"no bound call {call_id}")
