@@ -305,3 +305,14 @@ def test_the_wire_between_processes_does_not_pickle():
                 if "pickle" in {a.name for n in ast.walk(ast.parse(f.read_text()))
                                 if isinstance(n, ast.Import) for a in n.names}}
     assert pickling <= {"runtime/pd_segment.py"}, pickling
+
+
+def test_a_program_takes_one_options_object():
+    """How a Program runs is one frozen `ProgramOptions`, not a keyword argument per setting."""
+    import dataclasses
+    import inspect
+    from qnnrt.runtime.program import Program, ProgramOptions
+    params = list(inspect.signature(Program.__init__).parameters)
+    assert params == ["self", "path", "binaries", "method_builder", "backend", "options", "owned",
+                      "constants"], params
+    assert dataclasses.is_dataclass(ProgramOptions) and ProgramOptions.__dataclass_params__.frozen
