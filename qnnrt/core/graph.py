@@ -237,6 +237,20 @@ class PrepareInput:
         return prepare_input(self.spec, a, self.where)
 
 
+@dataclass(frozen=True)
+class BindingLayout:
+    """A binder's plan (`GraphBinding.layout`): its slots, which outputs it dequantizes, which
+    inputs it trusts, the buffers it bound once, the input adapters that are not the default."""
+    in_slots: tuple[int, ...]
+    out_slots: tuple[int, ...]
+    dequantized: tuple[bool, ...]
+    where: str
+    trusted: tuple[int, ...]
+    bound_inputs: dict[int, np.ndarray]
+    bound_outputs: dict[int, np.ndarray]
+    adapters: dict[int, InputAdapter]
+
+
 class LiveGraph(Protocol):
     """A live graph, of this process (`Graph`) or of a PD worker (runtime/pd_remote.py): what a
     binder is pointed at, and what executes by name, checked (the reference path)."""
@@ -286,7 +300,8 @@ class GraphBinding:
 
     __slots__ = ("call", "spec", "where", "in_slots", "out_slots", "dequantized", "shared",
                  "_trusted", "_checked", "_fresh", "_deq", "_after_call", "_sink", "_read", "_observer",
-                 "_mem", "_staged", "_copy_in", "_copy_out", "_own", "_bound_in", "_bare")
+                 "_mem", "_staged", "_copy_in", "_copy_out", "_own", "_bound_in", "_bound_out",
+                 "_bare")
 
     def __init__(self, call: PreparedCall, spec: GraphSpec, in_slots: Sequence[int],
                  out_slots: Sequence[int], dequantize: bool | Sequence[bool], where: str,
@@ -313,6 +328,7 @@ class GraphBinding:
         self._copy_out: list[tuple[int, np.ndarray]] = []                      # slot, staging
         self._own: list[np.ndarray] = []   # rpcmem arrays this binder made (staging, raw outputs)
         self._bound_in: dict[int, np.ndarray] = {}   # input -> the buffer bound once (bind_input)
+        self._bound_out: dict[int, np.ndarray] = {}  # output -> the buffer bound once (bind_output)
         # per-call work lists (a planner moves entries between them before the first run)
         self._trusted: dict[int, int] = {}                   # input -> slot: pointed
         self._checked: dict[int, tuple[int, np.dtype, tuple[int, ...], InputAdapter]] = {}
@@ -332,20 +348,30 @@ class GraphBinding:
                 self._fresh[j] = (slot, tuple(s.shape), s.dtype)
         self._settle()
 
-    # -- sent to a PD worker (runtime/pd_segment.py) -------------------------------------------
-    def __getstate__(self) -> dict:
-        """Everything but the attached profiler's hook (the worker profiles its own calls)."""
-        return {k: getattr(self, k) for k in self.__slots__
-                if k not in ("_after_call", "_sink", "_read", "_observer", "_bound_in")}
+    # -- sent to a PD worker (runtime/portable.py) ---------------------------------------------
+    def layout(self) -> BindingLayout:
+        """How this binder binds each tensor: what rebuilds it over another call (a PD worker's).
+        Only the binder's plan: no profiler, observer or shared memory (a worker has its own)."""
+        return BindingLayout(tuple(self.in_slots), tuple(self.out_slots), tuple(self.dequantized),
+                             self.where, tuple(self._trusted), dict(self._bound_in),
+                             dict(self._bound_out),
+                             {i: adapt for i, (_, _, _, adapt) in self._checked.items()
+                              if not isinstance(adapt, PrepareInput)})
 
-    def __setstate__(self, state: dict) -> None:
-        for k, v in state.items():
-            setattr(self, k, v)
-        self._after_call = self._sink = self._read = self._observer = None
-        self._bound_in = {}   # the worker's call already points at them
-        for j, (_, raw, _, _) in self._deq.items():   # the raw buffers are this side's copies
-            self.call.set_output(j, raw)
-        self._settle()
+    @staticmethod
+    def from_layout(call: PreparedCall, spec: GraphSpec, layout: BindingLayout) -> GraphBinding:
+        """A binder over `call` bound as `layout` says (its arrays already this process's)."""
+        b = GraphBinding(call, spec, layout.in_slots, layout.out_slots, layout.dequantized,
+                         layout.where)
+        for i in layout.trusted:
+            b.trust_input(i)
+        for i, buffer in layout.bound_inputs.items():
+            b.bind_input(i, buffer)
+        for i, adapter in layout.adapters.items():
+            b.adapt_input(i, adapter)
+        for j, buffer in layout.bound_outputs.items():
+            b.bind_output(j, buffer)
+        return b
 
     @property
     def reads(self) -> list[int]:
@@ -417,6 +443,7 @@ class GraphBinding:
         """Output j is written to `buffer` (of `output_kind(j)`) at every call; the planner puts
         `buffer` in the slot. For a dequantized output, `buffer` receives the float32 values."""
         self._check_buffer(f"output {self.spec.outputs[j].name!r}", buffer, self.output_kind(j))
+        self._bound_out[j] = buffer
         if j in self._deq:
             slot, raw, deq, _ = self._deq[j]
             self._deq[j] = (slot, raw, deq, buffer)

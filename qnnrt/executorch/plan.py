@@ -87,15 +87,6 @@ class KernelStep:
         """What a trace calls it: the operator."""
         return self.name
 
-    def __getstate__(self) -> dict:
-        """The kernel by its registered name (a PD worker runs it from its own registry)."""
-        return {"kernel": self.name, "inputs": self.inputs, "outs": self.outs,
-                "tensor": self.tensor, "where": self.where}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(K.get_kernel(state["kernel"]), state["inputs"], state["outs"],  # type: ignore[misc]
-                      state["tensor"], state["where"])
-
     def run(self, values: list) -> float:
         xs = [values[i] for i in self.inputs]
         try:
@@ -616,3 +607,5 @@ def pte_plan(context: PlanContext, method: PteMethodAdapter) -> Plan:
         return InterpretedPlan(context, method)
 
 
+# the steps above as descriptors a PD worker rebuilds (registered at import)
+from qnnrt.executorch import portable as _portable  # noqa: E402,F401

@@ -23,6 +23,7 @@ import numpy as np
 from qnnrt.errors import QnnError
 from qnnrt.profiling.trace_events import TraceBatch
 from qnnrt.runtime.pd_channel import Block
+from qnnrt.runtime.portable import ArenaArray, StepDescriptor
 from qnnrt.runtime.performance import Choice
 from qnnrt.runtime.wire import Wire
 
@@ -59,6 +60,11 @@ class WorkerConfig:
 
 
 # -- control requests -------------------------------------------------------------------------------
+# a value sent by value: an array, or a scalar a .pte computes on the CPU
+LiveValue = np.ndarray | bool | int | float | str | None | list | tuple
+# what a segment's slot starts from in the worker: an arena array by reference, or a constant
+TemplateValue = ArenaArray | LiveValue
+
 @dataclass(frozen=True)
 class Start:
     config: WorkerConfig
@@ -104,11 +110,14 @@ class Vote:
 
 @dataclass(frozen=True)
 class InstallSegment:
-    """A plan segment this worker runs on request from now on: `payload` is the segment's
-    `pd_segment.SegmentProgram`, its steps pickled with arena arrays by reference and bound calls
-    by id (the one pickle left on the wire: the steps are objects of the plan, not messages)."""
+    """A plan segment this worker runs on request from now on: its steps as descriptors the
+    worker rebuilds (runtime/portable.py), the values its slot list of `slots` starts from (arena
+    arrays by reference, constants by value), and the slots the rest of the plan reads."""
     segment: int
-    payload: bytes
+    slots: int
+    template: dict[int, TemplateValue]
+    live_out: tuple[int, ...]
+    steps: tuple[StepDescriptor, ...]
 
 
 @dataclass(frozen=True)
@@ -168,8 +177,6 @@ class Done:
     """A request with nothing to report (Bind, Point, ProfileCalls)."""
 
 
-# a live-out value sent back by value: an array, or a scalar a .pte computes on the CPU
-LiveValue = np.ndarray | bool | int | float | str | None | list | tuple
 
 
 @dataclass(frozen=True)

@@ -1,73 +1,42 @@
 """A plan segment run by a PD worker: the steps of one host, sent once, run on one request.
 
-The main process pickles the segment's steps with arrays in the shared arena by reference (a
-planned buffer is the same memory on both sides) and its bound calls by id (the worker calls the
-graph it bound for that id, on a BoundCall of the segment's own); everything else travels by
-value, once, at install. A run then carries two numbers each way: the dynamic live-in values are
-copied into arena staging arrays before the request, the live-out values the worker did not write
-in place come back through staging arrays (learned from the first run, which returns them in its
-reply). A QNN error inside the segment names the step it stopped at; after recovery the same run
-resumes there, on the worker's values.
+The main process sends the segment as descriptors (runtime/portable.py): each step's typed
+description, with arrays in the shared arena by reference (a planned buffer is the same memory on
+both sides) and its bound calls by id (the worker calls the graph it bound for that id, on a
+BoundCall of the segment's own); constants travel by value, once, at install; the worker rebuilds
+the steps. A run then carries two numbers each way: the dynamic live-in values are copied into
+arena staging arrays before the request, the live-out values the worker did not write in place
+come back through staging arrays (learned from the first run, which returns them in its reply). A
+QNN error inside the segment names the step it stopped at; after recovery the same run resumes
+there, on the worker's values.
 """
 from __future__ import annotations
 
-import io
-import pickle
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, NoReturn
+from dataclasses import replace
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
 from qnnrt.errors import QnnError
 from qnnrt.runtime import pd_channel as ch
 from qnnrt.runtime import pd_protocol as proto
+from qnnrt.runtime import portable
 from qnnrt.runtime.hooks import Tracing
-from qnnrt.runtime.plan import GraphStep, SegmentStep, Step
+from qnnrt.runtime.plan import GraphStep, SegmentStep
 from qnnrt.runtime.steps import Bookkeeping
 from qnnrt.runtime.segments import Segment
 from qnnrt.runtime.tracing import step_label
 
 if TYPE_CHECKING:
-    from qnnrt.core.graph import PreparedCall
     from qnnrt.runtime.pd_worker import WorkerCall
     from qnnrt.runtime.pd_host import PdWorker
     from qnnrt.runtime.plan_context import PlanContext
 
 
-@dataclass(frozen=True)
-class SegmentProgram:
-    """What a worker keeps of a segment: its steps, and the values its slot list starts from."""
-    steps: tuple[Step, ...]
-    slots: int
-    template: dict[int, Any]       # live-in slots: arena arrays (by reference) and constants
-    live_out: tuple[int, ...]
-
-
 # -- the main process's side ------------------------------------------------------------------------
-class _ArenaPickler(pickle.Pickler):
-    def __init__(self, file: io.BytesIO, arena: ch.Arena, call_id_of: Callable[[object], int | None]):
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.arena, self.call_id_of = arena, call_id_of
-
-    def persistent_id(self, obj: object) -> tuple | None:
-        if isinstance(obj, np.ndarray) and obj.nbytes:
-            block = self.arena.block_of(obj)
-            if block is not None:
-                return ("arena", block, obj.shape, obj.dtype.str)
-            return None
-        call_id = self.call_id_of(obj)
-        return None if call_id is None else ("call", call_id)
-
-
-def pack(program: SegmentProgram, arena: ch.Arena, call_id_of: Callable[[object], int | None]) -> bytes:
-    buf = io.BytesIO()
-    _ArenaPickler(buf, arena, call_id_of).dump(program)
-    return buf.getvalue()
-
-
 class RemoteSegment(SegmentStep):
     """The main process's step for a segment its worker runs. `run` returns the seconds inside
     graphExecute (there); `cpu_seconds` the CPU steps' (there)."""
@@ -92,24 +61,26 @@ class RemoteSegment(SegmentStep):
     def _install(self, values: list) -> None:
         """Send the steps. A slot the segment touches that holds a planned arena buffer is that
         buffer there too; a live-in is that, a constant (sent once), or staged per run."""
-        entries: dict[int, Any] = {}
+        refs = portable.Refs(self.arena, self.call_id_of)
+        entries: dict[int, proto.TemplateValue] = {}
         for slot in self.segment.slots:
             t = self.template[slot]
             if isinstance(t, np.ndarray) and self.arena.block_of(t) is not None:
-                entries[slot] = t
+                entries[slot] = refs.array(t)
         for slot in self.segment.live_in:
             t, v = self.template[slot], values[slot]
-            if t is not None and v is t:
-                entries[slot] = t   # an arena buffer (by reference) or a constant (by value, once)
+            if t is not None and v is t:   # an arena buffer (by reference) or a constant (by value, once)
+                entries[slot] = refs.array(t) if isinstance(t, np.ndarray) else t
                 continue
             if not isinstance(v, np.ndarray):
                 raise ch.ProtocolError(f"segment {self.id}: slot {slot} holds {type(v).__name__}, "
                                        f"not an array, at the start of a run")
             staging = self.arena.alloc(v.shape, v.dtype)[0]
-            entries[slot] = staging
+            entries[slot] = refs.array(staging)
             self.stage_in.append((slot, staging))
-        program = SegmentProgram(self.segment.steps, len(self.template), entries, self.segment.live_out)
-        self.worker.control(proto.InstallSegment(self.id, pack(program, self.arena, self.call_id_of)),
+        steps = tuple(portable.describe(s, refs) for s in self.segment.steps)
+        self.worker.control(proto.InstallSegment(self.id, len(self.template), entries,
+                                                 self.segment.live_out, steps),
                             proto.Done, f"installing {self.what}")
         self.installed = True
 
@@ -216,37 +187,24 @@ class _StepFailed(Exception):
 
 
 # -- the worker's side ------------------------------------------------------------------------------
-class _ArenaUnpickler(pickle.Unpickler):
-    def __init__(self, data: bytes, view: ch.ArenaView, call: Callable[[int], PreparedCall]):
-        super().__init__(io.BytesIO(data))
-        self.view, self.call = view, call
-
-    def persistent_load(self, pid: Any) -> Any:
-        if pid[0] == "arena":
-            _, block, shape, dtype = pid
-            return self.view.array(block, tuple(shape), np.dtype(dtype))
-        if pid[0] == "call":
-            return self.call(pid[1])
-        raise ch.ProtocolError(f"a segment refers to {pid[0]!r}, which this worker does not know")
-
-
 class WorkerSegment:
     """A segment in the worker: its steps over a slot list of its own, run on request."""
 
-    def __init__(self, payload: bytes, view: ch.ArenaView, call: Callable[[int], PreparedCall],
+    def __init__(self, install: proto.InstallSegment, resolver: portable.Resolver,
                  owner: Callable[[object], WorkerCall | None], status: proto.StatusBlock,
                  tracer: Tracing | None = None) -> None:
         self.status, self.tracer = status, tracer
-        program: SegmentProgram = _ArenaUnpickler(payload, view, call).load()
-        self.steps = list(program.steps)
+        self.steps = [portable.rebuild(d, resolver) for d in install.steps]
         self.labels = [step_label(s) for s in self.steps]   # the CPU steps a trace names
         # each graph step's worker call (its profile is read after the step), None for CPU steps
         self.owners = [owner(s.binding.call) if isinstance(s, GraphStep) else None for s in self.steps]
-        self.template: list = [None] * program.slots
-        for slot, v in program.template.items():
+        template = {slot: resolver.array(v) if isinstance(v, portable.ArenaArray) else v
+                    for slot, v in install.template.items()}
+        self.template: list = [None] * install.slots
+        for slot, v in template.items():
             self.template[slot] = v
-        self.in_place = {slot: v for slot, v in program.template.items() if isinstance(v, np.ndarray)}
-        self.live_out = program.live_out
+        self.in_place = {slot: v for slot, v in template.items() if isinstance(v, np.ndarray)}
+        self.live_out = install.live_out
         self.staged: dict[int, np.ndarray] = {}
         self.values: list = []
 

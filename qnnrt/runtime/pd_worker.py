@@ -254,9 +254,11 @@ class Worker:
             return proto.Voted(self.vote_counts())
         if isinstance(req, proto.InstallSegment):
             from qnnrt.runtime.pd_segment import WorkerSegment
+            from qnnrt.runtime.portable import Resolver
             assert self.status is not None
-            self.segments[req.segment] = WorkerSegment(req.payload, self.view, self.clone_call,
-                                                       self.owner, self.status, self.tracer)
+            resolver = Resolver(self.view, self.clone_call, lambda call_id: self.bound(call_id).spec)
+            self.segments[req.segment] = WorkerSegment(req, resolver, self.owner, self.status,
+                                                       self.tracer)
             return proto.Done()
         if isinstance(req, proto.StageOutputs):
             self.installed(req.segment).stage(self.view, req.blocks)
