@@ -109,8 +109,9 @@ def register_adapter(adapter: type) -> None:
     _ADAPTERS[f"{adapter.__module__}:{adapter.__qualname__}"] = adapter
 
 
-def is_portable(step: object) -> bool:
-    return type(step) in _BY_STEP
+def descriptors() -> list[type]:
+    """The descriptor classes registered so far."""
+    return [k.descriptor for k in _BY_NAME.values()]
 
 
 def describe(step: Step, refs: Refs) -> StepDescriptor:

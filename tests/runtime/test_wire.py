@@ -89,3 +89,41 @@ def test_a_message_of_another_protocol_or_kind_is_refused():
 def test_malformed_bytes_are_refused_when_received(data):
     with pytest.raises(WireError):
         WIRE.loads(data, object)
+
+
+def _names_any(t) -> bool:
+    import typing
+    if t is typing.Any or t is object:
+        return True
+    return any(_names_any(a) for a in typing.get_args(t) if a is not Ellipsis)
+
+
+def test_no_message_between_processes_declares_any():
+    """Every message of the PD protocol, the vetting protocol and every step descriptor declares
+    its fields' types (free-form data is a bare dict or list of plain values, never Any)."""
+    import dataclasses
+    import typing
+
+    import qnnrt.executorch.plan  # noqa: F401 - registers the .pte steps' descriptors
+    from qnnrt.runtime import pd_protocol, portable, vet_protocol
+    classes = [*pd_protocol.WIRE.messages, *vet_protocol.WIRE.messages,
+               *portable.descriptors()]
+    seen, todo, bad = set(), list(classes), []
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        for name, hint in typing.get_type_hints(cls).items():
+            if _names_any(hint):
+                bad.append(f"{cls.__name__}.{name}")
+            todo += [a for a in _args(hint) if dataclasses.is_dataclass(a) or hasattr(a, "_fields")]
+    assert len(classes) > 20 and not bad, bad
+
+
+def _args(t):
+    import typing
+    out = [t]
+    for a in typing.get_args(t):
+        out += _args(a)
+    return [a for a in out if isinstance(a, type)]

@@ -15,23 +15,26 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from numpy.typing import DTypeLike
 
 from qnnrt.core import Backend, ContextBinary, GraphSpec
 from qnnrt.core.graph import PreparedCall
+from qnnrt.core.spill_fill import SpillFillGroup
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.profiling.trace import Tracer
 from qnnrt.runtime.pd_budget import Budget, backend_identity, remember_budget, resolve_budget
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS
+from qnnrt.runtime.hooks import CreationProfiler
 from qnnrt.runtime.performance import Performance
 from qnnrt.runtime.recovery import RecoverablePool
 from qnnrt.runtime.residency import ContextSource, Residency
 from qnnrt.runtime.segments import Segment
 from qnnrt.runtime.steps import SegmentStep
+from qnnrt.runtime.vet_watch import StepWatch
 
 if TYPE_CHECKING:
     from qnnrt.runtime.plan_context import PlanContext
@@ -72,9 +75,9 @@ class PoolOptions:
     residency: Residency
     log_level: str = "warn"
     heap: HeapProfiler | None = None
-    profiler: Any = None                  # a CreationProfiler (per-creation QNN profiles)
-    watch: Any = None                     # vetting's StepWatch
-    spill_fill_group: Any = None
+    profiler: CreationProfiler | None = None   # per-creation QNN profiles
+    watch: StepWatch | None = None        # vetting's step watch
+    spill_fill_group: SpillFillGroup | None = None
     performance: Performance | None = None
     progress: Callable[[int, int], None] | None = None
     tracer: Tracer | None = None          # the run's trace (each PD worker traces into its own)
