@@ -20,7 +20,7 @@ from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.profiling.trace import Tracer
 from qnnrt.runtime.method import GraphMethod, Method, MethodBuilder, OnnxMethod
 from qnnrt.runtime.performance import Choice, Performance, check_mode, choose, describe_optimizations
-from qnnrt.runtime.program import Program
+from qnnrt.runtime.program import Program, ProgramOptions
 from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES
@@ -177,16 +177,15 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
         group = describe_optimizations(performance, src.runtime, opts.shared_buffer, backend)
         if performance.shared_memory is not None:   # the program closes it; a failed load here
             undo.callback(performance.shared_memory.close)
-        program = Program(p, binaries, src.build, backend, policy, heap=heap,
-                          exec_profiler=opts.exec_profiler, profile_level=opts.profile_level,
-                          progress=opts.progress, owned=owned, constants=src.constants,
-                          pd_budget=None if opts.pd_budget is None else int(opts.pd_budget),
-                          watch=watch, max_pds=opts.max_pds,
-                          log_level=LogLevel.parse(opts.log_level).name.lower(), spill_fill_group=group,
-                          max_recoveries=opts.max_recoveries, performance=performance,
-                          tracer=tracer, write_trace=tracer is not None and tracer is not opts.trace,
-                          genie=src.genie)
+        program = Program(p, binaries, src.build, backend, ProgramOptions(
+            policy, heap=heap, exec_profiler=opts.exec_profiler, profile_level=opts.profile_level,
+            progress=opts.progress, pd_budget=None if opts.pd_budget is None else int(opts.pd_budget),
+            watch=watch, max_pds=opts.max_pds, log_level=LogLevel.parse(opts.log_level).name.lower(),
+            spill_fill_group=group, max_recoveries=opts.max_recoveries, performance=performance,
+            tracer=tracer, write_trace=tracer is not None and tracer is not opts.trace),
+            owned=owned, constants=src.constants)
         program.vet_reports = vet_reports
+        program.genie = src.genie
         undo.pop_all()  # the program owns them now
     return program
 

@@ -104,11 +104,36 @@ def _modules_imported(path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("module", ["runtime/program.py", "runtime/plan.py", "runtime/steps.py",
-                                    "executorch/plan.py", "runtime/segments.py", "runtime/hosts.py"])
-def test_programs_and_plans_name_no_multi_pd_module(module):
-    """They ask hosts (runtime/hosts.py); only runtime/pools.py picks the multi-PD pool."""
-    named = {m.split(".")[-1] for m in _modules_imported(ROOT / module)}
-    assert not named & MULTI_PD_MODULES, (module, named & MULTI_PD_MODULES)
+                                    "runtime/plan_context.py", "runtime/method.py",
+                                    "executorch/plan.py", "executorch/program.py",
+                                    "runtime/segments.py", "runtime/hosts/this_process.py"])
+def test_programs_and_plans_name_no_pd_module(module):
+    """They ask hosts (runtime/hosts/): no pd_* module, not even the placement or the budget
+    (the kind of host that uses a placement decides it)."""
+    named = {m for m in _modules_imported(ROOT / module) if m.startswith("qnnrt.runtime.pd_")}
+    assert not named, (module, named)
+
+
+def test_the_hosts_registry_names_no_multi_pd_module():
+    """The registry sizes every kind by the PD budget (pd_budget) and knows the kinds by name."""
+    named = {m.split(".")[-1] for m in _modules_imported(ROOT / "runtime/hosts/__init__.py")}
+    assert not named & MULTI_PD_MODULES, named & MULTI_PD_MODULES
+
+
+def test_a_kind_of_host_is_one_registered_module():
+    """Every module of runtime/hosts/ is a kind of host listed in `hosts.KINDS` with a `KIND` that
+    opens; the one that always holds a program is last; only the PD-process kind opens the
+    multi-PD pool."""
+    from qnnrt.runtime import hosts
+    files = {f"qnnrt.runtime.hosts.{f.stem}" for f in (ROOT / "runtime/hosts").glob("*.py")
+             if f.stem != "__init__"}
+    assert files == set(hosts.KINDS)
+    assert hosts.KINDS[-1] == "qnnrt.runtime.hosts.this_process"
+    assert all(callable(k.open) and k.name for k in hosts.kinds())
+    opening = {str(f.relative_to(ROOT)) for f in ROOT.rglob("*.py")
+               if "qnnrt.runtime.pd_fleet" in _modules_imported(f)}
+    assert opening <= {"runtime/hosts/pd_processes.py"} | {
+        f"runtime/{m}.py" for m in MULTI_PD_MODULES}, opening
 
 
 def test_runtime_modules_stay_small():
@@ -271,3 +296,23 @@ def test_no_module_reads_a_private_attribute_on_the_fast_path():
                     and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
                 bad.append(f"{rel}:{node.lineno} .{node.attr}")
     assert not bad, bad
+
+
+def test_the_wire_between_processes_does_not_pickle():
+    """Messages between qnnrt's processes are typed (runtime/wire.py), a plan segment's steps
+    included (descriptors, runtime/portable.py): no runtime module pickles."""
+    pickling = {str(f.relative_to(ROOT)) for f in (ROOT / "runtime").rglob("*.py")
+                if "pickle" in {a.name for n in ast.walk(ast.parse(f.read_text()))
+                                if isinstance(n, ast.Import) for a in n.names}}
+    assert not pickling, pickling
+
+
+def test_a_program_takes_one_options_object():
+    """How a Program runs is one frozen `ProgramOptions`, not a keyword argument per setting."""
+    import dataclasses
+    import inspect
+    from qnnrt.runtime.program import Program, ProgramOptions
+    params = list(inspect.signature(Program.__init__).parameters)
+    assert params == ["self", "path", "binaries", "method_builder", "backend", "options", "owned",
+                      "constants"], params
+    assert dataclasses.is_dataclass(ProgramOptions) and ProgramOptions.__dataclass_params__.frozen

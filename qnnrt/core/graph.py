@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -172,6 +172,13 @@ class BoundCall:
         self.profile_handle = profile.handle
         return profile.events
 
+    def point_at(self, graph: LiveGraph) -> None:
+        """Call `graph`'s handle from now on: a graph of this process."""
+        if not isinstance(graph, Graph):
+            raise QnnrtError(f"graph {self.name!r}: a call in this process pointed at "
+                             f"{type(graph).__name__}, a graph of another process")
+        self.handle = graph.handle
+
     def __call__(self, values: list | None = None) -> float:
         """Execute on `handle`; returns the seconds spent inside QNN (0.0 when not timed).
         `values`, a call site's slot list, is not read: the structs point at the arrays already,
@@ -230,18 +237,40 @@ class PrepareInput:
         return prepare_input(self.spec, a, self.where)
 
 
+@dataclass(frozen=True)
+class BindingLayout:
+    """A binder's plan (`GraphBinding.layout`): its slots, which outputs it dequantizes, which
+    inputs it trusts, the buffers it bound once, the input adapters that are not the default."""
+    in_slots: tuple[int, ...]
+    out_slots: tuple[int, ...]
+    dequantized: tuple[bool, ...]
+    where: str
+    trusted: tuple[int, ...]
+    bound_inputs: dict[int, np.ndarray]
+    bound_outputs: dict[int, np.ndarray]
+    adapters: dict[int, InputAdapter]
+
+
 class LiveGraph(Protocol):
-    """What a binder is pointed at: a live graph's handle (a `Graph`, or a PD worker's graph)."""
+    """A live graph, of this process (`Graph`) or of a PD worker (runtime/pd_remote.py): what a
+    binder is pointed at, and what executes by name, checked (the reference path)."""
     @property
-    def handle(self) -> Any: ...
+    def spec(self) -> GraphSpec: ...
+
+    @property
+    def last_execute_seconds(self) -> float: ...
+
+    def execute(self, inputs: object, profile: Profile | None = None,
+                dequantize: bool | Sequence[bool] = True,
+                shared: SharedMemory | None = None) -> dict[str, np.ndarray]: ...
 
 
 class PreparedCall(Protocol):
     """The calling shape of a prepared graph call: `BoundCall` in this process; a PD worker's
-    remote call (runtime/pd_fleet.py) has the same shape, so one binder serves both."""
-    handle: C.c_void_p | None
-    profile_handle: C.c_void_p | None
-    precise_log: bool
+    remote call (runtime/pd_remote.py) has the same shape, so one binder serves both."""
+
+    def point_at(self, graph: LiveGraph) -> None:
+        """Call `graph` from now on (its context may have been re-created)."""
 
     def set_input(self, i: int, arr: np.ndarray) -> None: ...
     def point_input(self, i: int, arr: np.ndarray) -> None: ...
@@ -271,7 +300,8 @@ class GraphBinding:
 
     __slots__ = ("call", "spec", "where", "in_slots", "out_slots", "dequantized", "shared",
                  "_trusted", "_checked", "_fresh", "_deq", "_after_call", "_sink", "_read", "_observer",
-                 "_mem", "_staged", "_copy_in", "_copy_out", "_own", "_bound_in", "_bare")
+                 "_mem", "_staged", "_copy_in", "_copy_out", "_own", "_bound_in", "_bound_out",
+                 "_bare")
 
     def __init__(self, call: PreparedCall, spec: GraphSpec, in_slots: Sequence[int],
                  out_slots: Sequence[int], dequantize: bool | Sequence[bool], where: str,
@@ -298,6 +328,7 @@ class GraphBinding:
         self._copy_out: list[tuple[int, np.ndarray]] = []                      # slot, staging
         self._own: list[np.ndarray] = []   # rpcmem arrays this binder made (staging, raw outputs)
         self._bound_in: dict[int, np.ndarray] = {}   # input -> the buffer bound once (bind_input)
+        self._bound_out: dict[int, np.ndarray] = {}  # output -> the buffer bound once (bind_output)
         # per-call work lists (a planner moves entries between them before the first run)
         self._trusted: dict[int, int] = {}                   # input -> slot: pointed
         self._checked: dict[int, tuple[int, np.dtype, tuple[int, ...], InputAdapter]] = {}
@@ -317,20 +348,30 @@ class GraphBinding:
                 self._fresh[j] = (slot, tuple(s.shape), s.dtype)
         self._settle()
 
-    # -- sent to a PD worker (runtime/pd_segment.py) -------------------------------------------
-    def __getstate__(self) -> dict:
-        """Everything but the attached profiler's hook (the worker profiles its own calls)."""
-        return {k: getattr(self, k) for k in self.__slots__
-                if k not in ("_after_call", "_sink", "_read", "_observer", "_bound_in")}
+    # -- sent to a PD worker (runtime/portable.py) ---------------------------------------------
+    def layout(self) -> BindingLayout:
+        """How this binder binds each tensor: what rebuilds it over another call (a PD worker's).
+        Only the binder's plan: no profiler, observer or shared memory (a worker has its own)."""
+        return BindingLayout(tuple(self.in_slots), tuple(self.out_slots), tuple(self.dequantized),
+                             self.where, tuple(self._trusted), dict(self._bound_in),
+                             dict(self._bound_out),
+                             {i: adapt for i, (_, _, _, adapt) in self._checked.items()
+                              if not isinstance(adapt, PrepareInput)})
 
-    def __setstate__(self, state: dict) -> None:
-        for k, v in state.items():
-            setattr(self, k, v)
-        self._after_call = self._sink = self._read = self._observer = None
-        self._bound_in = {}   # the worker's call already points at them
-        for j, (_, raw, _, _) in self._deq.items():   # the raw buffers are this side's copies
-            self.call.set_output(j, raw)
-        self._settle()
+    @staticmethod
+    def from_layout(call: PreparedCall, spec: GraphSpec, layout: BindingLayout) -> GraphBinding:
+        """A binder over `call` bound as `layout` says (its arrays already this process's)."""
+        b = GraphBinding(call, spec, layout.in_slots, layout.out_slots, layout.dequantized,
+                         layout.where)
+        for i in layout.trusted:
+            b.trust_input(i)
+        for i, buffer in layout.bound_inputs.items():
+            b.bind_input(i, buffer)
+        for i, adapter in layout.adapters.items():
+            b.adapt_input(i, adapter)
+        for j, buffer in layout.bound_outputs.items():
+            b.bind_output(j, buffer)
+        return b
 
     @property
     def reads(self) -> list[int]:
@@ -402,6 +443,7 @@ class GraphBinding:
         """Output j is written to `buffer` (of `output_kind(j)`) at every call; the planner puts
         `buffer` in the slot. For a dequantized output, `buffer` receives the float32 values."""
         self._check_buffer(f"output {self.spec.outputs[j].name!r}", buffer, self.output_kind(j))
+        self._bound_out[j] = buffer
         if j in self._deq:
             slot, raw, deq, _ = self._deq[j]
             self._deq[j] = (slot, raw, deq, buffer)
@@ -474,7 +516,7 @@ class GraphBinding:
         """Call `graph` (live; its context may have been re-created) from now on. With shared
         memory, the tensors are bound to mem handles of its context (registered on first use, raw
         buffers when memRegister is refused)."""
-        self.call.handle = graph.handle
+        self.call.point_at(graph)
         if self.shared is None or not isinstance(graph, Graph):
             return
         if not self._staged:
@@ -565,6 +607,7 @@ class Graph:
         self.handle = handle
         self._input_names = [s.name for s in spec.inputs]
         self._bindings: dict[tuple[tuple[bool, ...], SharedMemory | None], GraphBinding] = {}
+        self._calls: dict[GraphBinding, BoundCall] = {}   # each binding's call (this process's)
         self._lock = threading.Lock()
         self._valid = True
         self.last_execute_seconds = 0.0  # time inside graphExecute of the last execution
@@ -585,6 +628,7 @@ class Graph:
             for b in self._bindings.values():
                 b.release()   # shared staging buffers: deregistered while the context lives
             self._bindings.clear()
+            self._calls.clear()
 
     def _binding(self, dequantize: bool | Sequence[bool], shared: SharedMemory | None
                  ) -> GraphBinding:
@@ -593,12 +637,14 @@ class Graph:
         b = self._bindings.get((flags, shared))
         if b is None:
             ni = len(self.spec.inputs)
-            b = GraphBinding(BoundCall(self.context.backend, self.spec), self.spec, range(ni),
-                             range(ni, ni + no), flags, f"graph {self.name!r}", shared=shared)
+            call = BoundCall(self.context.backend, self.spec)
+            call.precise_log = True
+            b = GraphBinding(call, self.spec, range(ni), range(ni, ni + no), flags,
+                             f"graph {self.name!r}", shared=shared)
             for i in range(ni):
                 b.trust_input(i)   # execute prepares every input first
-            b.call.precise_log = True
             self._bindings[(flags, shared)] = b
+            self._calls[b] = call
         return b
 
     def execute(self, inputs: object, profile: Profile | None = None,
@@ -618,7 +664,7 @@ class Graph:
                                  f"retrieve the graph again from a live context")
             b = self._binding(dequantize, shared)
             b.point_at(self)
-            b.call.profile_handle = profile.handle if profile is not None else None
+            self._calls[b].profile_handle = profile.handle if profile is not None else None
             self.last_execute_seconds = b.run(values)
         ni = len(self.spec.inputs)
         return {s.name: values[ni + j] for j, s in enumerate(self.spec.outputs)}

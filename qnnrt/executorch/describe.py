@@ -9,9 +9,10 @@ import numpy as np
 
 from qnnrt.errors import FormatError
 from qnnrt.executorch import kernels as K
-from qnnrt.executorch.reader import (DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall,
-                                     PteIOSpec, PteMethod, PteProgram, QnnDelegateBlob, constant_method_value,
-                                     is_constant_method, parse_qnn_compile_spec, unwrap_qnn_delegate)
+from qnnrt.executorch.instructions import KINDS, kind_of
+from qnnrt.executorch.reader import (KernelCall, PteIOSpec, PteMethod, PteProgram, QnnDelegateBlob,
+                                     constant_method_value, is_constant_method, parse_qnn_compile_spec,
+                                     unwrap_qnn_delegate)
 
 __all__ = ["describe_pte", "qnn_graph_lister"]
 
@@ -121,18 +122,12 @@ def describe_pte(program: PteProgram,
         "non_qnn_delegates": non_qnn,
     }
 
-_COUNTED = ((KernelCall, "kernel_calls"), (DelegateCall, "delegate_calls"), (MoveCall, "moves"),
-            (JumpFalseCall, "jumps"), (FreeCall, "frees"))
-
-
 def _instruction_counts(m: PteMethod) -> tuple[dict[str, int], dict[str, int]]:
     """Instructions per kind, and calls per CPU operator, of method `m`."""
-    counts = {"total": len(m.instructions), **{name: 0 for _, name in _COUNTED}}
+    counts = {"total": len(m.instructions), **{k.counter: 0 for k in KINDS.values()}}
     ops: dict[str, int] = {}
     for ins in m.instructions:
-        name = next((n for kind, n in _COUNTED if isinstance(ins, kind)), None)
-        if name is not None:
-            counts[name] += 1
+        counts[kind_of(ins).counter] += 1
         if isinstance(ins, KernelCall):
             nm = m.operators[ins.op_index].qualified_name
             ops[nm] = ops.get(nm, 0) + 1

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from qnnrt.errors import FormatError, InputError, QnnrtError
+from qnnrt.executorch.instructions import InstructionVisitor, handlers, kind_of, visit
 from qnnrt.executorch.reader import (DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall,
                                Instruction, PteIOSpec, PteMethod, PteValue, TensorInfo)
 from qnnrt.executorch import kernels as K
@@ -173,6 +174,10 @@ class PteMethodRunner:
 
         self._split = self._plan_delegate_args(dict(delegate_num_inputs or {}))
         self._free_after = self._plan_frees() if free_values else {}
+        # per instruction, looked up once: its handler in _Execution, and its trace kind and name
+        self._handlers = handlers(_Execution, self._instrs)
+        self._trace_names = [(kind_of(ins).trace_kind, kind_of(ins).label(method, ins))
+                             for ins in self._instrs]
         self.analysis = MethodAnalysis(
             self.name, tuple(self._instrs), tuple(values), tuple(self._static),
             dict(self._kernels), dict(self._split),
@@ -189,62 +194,29 @@ class PteMethodRunner:
             return [idx, *(j for j in v.value if j != -1)]
         return [idx]
 
-    def _instr_refs(self, ins: Instruction) -> list[int]:
-        if isinstance(ins, (KernelCall, DelegateCall)):
-            out = []
-            for a in ins.args:
-                out.extend(self._refs(a))
-            return out
-        if isinstance(ins, MoveCall):
-            return [*self._refs(ins.move_from), ins.move_to]
-        if isinstance(ins, JumpFalseCall):
-            return [ins.cond_value_index]
-        if isinstance(ins, FreeCall):
-            return [ins.value_index]
-        return []
+    def _instr_refs(self, pc: int, ins: Instruction) -> list[int]:
+        """The values instruction `pc` names (list items included)."""
+        return visit(_References(self._refs), pc, ins)
 
     def _plan_delegate_args(self, override: dict[int, int]) -> dict[int, int]:
         defined = {i for i, s in enumerate(self._static) if s is not _UNDEF}
         defined |= {i for i, v in enumerate(self._values) if v.kind != "tensor"}
         defined |= set(self._input_idx) | set(self._mutable_init)
-        split: dict[int, int] = {}
+        split = _DelegateSplit(self.name, self._kernels, override, defined)
         for k, ins in enumerate(self._instrs):
-            if isinstance(ins, KernelCall):
-                defined.update(ins.args[self._kernels[k].n_inputs:])
-            elif isinstance(ins, DelegateCall):
-                args = ins.args
-                if ins.delegate_index in override:
-                    n_in = int(override[ins.delegate_index])
-                    if not 0 <= n_in <= len(args):
-                        raise FormatError(f"method {self.name!r} instruction {k}: delegate "
-                                          f"{ins.delegate_index} said to take {n_in} inputs but the "
-                                          f"call has {len(args)} args")
-                else:
-                    n_in = 0
-                    while n_in < len(args) and args[n_in] in defined:
-                        n_in += 1
-                    late = [a for a in args[n_in:] if a in defined]
-                    if late:
-                        raise FormatError(
-                            f"method {self.name!r} instruction {k}: cannot tell the inputs of "
-                            f"delegate {ins.delegate_index} from its outputs (args {list(args)}; "
-                            f"values {late} are produced earlier but follow an output). Pass "
-                            "delegate_num_inputs={delegate: count}.")
-                split[k] = n_in
-                defined.update(args[n_in:])
-            elif isinstance(ins, MoveCall):
-                defined.add(ins.move_to)
-        return split
+            visit(split, k, ins)
+        return split.split
 
     def _plan_frees(self) -> dict[int, list[int]]:
         # backward jumps (loops) make "last use" position-dependent: then only FreeCall frees
-        if any(isinstance(i, JumpFalseCall) and i.destination_instruction <= k
-               for k, i in enumerate(self._instrs)):
-            return {}
+        for k, ins in enumerate(self._instrs):
+            target = kind_of(ins).jump_target(ins)
+            if target is not None and target <= k:
+                return {}
         keep = set(self._output_idx) | self._const_idx | set(self._mutable_init)
         last: dict[int, int] = {}
         for k, ins in enumerate(self._instrs):
-            for r in self._instr_refs(ins):
+            for r in self._instr_refs(k, ins):
                 last[r] = k
         free_after: dict[int, list[int]] = {}
         for v, k in last.items():
@@ -363,13 +335,15 @@ class PteMethodRunner:
         pc = 0
         n = len(instrs)
         timing = trace is not None
+        execution = _Execution(self, get, slots)
+        step = self._handlers
         while pc < n:
-            ins = instrs[pc]
             t0 = time.perf_counter() if timing else 0.0
-            nxt, label, kind = self._step(pc, ins, get, slots)
+            nxt = step[pc](execution, pc, instrs[pc])
             for fv in self._free_after.get(pc, ()):
                 slots.pop(fv, None)
             if trace is not None:
+                kind, label = self._trace_names[pc]
                 trace.append({"index": pc, "kind": kind, "name": label,
                               "seconds": time.perf_counter() - t0})
             pc = nxt
@@ -392,39 +366,10 @@ class PteMethodRunner:
 
     __call__ = run
 
-    def _step(self, pc: int, ins: object, get: Callable[[int], Any],
-              slots: dict[int, Any]) -> tuple[int, str, str]:
-        """Execute instruction `pc`; returns the next instruction's index and the trace's name and kind."""
-        name = self.name
-        nxt = pc + 1
-        if isinstance(ins, KernelCall):
-            kd = self._kernels[pc]
-            self._run_kernel(pc, ins, kd, get, slots)
-            return nxt, kd.name, "kernel"
-        if isinstance(ins, DelegateCall):
-            self._run_delegate(pc, ins, get, slots)
-            return nxt, f"delegate {ins.delegate_index}", "delegate"
-        if isinstance(ins, MoveCall):
-            slots[ins.move_to] = get(ins.move_from)
-            return nxt, "move", "move"
-        if isinstance(ins, JumpFalseCall):
-            cond = get(ins.cond_value_index)
-            if isinstance(cond, np.ndarray):
-                if cond.dtype != np.bool_:
-                    raise QnnrtError(f"method {name!r} instruction {pc}: jump condition is a "
-                                     f"{cond.dtype} tensor, expected bool")
-                ok = bool(np.all(cond))
-            else:
-                ok = bool(cond)
-            return (nxt if ok else ins.destination_instruction), "jump_false", "jump"
-        if isinstance(ins, FreeCall):
-            slots.pop(ins.value_index, None)
-            return nxt, "free", "free"
-        # pragma: no cover - the reader only produces the five kinds
-        raise QnnrtError(f"method {name!r}: unknown instruction {ins!r}")
-
-    def _run_kernel(self, pc: int, ins: KernelCall, kd: K.KernelDef, get: Callable[[int], Any],
-                    slots: dict[int, Any]) -> None:
+    def run_kernel(self, pc: int, ins: KernelCall, get: Callable[[int], Any],
+                   slots: dict[int, Any]) -> None:
+        """Execute the KernelCall at `pc` of a run (its values read by `get`, written to `slots`)."""
+        kd = self._kernels[pc]
         args = ins.args
         n_in = kd.n_inputs
         xs = [get(a) for a in args[:n_in]]
@@ -463,8 +408,9 @@ class PteMethodRunner:
                 return np.ascontiguousarray(np.transpose(x, t.dim_order))
         return x
 
-    def _run_delegate(self, pc: int, ins: DelegateCall, get: Callable[[int], Any],
-                      slots: dict[int, Any]) -> None:
+    def run_delegate(self, pc: int, ins: DelegateCall, get: Callable[[int], Any],
+                     slots: dict[int, Any]) -> None:
+        """Execute the DelegateCall at `pc` of a run through the delegate_runner."""
         n_in = self._split[pc]
         args = ins.args
         xs = [self._physical(a, get(a)) for a in args[:n_in]]
@@ -498,3 +444,113 @@ class PteMethodRunner:
                         f"{ins.delegate_index} has shape {list(a.shape)}, the program expects "
                         f"{list(t.shape)} (value {o})")
             slots[o] = a
+
+
+class _Execution(InstructionVisitor[int]):
+    """One run of a PteMethodRunner: each handler executes its instruction as ExecuTorch's
+    ``Method::execute_instruction`` does and returns the next instruction's index."""
+    __slots__ = ("runner", "get", "slots")
+
+    def __init__(self, runner: PteMethodRunner, get: Callable[[int], Any],
+                 slots: dict[int, Any]) -> None:
+        self.runner, self.get, self.slots = runner, get, slots
+
+    def kernel(self, pc: int, ins: KernelCall) -> int:
+        self.runner.run_kernel(pc, ins, self.get, self.slots)
+        return pc + 1
+
+    def delegate(self, pc: int, ins: DelegateCall) -> int:
+        self.runner.run_delegate(pc, ins, self.get, self.slots)
+        return pc + 1
+
+    def move(self, pc: int, ins: MoveCall) -> int:
+        self.slots[ins.move_to] = self.get(ins.move_from)
+        return pc + 1
+
+    def jump_false(self, pc: int, ins: JumpFalseCall) -> int:
+        cond = self.get(ins.cond_value_index)
+        if isinstance(cond, np.ndarray):
+            if cond.dtype != np.bool_:
+                raise QnnrtError(f"method {self.runner.name!r} instruction {pc}: jump condition is "
+                                 f"a {cond.dtype} tensor, expected bool")
+            ok = bool(np.all(cond))
+        else:
+            ok = bool(cond)
+        return pc + 1 if ok else ins.destination_instruction
+
+    def free(self, pc: int, ins: FreeCall) -> int:
+        self.slots.pop(ins.value_index, None)
+        return pc + 1
+
+
+class _References(InstructionVisitor[list[int]]):
+    """The values an instruction names, lists expanded into their items (`refs`), for the
+    last-use analysis."""
+
+    def __init__(self, refs: Callable[[int], list[int]]) -> None:
+        self.refs = refs
+
+    def _args(self, args: Sequence[int]) -> list[int]:
+        out: list[int] = []
+        for a in args:
+            out.extend(self.refs(a))
+        return out
+
+    def kernel(self, pc: int, ins: KernelCall) -> list[int]:
+        return self._args(ins.args)
+
+    def delegate(self, pc: int, ins: DelegateCall) -> list[int]:
+        return self._args(ins.args)
+
+    def move(self, pc: int, ins: MoveCall) -> list[int]:
+        return [*self.refs(ins.move_from), ins.move_to]
+
+    def jump_false(self, pc: int, ins: JumpFalseCall) -> list[int]:
+        return [ins.cond_value_index]
+
+    def free(self, pc: int, ins: FreeCall) -> list[int]:
+        return [ins.value_index]
+
+
+class _DelegateSplit(InstructionVisitor[None]):
+    """Where each DelegateCall's inputs end: the `override` count, else the leading args already
+    defined when the call is reached (`defined` grows with every instruction's outputs)."""
+
+    def __init__(self, name: str, kernels: Mapping[int, K.KernelDef], override: Mapping[int, int],
+                 defined: set[int]) -> None:
+        self.name, self.kernels, self.override, self.defined = name, kernels, override, defined
+        self.split: dict[int, int] = {}
+
+    def kernel(self, pc: int, ins: KernelCall) -> None:
+        self.defined.update(ins.args[self.kernels[pc].n_inputs:])
+
+    def delegate(self, pc: int, ins: DelegateCall) -> None:
+        args, defined = ins.args, self.defined
+        if ins.delegate_index in self.override:
+            n_in = int(self.override[ins.delegate_index])
+            if not 0 <= n_in <= len(args):
+                raise FormatError(f"method {self.name!r} instruction {pc}: delegate "
+                                  f"{ins.delegate_index} said to take {n_in} inputs but the "
+                                  f"call has {len(args)} args")
+        else:
+            n_in = 0
+            while n_in < len(args) and args[n_in] in defined:
+                n_in += 1
+            late = [a for a in args[n_in:] if a in defined]
+            if late:
+                raise FormatError(
+                    f"method {self.name!r} instruction {pc}: cannot tell the inputs of "
+                    f"delegate {ins.delegate_index} from its outputs (args {list(args)}; "
+                    f"values {late} are produced earlier but follow an output). Pass "
+                    "delegate_num_inputs={delegate: count}.")
+        self.split[pc] = n_in
+        defined.update(args[n_in:])
+
+    def move(self, pc: int, ins: MoveCall) -> None:
+        self.defined.add(ins.move_to)
+
+    def jump_false(self, pc: int, ins: JumpFalseCall) -> None:
+        return None
+
+    def free(self, pc: int, ins: FreeCall) -> None:
+        return None

@@ -25,10 +25,12 @@ import numpy as np
 from qnnrt.core.tensor import prepare_input
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.executorch import kernels as K
+from qnnrt.executorch.instructions import InstructionVisitor, visit
 from qnnrt.executorch.interpreter import UNDEFINED, MethodAnalysis, shape_fits
 from qnnrt.executorch.kernels.dtypes import astype
 from qnnrt.executorch.program import DelegateSite, PteMethodAdapter, size1_reshape
-from qnnrt.executorch.reader import DelegateCall, FreeCall, KernelCall, MoveCall, TensorInfo
+from qnnrt.executorch.reader import (DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall,
+                                     TensorInfo)
 from qnnrt.runtime.method import QnnStep, validate_inputs
 from qnnrt.runtime.plan import (CallerArrays, GraphStep, Inputs, LiveGraphs, NotPreparable, Plan,
                                 RunTiming, Step, StepPlan, graph_step)
@@ -38,7 +40,7 @@ from qnnrt.core.tensor import TensorSpec
 
 if TYPE_CHECKING:
     from qnnrt.core.binary import GraphSpec
-    from qnnrt.runtime.program import Program
+    from qnnrt.runtime.plan_context import PlanContext
 
 Kind = tuple[np.dtype, tuple[int, ...]]   # what a buffer holds: dtype and shape
 _F32 = np.dtype(np.float32)
@@ -86,15 +88,6 @@ class KernelStep:
     def label(self) -> str:
         """What a trace calls it: the operator."""
         return self.name
-
-    def __getstate__(self) -> dict:
-        """The kernel by its registered name (a PD worker runs it from its own registry)."""
-        return {"kernel": self.name, "inputs": self.inputs, "outs": self.outs,
-                "tensor": self.tensor, "where": self.where}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(K.get_kernel(state["kernel"]), state["inputs"], state["outs"],  # type: ignore[misc]
-                      state["tensor"], state["where"])
 
     def run(self, values: list) -> float:
         xs = [values[i] for i in self.inputs]
@@ -253,15 +246,15 @@ class Port:
     kind: Kind
 
 
-class _Lowering:
-    """Turns a method's instructions into steps (one function per instruction kind), then plans
+class _Lowering(InstructionVisitor[None]):
+    """Turns a method's instructions into steps (one handler per instruction kind), then plans
     buffers for the values that can live in one."""
 
-    def __init__(self, program: Program, method: PteMethodAdapter) -> None:
+    def __init__(self, context: PlanContext, method: PteMethodAdapter) -> None:
         a: MethodAnalysis = method.runner.analysis
         if a.has_mutable_state:
             raise NotCompilable
-        self.program, self.method, self.analysis = program, method, a
+        self.context, self.method, self.analysis = context, method, a
         self.where = f"method {method.name!r}"
         self.template: list[Any] = [None if s is UNDEFINED else s for s in a.static]
         self.steps: list[Step] = []
@@ -300,7 +293,7 @@ class _Lowering:
     def _note(self, table: dict[int, list[Port | None]], i: int, port: Port | None) -> None:
         table.setdefault(i, []).append(port)
 
-    # -- one function per instruction kind --------------------------------------------------
+    # -- one handler per instruction kind (executorch/instructions.py) ----------------------
     def kernel(self, pc: int, ins: KernelCall) -> None:
         kd = self.analysis.kernels[pc]
         args = [self.arg(a) for a in ins.args[:kd.n_inputs]]
@@ -342,7 +335,7 @@ class _Lowering:
         a_in, a_out = list(ins.args[:n_in]), list(ins.args[n_in:])
         if any(self.tensor(a) is None for a in a_in + a_out):
             raise NotCompilable
-        spec: GraphSpec = self.program.binaries[site.step.key].graph(site.step.graph)
+        spec: GraphSpec = self.context.binaries[site.step.key].graph(site.step.graph)
         in_slots: list[int | None] = [None] * len(spec.inputs)
         for p, a in zip(site.input_positions, a_in):
             in_slots[p] = self.slot_of(self.arg(a))
@@ -354,7 +347,7 @@ class _Lowering:
         for p, s in enumerate(out_slots):
             if s is None:   # a graph output the program does not use: a scratch slot
                 out_slots[p] = self.slot_of(Const(None))
-        step = graph_step(self.program, site.step, len(self.graph_steps),
+        step = graph_step(self.context, site.step, len(self.graph_steps),
                           [s for s in in_slots if s is not None],
                           [s for s in out_slots if s is not None], f"graph {site.step.graph!r}")
         _adapt_delegate_inputs(step)
@@ -379,25 +372,22 @@ class _Lowering:
             if s is not None and s < len(self.analysis.values):
                 self._note(self.readers, s, Port(step, p, (x.dtype, tuple(x.shape))))
 
-    def move(self, ins: MoveCall) -> None:
+    def move(self, pc: int, ins: MoveCall) -> None:
         source = self.slot_of(self.arg(ins.move_from))
         if source < len(self.analysis.values):
             self._note(self.readers, source, None)
         self._note(self.makers, ins.move_to, None)
         self.steps.append(MoveStep(source, ins.move_to))
 
+    def free(self, pc: int, ins: FreeCall) -> None:
+        self.steps.append(FreeStep(ins.value_index))
+
+    def jump_false(self, pc: int, ins: JumpFalseCall) -> None:
+        raise NotCompilable     # not straight-line: the interpreter runs it
+
     def lower(self) -> None:
         for pc, ins in enumerate(self.analysis.instructions):
-            if isinstance(ins, KernelCall):
-                self.kernel(pc, ins)
-            elif isinstance(ins, DelegateCall):
-                self.delegate(pc, ins)
-            elif isinstance(ins, MoveCall):
-                self.move(ins)
-            elif isinstance(ins, FreeCall):
-                self.steps.append(FreeStep(ins.value_index))
-            else:
-                raise NotCompilable
+            visit(self, pc, ins)
             for dead in self.analysis.free_after.get(pc, ()):
                 self.steps.append(FreeStep(dead))
 
@@ -417,7 +407,7 @@ class _Lowering:
             if len(ports) != len(makers) + len(readers) or len({p.kind for p in ports}) != 1:
                 continue
             dtype, shape = ports[0].kind
-            buf = self.program.buffer(shape, dtype)
+            buf = self.context.buffer(shape, dtype)
             self.template[i] = buf
             made = ports[0]
             if isinstance(made.step, MatmulStep):
@@ -479,16 +469,16 @@ class PtePlan(StepPlan):
     """A straight-line .pte method of static tensors as named steps over a slot list; with
     `caller` arrays, bound to them (what `PreparedPte` runs)."""
 
-    def __init__(self, program: Program, method: PteMethodAdapter,
+    def __init__(self, context: PlanContext, method: PteMethodAdapter,
                  caller: CallerArrays | None = None) -> None:
-        lowering = _Lowering(program, method)
+        lowering = _Lowering(context, method)
         lowering.lower()
         lowering.plan_buffers()
         self.copies = lowering.bind_caller(caller) if caller is not None else []
         # the ports reading each slot (graph_reads says what a caller's input is bound to)
         self.readers = {i: [p for p in ports if p is not None]
                         for i, ports in lowering.readers.items()}
-        super().__init__(program, lowering.graph_steps)
+        super().__init__(context, lowering.graph_steps)
         a = lowering.analysis
         self.method = method
         self.where = lowering.where
@@ -524,9 +514,9 @@ class PreparedPte:
     plan's steps over its template (the caller's arrays already in their slots, bound into the
     graph calls), then the outputs CPU steps made copied into the caller's arrays."""
 
-    def __init__(self, program: Program, method: PteMethodAdapter, arrays: CallerArrays) -> None:
+    def __init__(self, context: PlanContext, method: PteMethodAdapter, arrays: CallerArrays) -> None:
         try:
-            self.plan = PtePlan(program, method, arrays)
+            self.plan = PtePlan(context, method, arrays)
         except NotCompilable:
             raise NotPreparable(f"method {method.name!r} is not straight-line with static tensors: "
                                 f"it cannot be bound to caller arrays (run it with Program.run)"
@@ -559,23 +549,23 @@ class InterpretedPlan:
     """A .pte method the planner does not compile: the interpreter runs it, each delegate call
     through a prepared graph step (one per delegate)."""
 
-    def __init__(self, program: Program, method: PteMethodAdapter) -> None:
-        self.program, self.method = program, method
+    def __init__(self, context: PlanContext, method: PteMethodAdapter) -> None:
+        self.context, self.method = context, method
         self.by_step: dict[int, GraphStep] = {}
         graph_steps: list[GraphStep] = []
         for site in method.delegates.values():
-            g = self._delegate_step(program, site, len(graph_steps))
+            g = self._delegate_step(context, site, len(graph_steps))
             self.by_step[id(site.step)] = g
             graph_steps.append(g)
-        self.live = LiveGraphs(program.pool, graph_steps, program.recovery, order=method.graph_order)
-        self.timing = RunTiming(program.timed)
+        self.live = LiveGraphs(context.pool, graph_steps, context.recovery, order=method.graph_order)
+        self.timing = RunTiming(context.timed)
         self._accelerator = 0.0
         self._all_live = False
 
     @staticmethod
-    def _delegate_step(program: Program, site: DelegateSite, position: int) -> GraphStep:
+    def _delegate_step(context: PlanContext, site: DelegateSite, position: int) -> GraphStep:
         ni, no = len(site.step.inputs), len(site.step.outputs)
-        g = graph_step(program, site.step, position, range(ni), range(ni, ni + no),
+        g = graph_step(context, site.step, position, range(ni), range(ni, ni + no),
                        f"graph {site.step.graph!r}")
         _adapt_delegate_inputs(g)
         return g
@@ -584,7 +574,7 @@ class InterpretedPlan:
                    arrays: list[np.ndarray]) -> list[np.ndarray]:
         g = self.by_step[id(step)]
         values: list = list(arrays) + [None] * len(step.outputs)
-        self.program.local_graph_calls += 1  # as they happen: progress lines read it
+        self.context.counters.graph_calls += 1  # as they happen: progress lines read it
         if self._all_live:
             try:
                 self._accelerator += g.run(values)
@@ -600,7 +590,7 @@ class InterpretedPlan:
         runner.kernel_seconds = 0.0
         self._all_live = self.live.all_live()
         if not self._all_live:
-            self.program.pool.set_order(self.live.order)
+            self.context.pool.set_order(self.live.order)
         out = self.method.run(inputs, self._run_graph)
         t = self.timing
         t.accelerator_s, t.cpu_ops_s, t.graph_calls = (self._accelerator, runner.kernel_seconds,
@@ -608,11 +598,13 @@ class InterpretedPlan:
         return out
 
 
-def pte_plan(program: Program, method: PteMethodAdapter) -> Plan:
+def pte_plan(context: PlanContext, method: PteMethodAdapter) -> Plan:
     """The compiled plan when the method is straight-line and static, else the interpreted one."""
     try:
-        return PtePlan(program, method)
+        return PtePlan(context, method)
     except NotCompilable:
-        return InterpretedPlan(program, method)
+        return InterpretedPlan(context, method)
 
 
+# the steps above as descriptors a PD worker rebuilds (registered at import)
+from qnnrt.executorch import portable as _portable  # noqa: E402,F401

@@ -25,7 +25,7 @@ from qnnrt.executorch.compile_spec import runtime_options
 
 if TYPE_CHECKING:
     from qnnrt.runtime.plan import CallerArrays, Plan, PreparedRun
-    from qnnrt.runtime.program import Program
+    from qnnrt.runtime.plan_context import PlanContext
 
 
 @dataclass(frozen=True)
@@ -109,16 +109,16 @@ class PteMethodAdapter(Method):
         self._run_graph: GraphRunner | None = None
         self._position = 0
 
-    def plan(self, program: Program) -> Plan:
+    def plan(self, context: PlanContext) -> Plan:
         """Compiled to named steps when it is straight-line and static (executorch/plan.py), else
         the interpreter with prepared delegate calls."""
         from qnnrt.executorch.plan import pte_plan
-        return pte_plan(program, self)
+        return pte_plan(context, self)
 
-    def prepare(self, program: Program, arrays: CallerArrays) -> PreparedRun:
+    def prepare(self, context: PlanContext, arrays: CallerArrays) -> PreparedRun:
         """The compiled plan bound once to the caller's arrays (executorch/plan.py `PreparedPte`)."""
         from qnnrt.executorch.plan import PreparedPte
-        return PreparedPte(program, self, arrays)
+        return PreparedPte(context, self, arrays)
 
     def _delegate(self, index: int, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         site = self.delegates[index]

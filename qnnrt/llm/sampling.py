@@ -93,18 +93,28 @@ class Sampler:
         self.counts: dict[int, int] = {}
 
     def adjusted(self, logits: np.ndarray) -> np.ndarray:
-        """The logits after bias, penalties and the constraint's mask (float64, a copy)."""
+        """The logits after bias, penalties and the constraint's mask (float64, a copy), none past
+        the largest float."""
+        return self._adjusted(logits)[0]
+
+    def _adjusted(self, logits: np.ndarray) -> tuple[np.ndarray, float]:
+        """(adjusted logits, the best of them). A logit past the largest float (a tiny
+        repetition_penalty divides one there, or the model's own inf) is cut to it, which keeps it
+        the best; the best is found anyway, so only such a row pays a second pass over the vocabulary."""
         o = self.options
         x = np.array(logits, dtype=np.float64).reshape(-1)
         apply_logit_bias(x, o.logit_bias)
         apply_penalties(x, self.counts, repetition=o.repetition_penalty, frequency=o.frequency_penalty,
                         presence=o.presence_penalty)
-        np.minimum(x, FLOAT_MAX, out=x)    # a tiny repetition_penalty divides a logit past the largest float
         if self.constraint is not None:
             allowed = self.constraint.allowed(x.size)
             if allowed is not None:
                 x[~allowed] = -np.inf
-        return x
+        best = float(x.max())
+        if best > FLOAT_MAX:
+            np.minimum(x, FLOAT_MAX, out=x)
+            best = FLOAT_MAX
+        return x, best
 
     def __call__(self, logits: np.ndarray) -> int:
         x = self._allowed(logits)
@@ -131,8 +141,8 @@ class Sampler:
         return self._took(int(order[self.rng.choice(p.size, p=p)]))
 
     def _allowed(self, logits: np.ndarray) -> np.ndarray:
-        x = self.adjusted(logits)
-        if not np.isfinite(x.max()):
+        x, best = self._adjusted(logits)
+        if not np.isfinite(best):
             raise InputError("no token is allowed here (the grammar and the logit bias leave none)")
         return x
 

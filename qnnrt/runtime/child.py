@@ -9,14 +9,14 @@ end-of-file, never hangs. The channel is a pipe pair of its own, never stdout: a
 prints there cannot corrupt a frame.
 
 Frame: kind (1 byte), the request id (u32), then the body. C a control request, R its reply, E a
-failure, P a progress report on a request still running, each a pickled frozen dataclass of the
-protocol that uses them (runtime/pd_protocol.py, runtime/vet_protocol.py); each protocol may add
-fixed binary frames of its own for its hot path (runtime/pd_channel.py).
+failure, P a progress report on a request still running, each a frozen dataclass of the protocol
+that uses them (runtime/pd_protocol.py, runtime/vet_protocol.py) on the typed wire (runtime/wire.py:
+no pickle); each protocol may add fixed binary frames of its own for its hot path
+(runtime/pd_channel.py).
 """
 from __future__ import annotations
 
 import os
-import pickle
 import struct
 import subprocess
 import time
@@ -130,8 +130,14 @@ class ProtocolError(QnnrtError):
     """A frame that breaks the protocol (malformed, or a reply to no request): a bug in qnnrt."""
 
 
-def object_frame(kind: bytes, request_id: int, obj: object) -> bytes:
-    return _HEAD.pack(kind, request_id) + pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+def body_frame(kind: bytes, request_id: int, body: bytes) -> bytes:
+    """A frame of `kind` carrying `body` as it is (a message its protocol encoded)."""
+    return _HEAD.pack(kind, request_id) + body
+
+
+def frame_body(frame: bytes) -> bytes:
+    """What a frame carries after its header."""
+    return frame[_HEAD.size:]
 
 
 def frame_head(frame: bytes) -> tuple[bytes, int]:
@@ -140,13 +146,6 @@ def frame_head(frame: bytes) -> tuple[bytes, int]:
         raise ProtocolError(f"a {len(frame)}-byte frame is shorter than a frame header")
     kind, rid = _HEAD.unpack_from(frame)
     return kind, rid
-
-
-def parse_object(frame: bytes) -> Any:
-    try:
-        return pickle.loads(frame[_HEAD.size:])
-    except Exception as e:  # noqa: BLE001 - any unpickling failure is a malformed frame
-        raise ProtocolError(f"a malformed {frame[:1]!r} frame: {type(e).__name__}: {e}") from None
 
 
 # -- waiting ------------------------------------------------------------------------------------------

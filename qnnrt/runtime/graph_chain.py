@@ -19,7 +19,7 @@ from qnnrt.runtime.method import IOSpec, Method, QnnStep
 from qnnrt.runtime.plan import CallerArrays, MethodPlan, NotPreparable, Plan, RunTiming
 
 if TYPE_CHECKING:
-    from qnnrt.runtime.program import Program
+    from qnnrt.runtime.plan_context import PlanContext
 
 
 @dataclass(frozen=True)
@@ -70,21 +70,21 @@ class GraphChainMethod(Method):
         self.outputs = [_io(t) for t in outs.values()]
         self._plan_lifetimes()
 
-    def plan(self, program: Program) -> Plan:
-        return MethodPlan(program, self)
+    def plan(self, context: PlanContext) -> Plan:
+        return MethodPlan(context, self)
 
-    def prepare(self, program: Program, arrays: CallerArrays) -> PreparedPlan:
+    def prepare(self, context: PlanContext, arrays: CallerArrays) -> PreparedPlan:
         """Every graph input fed by a method input reads the caller's array in place and every
         method output is written into the caller's array (`PreparedPlan`)."""
-        return PreparedPlan(program, self, arrays)
+        return PreparedPlan(context, self, arrays)
 
 
 class PreparedPlan:
     """A method of graph calls bound once to caller arrays (`PreparedRun`): a run is the plan's
     steps over its template, the caller's arrays already bound into the calls."""
 
-    def __init__(self, program: Program, method: Method, arrays: CallerArrays) -> None:
-        self.plan = MethodPlan(program, method, arrays)
+    def __init__(self, context: PlanContext, method: Method, arrays: CallerArrays) -> None:
+        self.plan = MethodPlan(context, method, arrays)
         if any(not isinstance(s, QnnStep) for s in method.steps):
             raise NotPreparable(f"method {method.name!r} has CPU segments: run it with Program.run")
         unbound = [n for n, slot, _ in self.plan.out_list

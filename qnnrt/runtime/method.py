@@ -21,7 +21,7 @@ from qnnrt.runtime.cpu_segment import CpuSegment
 
 if TYPE_CHECKING:
     from qnnrt.runtime.plan import CallerArrays, Plan, PreparedRun
-    from qnnrt.runtime.program import Program
+    from qnnrt.runtime.plan_context import PlanContext
 
 
 @dataclass(frozen=True)
@@ -80,12 +80,13 @@ class Method:
     steps: list
     constants: Mapping[str, np.ndarray] = MappingProxyType({})
 
-    def plan(self, program: Program) -> Plan:
-        """The plan `program` runs this method with (runtime/plan.py), built at its first run."""
+    def plan(self, context: PlanContext) -> Plan:
+        """The plan a program runs this method with (runtime/plan.py), built at its first run
+        with the program's `PlanContext`."""
         from qnnrt.runtime.plan import MethodPlan
-        return MethodPlan(program, self)
+        return MethodPlan(context, self)
 
-    def prepare(self, program: Program, arrays: CallerArrays) -> PreparedRun:
+    def prepare(self, context: PlanContext, arrays: CallerArrays) -> PreparedRun:
         """This method's plan bound once to `arrays` (runtime/plan.py `PreparedRun`); only the
         .pte methods the planner compiles can be (NotPreparable otherwise)."""
         from qnnrt.runtime.plan import NotPreparable
@@ -174,10 +175,10 @@ class UnavailableMethod(Method):
     def run(self, inputs: Inputs, run_graph: GraphRunner) -> dict[str, np.ndarray]:
         raise FormatError(self.reason)
 
-    def plan(self, program: Program) -> Plan:
+    def plan(self, context: PlanContext) -> Plan:
         raise FormatError(self.reason)
 
-    def prepare(self, program: Program, arrays: CallerArrays) -> PreparedRun:
+    def prepare(self, context: PlanContext, arrays: CallerArrays) -> PreparedRun:
         raise FormatError(self.reason)
 
     def describe(self) -> dict:

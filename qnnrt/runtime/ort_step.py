@@ -152,18 +152,6 @@ class PortableOrtStep:
     def run(self, values: list) -> float:
         return self.step.run(values)
 
-    def __getstate__(self) -> dict:
-        s = self.step
-        return {"model": self.model, "in_slots": s.in_slots, "out_slots": s.out_slots,
-                "copy_in": s.copy_in, "copy_out": s.copy_out,
-                "inputs": s.bound_inputs, "outputs": s.bound_outputs, "label": s.label}
-
-    def __setstate__(self, state: dict) -> None:
-        from qnnrt.runtime.cpu_segment import open_session
-        self.step = OrtStep.bound_over(open_session(state["model"]), state["in_slots"],
-                                       state["out_slots"], state["copy_in"], state["copy_out"],
-                                       state["inputs"], state["outputs"], state["label"])
-        self.model = state["model"]
 
 
 def segment_label(nodes: Sequence[str]) -> str:

@@ -1,11 +1,12 @@
 """The PD worker channel: its fixed binary frames (the hot path), the `Channel` that matches replies
-to requests, and the shared tensor arena. Transports, the frame header and the pickled control
-frames are runtime/child.py's, shared with the vetting child.
+to requests, and the shared tensor arena. Transports and the frame header are runtime/child.py's,
+shared with the vetting child.
 
 Frames (kind, request id, body): X a graph call (the bound call's id) and K its reply (seconds
 inside graphExecute, then the QNN profile events when profiled); S a plan segment's run and D its
-reply (runtime/pd_segment.py); C a control request, R its reply and E a failure, each a pickled
-`pd_protocol` dataclass.
+reply (runtime/pd_segment.py); C a control request, R its reply and E a failure, each a
+`pd_protocol` dataclass as the typed wire encodes it (runtime/wire.py; no pickle). A reply's tail
+(K's, D's) is such a message too, encoded by the caller: this module carries bytes.
 
 Tensors never travel in messages: they live in arena segments, files mapped by both sides (a memfd
 on Linux, reached by the worker through /proc/<pid>/fd; a temporary file elsewhere).
@@ -14,21 +15,19 @@ from __future__ import annotations
 
 import mmap
 import os
-import pickle
 import struct
 import sys
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike
 
 from qnnrt.core.tensor import address_of
 from qnnrt.runtime.child import (  # noqa: F401 - the channel's own vocabulary, used as ch.*
-    CONTROL, ERROR, REPLY, ConnEnd, PipeEnd, ProtocolError, SpinWait, frame_head, object_frame,
-    parse_object)
+    CONTROL, ERROR, REPLY, ConnEnd, PipeEnd, ProtocolError, SpinWait, body_frame, frame_body,
+    frame_head)
 
 CALL, OK = b"X", b"K"
 SEGMENT, DONE = b"S", b"D"
@@ -38,8 +37,8 @@ ALIGN = 64
 
 # -- frames ---------------------------------------------------------------------------------------
 # Every frame: kind (1 byte), the request id (u32), then the body. A graph call and its reply are
-# fixed binary frames (the hot path); control requests and replies are pickled pd_protocol
-# dataclasses.
+# fixed binary frames (the hot path); control requests and replies are pd_protocol dataclasses on
+# the typed wire.
 _CALL = struct.Struct("<cII")      # kind, request id, call id
 _OK = struct.Struct("<cId")        # kind, request id, seconds inside graphExecute
 
@@ -69,31 +68,30 @@ def parse_segment(frame: bytes) -> tuple[int, int, int]:
 
 
 def done_frame(request_id: int, accelerator_s: float, cpu_s: float, busy_s: float,
-               tail: object = None) -> bytes:
+               tail: bytes = b"") -> bytes:
     """A segment run's reply: seconds inside graphExecute, in the CPU steps, and in the whole run
-    (the rest of a round trip is the channel's), then the tail (pd_protocol.SegmentTail) if any."""
-    head = _DONE.pack(DONE, request_id, accelerator_s, cpu_s, busy_s)
-    return head if tail is None else head + pickle.dumps(tail, protocol=pickle.HIGHEST_PROTOCOL)
+    (the rest of a round trip is the channel's), then the tail (an encoded pd_protocol.SegmentTail)
+    if any."""
+    return _DONE.pack(DONE, request_id, accelerator_s, cpu_s, busy_s) + tail
 
 
-def parse_done(frame: bytes) -> tuple[float, float, float, Any]:
-    """(seconds in graphExecute, in CPU steps, in the whole run, the tail or None) of a DONE frame."""
+def parse_done(frame: bytes) -> tuple[float, float, float, bytes]:
+    """(seconds in graphExecute, in CPU steps, in the whole run, the tail: b'' when none) of a
+    DONE frame."""
     _, _, accelerator_s, cpu_s, busy_s = _DONE.unpack_from(frame)
-    tail = pickle.loads(frame[_DONE.size:]) if len(frame) > _DONE.size else None
-    return accelerator_s, cpu_s, busy_s, tail
+    return accelerator_s, cpu_s, busy_s, frame[_DONE.size:]
 
 
-def ok_frame(request_id: int, seconds: float, tail: object = None) -> bytes:
-    """A call's reply: the seconds inside graphExecute, then its tail (pd_protocol.CallTail: the
-    call's QNN profile events when profiled, trace events when tracing) if any."""
-    head = _OK.pack(OK, request_id, seconds)
-    return head if tail is None else head + pickle.dumps(tail, protocol=pickle.HIGHEST_PROTOCOL)
+def ok_frame(request_id: int, seconds: float, tail: bytes = b"") -> bytes:
+    """A call's reply: the seconds inside graphExecute, then its tail (an encoded
+    pd_protocol.CallTail: the call's QNN profile events when profiled, trace events when tracing)
+    if any."""
+    return _OK.pack(OK, request_id, seconds) + tail
 
 
-def parse_ok(frame: bytes) -> tuple[float, Any]:
-    """(seconds, the tail or None) of an OK frame."""
-    seconds = _OK.unpack_from(frame)[2]
-    return seconds, (pickle.loads(frame[_OK.size:]) if len(frame) > _OK.size else None)
+def parse_ok(frame: bytes) -> tuple[float, bytes]:
+    """(seconds, the tail: b'' when none) of an OK frame."""
+    return _OK.unpack_from(frame)[2], frame[_OK.size:]
 
 
 class Channel:
@@ -134,19 +132,20 @@ class Channel:
             self.end.send(_SEGMENT.pack(SEGMENT, rid, segment, start))
             return self._reply(rid, wait=wait)
 
-    def request(self, message: object, timeout: float | None = None) -> bytes:
-        """Send a control request; its reply frame (b'' when the worker is gone). With `timeout`,
-        a reply not begun within that many seconds is a TimeoutError (and dropped if it comes)."""
+    def request(self, message: bytes, timeout: float | None = None) -> bytes:
+        """Send a control request (an encoded message); its reply frame (b'' when the worker is
+        gone). With `timeout`, a reply not begun within that many seconds is a TimeoutError (and
+        dropped if it comes)."""
         with self.lock:
             rid = self._new_id()
-            self.end.send(object_frame(CONTROL, rid, message))
+            self.end.send(body_frame(CONTROL, rid, message))
             return self._reply(rid, timeout)
 
-    def begin(self, message: object) -> int:
+    def begin(self, message: bytes) -> int:
         """Send a request whose reply `finish` reads later (workers start side by side)."""
         with self.lock:
             rid = self._new_id()
-            self.end.send(object_frame(CONTROL, rid, message))
+            self.end.send(body_frame(CONTROL, rid, message))
             self._waiting.add(rid)
             return rid
 

@@ -2,7 +2,7 @@
 the main process's own PD (PD 0, a ContextPool here), each other group in a worker process (one PD
 each, reached through its `pd_host.PdWorker`).
 
-`MultiPdPool` is a program's pool and its hosts (runtime/hosts.py): the plans ask it whether every
+`MultiPdPool` is a program's pool and its hosts (runtime/hosts/): the plans ask it whether every
 context is live (always, unless PD 0 evicts beyond --max-pds), which host runs a context's graphs,
 for each graph's call object (a BoundCall for PD 0's, a `pd_remote.RemoteCall` for a worker's) and
 for the step that has a worker run its part of the plan (`pd_segment.RemoteSegment`). The
@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from dataclasses import asdict, dataclass
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
@@ -34,8 +35,39 @@ from qnnrt.runtime.pd_remote import RemoteCall, RemoteContext, call_id_of
 from qnnrt.runtime.pd_segment import RemoteSegment
 from qnnrt.runtime.pd_worker import group_pool
 from qnnrt.runtime.performance import Choice
-from qnnrt.runtime.residency import LiveContexts, Residency
+from qnnrt.runtime.plan_context import PlanContext
+from qnnrt.runtime.residency import LiveContext, LiveContexts, Residency
 from qnnrt.runtime.segments import Segment
+
+
+@dataclass(frozen=True)
+class PdSummary:
+    """One PD of a multi-PD program, as the summary reports it (`pd_workers`): where it runs, its
+    contexts, predicted and QNN-reported PD bytes, creations; for a worker, its graph calls, round
+    trips and what the channel cost (None for PD 0, whose calls are in-process)."""
+    pd: int
+    pid: int | None
+    in_process: bool
+    device: int
+    where: str
+    contexts: int
+    first: str | None
+    last: str | None
+    pd_predicted_bytes: int
+    pd_reported_bytes: int | None
+    creates: int | None
+    evictions: int | None
+    evicting: bool
+    load_seconds: float | None
+    graph_calls: int | None = None
+    round_trips: int | None = None
+    channel_us_per_call: float | None = None
+    channel_us_per_round_trip: float | None = None
+    execute_seconds: float | None = None
+    performance: dict | None = None   # the worker's vote counts
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 class LocalPd:
@@ -133,7 +165,7 @@ class MultiPdPool:
         """Every worker votes `choice` (the main process's per-run override, and its end)."""
         for w in self.workers:
             if not w.gone:
-                w.performance = w.control(proto.Vote(choice),
+                w.performance = w.control(proto.Vote(choice), proto.Voted,
                                           f"voting performance mode {choice.mode}").performance
 
     # -- what the plans and the Program ask ----------------------------------------------------
@@ -158,14 +190,14 @@ class MultiPdPool:
         w = self._where.get(key)
         return w.index if w is not None else 0
 
-    def segment_step(self, segment: Segment, template: list, program: Any) -> RemoteSegment:
+    def segment_step(self, segment: Segment, template: list, context: PlanContext) -> RemoteSegment:
         """The step that has the worker of `segment.host` run it on one request."""
         worker = self.workers[segment.host - 1]
         self._segments += 1
 
         def broken(what: str) -> NoReturn:
             self.broken_while(worker, what)
-        return RemoteSegment(segment, self._segments, template, program, worker, self.arena,
+        return RemoteSegment(segment, self._segments, template, context, worker, self.arena,
                              call_id_of, broken)
 
     def graph_calls_elsewhere(self) -> int:
@@ -184,7 +216,7 @@ class MultiPdPool:
         generation = self.generation
         keys = list(keys)
         local = [k for k in keys if k not in self._where]
-        found: dict[str, Any] = {}
+        found: dict[str, LiveContext] = {}
         if local:
             live = self.local.pool.live_contexts(local)
             if live is None:
@@ -196,7 +228,7 @@ class MultiPdPool:
     def set_order(self, order: list[str]) -> None:
         pass  # each PD keeps its group's order (the placement's)
 
-    def acquire(self, key: str, position: int = 0) -> Any:
+    def acquire(self, key: str, position: int = 0) -> LiveContext:
         if self._closed or self.failure:
             raise PdWorkerError(self.failure or "program is closed")
         if key in self._where:
@@ -228,7 +260,7 @@ class MultiPdPool:
         device (this process's and the workers'), re-created as one recovery."""
         return [k for pd in self._same_device(key) for k in self._keys_of(pd)]
 
-    def live_context(self, key: str) -> Any:
+    def live_context(self, key: str) -> LiveContext:
         if key in self._where:
             if self._closed or self.failure:
                 raise PdWorkerError(self.failure or "program is closed")
@@ -247,7 +279,7 @@ class MultiPdPool:
                 done += self.local.pool.recreate(mine, restart_backend)
                 continue
             w = self.workers[pd - 1]
-            recreated = w.control(proto.Recreate(tuple(mine), restart_backend),
+            recreated = w.control(proto.Recreate(tuple(mine), restart_backend), proto.Recreated,
                                   f"re-creating {len(mine)} context(s) for recovery")
             w.performance = recreated.performance
             w.absorb(recreated.trace)
@@ -274,60 +306,52 @@ class MultiPdPool:
         raise err
 
     # -- reporting -----------------------------------------------------------------------------
-    def _local_summary(self) -> dict:
-        s = self.local.pool.summary()
-        return {"pd": 0, "pid": self.local.pid, "in_process": True, "device": self.devices.devices[0],
-                "where": f"this process, pid {self.local.pid}", "contexts": len(self.local.keys),
-                "first": self.local.keys[0] if self.local.keys else None,
-                "last": self.local.keys[-1] if self.local.keys else None,
-                "pd_predicted_bytes": self.placement.pd_bytes[0],
-                "pd_reported_bytes": s.get("pd_estimate_total_bytes"),
-                "creates": s.get("creates"), "evictions": s.get("evictions"),
-                "evicting": not self.local.pool.residency.resident, "load_seconds": self.local.load_seconds,
-                "graph_calls": None, "round_trips": None, "channel_us_per_call": None,
-                "channel_us_per_round_trip": None, "execute_seconds": None,
-                "performance": None}
+    def _local_summary(self) -> PdSummary:
+        s, keys = self.local.pool.summary(), self.local.keys
+        return PdSummary(pd=0, pid=self.local.pid, in_process=True, device=self.devices.devices[0],
+                         where=f"this process, pid {self.local.pid}", contexts=len(keys),
+                         first=keys[0] if keys else None, last=keys[-1] if keys else None,
+                         pd_predicted_bytes=self.placement.pd_bytes[0],
+                         pd_reported_bytes=s.get("pd_estimate_total_bytes"),
+                         creates=s.get("creates"), evictions=s.get("evictions"),
+                         evicting=not self.local.pool.residency.resident,
+                         load_seconds=self.local.load_seconds)
 
-    def pd_summaries(self) -> list[dict]:
-        out = [self._local_summary()]
-        for w in self.workers:   # read from the status block: no request, whatever runs
-            s = w.status.read()
-            out.append({"pd": w.index, "pid": w.pid, "in_process": False,
-                        "device": self.devices.devices[w.index],
-                        "where": f"worker pid {w.pid}", "contexts": len(w.keys),
-                        "first": w.keys[0] if w.keys else None,
-                        "last": w.keys[-1] if w.keys else None,
-                        "pd_predicted_bytes": self.placement.pd_bytes[w.index],
-                        "pd_reported_bytes": s["pd_estimate_total_bytes"],
-                        "creates": s["creates"], "evictions": s["evictions"],
-                        "evicting": w.index in self.placement.evicting,
-                        "load_seconds": w.load_seconds,
-                        "graph_calls": w.calls, "round_trips": w.requests,
-                        "channel_us_per_call": (round(w.channel_s / w.calls * 1e6, 2)
-                                                if w.calls else None),
-                        "channel_us_per_round_trip": (round(w.channel_s / w.requests * 1e6, 2)
-                                                      if w.requests else None),
-                        "execute_seconds": round(w.execute_s, 6),
-                        "performance": w.performance})
-        return out
+    def _worker_summary(self, w: PdWorker) -> PdSummary:
+        """Read from the status block: no request, whatever runs."""
+        s = w.status.read()
+        return PdSummary(pd=w.index, pid=w.pid, in_process=False, device=self.devices.devices[w.index],
+                         where=f"worker pid {w.pid}", contexts=len(w.keys),
+                         first=w.keys[0] if w.keys else None, last=w.keys[-1] if w.keys else None,
+                         pd_predicted_bytes=self.placement.pd_bytes[w.index],
+                         pd_reported_bytes=s.pd_estimate_total_bytes, creates=s.creates,
+                         evictions=s.evictions, evicting=w.index in self.placement.evicting,
+                         load_seconds=w.load_seconds, graph_calls=w.calls, round_trips=w.requests,
+                         channel_us_per_call=(round(w.channel_s / w.calls * 1e6, 2)
+                                              if w.calls else None),
+                         channel_us_per_round_trip=(round(w.channel_s / w.requests * 1e6, 2)
+                                                    if w.requests else None),
+                         execute_seconds=round(w.execute_s, 6), performance=w.performance)
+
+    def pd_summaries(self) -> list[PdSummary]:
+        return [self._local_summary()] + [self._worker_summary(w) for w in self.workers]
 
     def summary(self) -> dict:
         pds = self.pd_summaries()
-        creates = sum(p["creates"] or 0 for p in pds)
-        total = self.placement.total_bytes
-        reported = [p["pd_reported_bytes"] for p in pds]
+        reported = [p.pd_reported_bytes for p in pds]
         return {"policy": str(self.residency), "contexts_total": len(self.binaries),
-                "pds": len(pds), "pd_workers": pds,
-                "peak_live": len(self.live_keys), "creates": creates,
+                "pds": len(pds), "pd_workers": [p.to_dict() for p in pds],
+                "peak_live": len(self.live_keys), "creates": sum(p.creates or 0 for p in pds),
                 "frees": self.local.pool.summary().get("frees", 0),
-                "evictions": sum(p["evictions"] or 0 for p in pds),
+                "evictions": sum(p.evictions or 0 for p in pds),
                 "reloads": 0, "capacity_found": None, "create_failures": 0,
                 "pd_failures_handled": 0, "prefetches": 0, "prefetch_hits": 0,
                 "create_seconds": None, "prefetch_wait_seconds": 0.0,
-                "pd_estimate_total_bytes": (sum(reported) if None not in reported else None),
+                "pd_estimate_total_bytes": (sum(r for r in reported if r is not None)
+                                            if None not in reported else None),
                 "pd_peak_bytes": max((r or 0) for r in reported) if reported else 0,
                 "pd_predicted_bytes": dict(self.predictions),
-                "pd_predicted_total_bytes": total,
+                "pd_predicted_total_bytes": self.placement.total_bytes,
                 "pd_peak_predicted_bytes": max(self.placement.pd_bytes, default=0),
                 "pd_mismatches": [], "pd_budget_bytes": self.placement.budget_bytes,
                 "pd_budget_source": self.placement.budget_source,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import Any
+from typing import TypeVar
 
 from qnnrt.core.clock import CLOCK
 from qnnrt.errors import QnnError, QnnrtError
@@ -17,6 +17,7 @@ from qnnrt.runtime.hooks import Tracing
 from qnnrt.runtime.pd_worker import PARENT_ENV
 from qnnrt.spawn import python_command, signal_name
 
+R = TypeVar("R")
 STOP_GRACE_S = 2.0   # a worker asked to close and still alive after this is killed
 CLOSE_WAIT_S = 60.0  # for the close reply: freeing hundreds of contexts takes a while under load
 
@@ -97,9 +98,7 @@ class PdWorker:
         """The error a worker's E reply describes: a QNN error stays one (code, log, remedy; the
         recovery policy reads it), naming the PD; a non-qnnrt exception there is a bug in qnnrt
         and says so."""
-        f = ch.parse_object(frame)
-        if not isinstance(f, proto.Failure):
-            raise ch.ProtocolError(f"{self.name}: an error frame carrying {type(f).__name__}")
+        f = proto.loads(ch.frame_body(frame), proto.Failure)
         if f.qnn is not None:
             q, where = f.qnn, f"in {self.name}, {what}"
             return PdQnnError(q.function, q.code, q.code_name, q.message, list(q.log_tail), q.remedy,
@@ -112,22 +111,23 @@ class PdWorker:
         err.code = f.code  # type: ignore[attr-defined]
         return err
 
-    def control(self, request: proto.Request, what: str) -> Any:
-        """Send a control request and return its reply (any thread; one request at a time)."""
+    def control(self, request: proto.Request, answer: type[R], what: str) -> R:
+        """Send a control request and return its reply, of kind `answer` (any thread; one request
+        at a time)."""
         try:
-            frame = self._channel(what).request(request)
+            frame = self._channel(what).request(proto.dumps(request))
         except OSError:
             raise self.gone_error(what) from None
-        return self.reply(frame, what)
+        return self.reply(frame, answer, what)
 
     def _channel(self, what: str) -> ch.Channel:
         if self.gone or self.channel is None:
             raise PdWorkerError(f"{self.name} is stopped; {what} is not possible")
         return self.channel
 
-    def reply(self, frame: bytes, what: str) -> Any:
-        """The payload of a reply frame; the error it carries raised; a closed channel is the
-        worker's end."""
+    def reply(self, frame: bytes, answer: type[R], what: str) -> R:
+        """The message of kind `answer` a reply frame carries; the error it carries raised; a
+        closed channel is the worker's end."""
         if not frame:
             raise self.gone_error(what)
         kind = frame[:1]
@@ -135,19 +135,19 @@ class PdWorker:
             raise self.failure(frame, what)
         if kind != ch.REPLY:
             raise ch.ProtocolError(f"{self.name}: a {kind!r} frame in reply to a control request")
-        return ch.parse_object(frame)
+        return proto.loads(ch.frame_body(frame), answer)
 
     def begin_start(self, config: proto.WorkerConfig, what: str) -> None:
         """Send the start request; `finish_start` reads its reply (workers start side by side)."""
         self._start_sent_ns = CLOCK()
         try:
-            self._start_id = self._channel(what).begin(proto.Start(config))
+            self._start_id = self._channel(what).begin(proto.dumps(proto.Start(config)))
         except OSError:
             raise self.gone_error(what) from None
 
     def finish_start(self, what: str) -> None:
         assert self._start_id is not None and self.channel is not None
-        started = self.reply(self.channel.finish(self._start_id), what)
+        started = self.reply(self.channel.finish(self._start_id), proto.Started, what)
         self.load_seconds, self.performance = started.load_seconds, started.performance
         # the clock is system-wide (core/clock.py); should the worker's read another time than
         # any between our request and its reply, its events are moved by the difference
@@ -165,9 +165,9 @@ class PdWorker:
         if not self.gone and proc.poll() is None and channel is not None:
             try:
                 if channel.settle(STOP_GRACE_S):
-                    frame = channel.request(proto.Close(), timeout=CLOSE_WAIT_S)
+                    frame = channel.request(proto.dumps(proto.Close()), timeout=CLOSE_WAIT_S)
                     if frame[:1] == ch.REPLY:
-                        closed = ch.parse_object(frame)
+                        closed = proto.loads(ch.frame_body(frame), proto.Closed)
                         self.heap_report = closed.heap_report
                         self.absorb(closed.trace)
             except (OSError, ch.ProtocolError):

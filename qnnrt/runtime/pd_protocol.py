@@ -2,8 +2,10 @@
 
 Every request carries an id the main process assigns (`pd_channel.Channel`); the worker's reply
 carries the same id, so a reply can never be taken for another request's. Control requests and
-their replies are the frozen dataclasses below (pickled: both sides run this same module); a graph
-call, the hot path, is a fixed binary frame (pd_channel). A failure comes back as a `Failure`
+their replies are the frozen dataclasses below, encoded by their declared field types
+(runtime/wire.py: `WIRE`, no pickle; `loads` refuses a message that is not of the kind its reader
+expects); a graph call, the hot path, is a fixed binary frame (pd_channel), its optional tail a
+`CallTail` (a segment run's a `SegmentTail`). A failure comes back as a `Failure`
 whose payload rebuilds the error on the main side (a QnnError stays a QnnError, with its code,
 log and remedy, so the recovery policy reads it as if it were local).
 
@@ -13,14 +15,19 @@ thread reading a summary must not touch a channel another thread is waiting on.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import TypeVar
+
 import numpy as np
 
 from qnnrt.errors import QnnError
 from qnnrt.profiling.trace_events import TraceBatch
 from qnnrt.runtime.pd_channel import Block
+from qnnrt.runtime.portable import ArenaArray, StepDescriptor
 from qnnrt.runtime.performance import Choice
+from qnnrt.runtime.wire import Wire
+
+M = TypeVar("M")
 
 
 # -- the worker's configuration --------------------------------------------------------------------
@@ -53,6 +60,11 @@ class WorkerConfig:
 
 
 # -- control requests -------------------------------------------------------------------------------
+# a value sent by value: an array, or a scalar a .pte computes on the CPU
+LiveValue = np.ndarray | bool | int | float | str | None | list | tuple
+# what a segment's slot starts from in the worker: an arena array by reference, or a constant
+TemplateValue = ArenaArray | LiveValue
+
 @dataclass(frozen=True)
 class Start:
     config: WorkerConfig
@@ -98,10 +110,14 @@ class Vote:
 
 @dataclass(frozen=True)
 class InstallSegment:
-    """A plan segment this worker runs on request from now on: `payload` is the segment's
-    `pd_segment.SegmentProgram`, pickled with arena arrays by reference and bound calls by id."""
+    """A plan segment this worker runs on request from now on: its steps as descriptors the
+    worker rebuilds (runtime/portable.py), the values its slot list of `slots` starts from (arena
+    arrays by reference, constants by value), and the slots the rest of the plan reads."""
     segment: int
-    payload: bytes
+    slots: int
+    template: dict[int, TemplateValue]
+    live_out: tuple[int, ...]
+    steps: tuple[StepDescriptor, ...]
 
 
 @dataclass(frozen=True)
@@ -124,6 +140,8 @@ class Crash:
 
 Request = (Start | Bind | Point | ProfileCalls | Recreate | Vote | InstallSegment | StageOutputs
            | Close | Crash)
+REQUESTS = (Start, Bind, Point, ProfileCalls, Recreate, Vote, InstallSegment, StageOutputs, Close,
+            Crash)
 
 
 # -- replies ----------------------------------------------------------------------------------------
@@ -159,12 +177,14 @@ class Done:
     """A request with nothing to report (Bind, Point, ProfileCalls)."""
 
 
+
+
 @dataclass(frozen=True)
 class SegmentTail:
     """What a segment run sends back besides its timing: live-out values not staged in the arena
     (the first run's; the main process stages them from then on) and each profiled graph call's
     QNN events, by the step's index in the segment."""
-    values: dict[int, Any]
+    values: dict[int, LiveValue]
     events: tuple[tuple[int, list[dict]], ...]
     trace: TraceBatch | None = None
 
@@ -215,11 +235,40 @@ class Failure:
 
 
 Reply = Started | Recreated | Voted | Closed | Done | Failure
+REPLIES = (Started, Recreated, Voted, Closed, Done, Failure)
+
+WIRE = Wire(REQUESTS + REPLIES + (CallTail, SegmentTail))
+
+
+def dumps(message: object) -> bytes:
+    """A message of this protocol as bytes (runtime/wire.py)."""
+    return WIRE.dumps(message)
+
+
+def loads(data: bytes, expected: type[M]) -> M:
+    """The message in `data`, of kind `expected` (a ProtocolError otherwise)."""
+    return WIRE.loads(data, expected)
+
+
+def loads_any(data: bytes, expected: tuple[type, ...]) -> object:
+    """The message in `data`, of one of the kinds `expected`."""
+    return WIRE.loads(data, expected)
 
 
 # -- the status a worker writes in shared memory --------------------------------------------------
-STATUS_FIELDS = ("creates", "evictions", "frees", "pd_estimate_total_bytes", "segment_step",
-                 "segment_graph_calls")
+@dataclass(frozen=True)
+class WorkerStatus:
+    """What a worker's status block says at one moment: its pool's counters, the segment step it
+    is at, and the graph calls it made in segments."""
+    creates: int
+    evictions: int
+    frees: int
+    pd_estimate_total_bytes: int
+    segment_step: int
+    segment_graph_calls: int
+
+
+STATUS_FIELDS = tuple(f.name for f in fields(WorkerStatus))   # one 64-bit word each
 STATUS_DTYPE = np.dtype([(name, np.int64) for name in STATUS_FIELDS])
 _STEP_WORD = STATUS_FIELDS.index("segment_step")
 _CALLS_WORD = STATUS_FIELDS.index("segment_graph_calls")
@@ -250,6 +299,6 @@ class StatusBlock:
     def segment_graph_calls(self) -> int:
         return int(self._words[_CALLS_WORD])
 
-    def read(self) -> dict[str, int]:
+    def read(self) -> WorkerStatus:
         row = self.array[0]
-        return {name: int(row[name]) for name in STATUS_FIELDS}
+        return WorkerStatus(*(int(row[name]) for name in STATUS_FIELDS))

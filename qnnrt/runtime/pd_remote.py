@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qnnrt.core import ContextBinary, GraphSpec
+from qnnrt.core import ContextBinary, GraphSpec, Profile
+from qnnrt.core.graph import LiveGraph
+from qnnrt.core.shared_buffer import SharedMemory
+from qnnrt.errors import QnnrtError
 from qnnrt.runtime import pd_channel as ch
 from qnnrt.runtime import pd_protocol as proto
 from qnnrt.runtime.pd_host import PdWorker
@@ -28,10 +31,6 @@ class RemoteCall:
     def __init__(self, pool: "MultiPdPool", worker: PdWorker, call_id: int, key: str, spec: GraphSpec):
         self.pool, self.worker, self.call_id = pool, worker, call_id
         self.key, self.name = key, spec.name
-        # BoundCall's attributes, unused here: the worker holds the graph and its log
-        self.handle: Any = None
-        self.profile_handle: Any = None
-        self.precise_log = False
         self.profiled = False
         self.wait = ch.SpinWait()   # its replies: polled for as long as a call usually takes
         self.events: list[dict] = []   # the last call's profile events, when profiled
@@ -50,13 +49,17 @@ class RemoteCall:
         self._dst: list[np.ndarray | None] = [None] * len(self._outs)  # bound output arrays
         self._home = {"in": ins, "out": outs}                     # the staging blocks
         self._at = {"in": list(ins), "out": list(outs)}           # where the worker points now
-        worker.control(proto.Bind(call_id, key, spec.name, tuple(ins), tuple(outs)),
+        worker.control(proto.Bind(call_id, key, spec.name, tuple(ins), tuple(outs)), proto.Done,
                        f"binding graph {spec.name!r} of context {key!r}")
 
-    def attach_profile(self, profile: Any) -> Callable[[], list[dict]]:
+    def point_at(self, graph: LiveGraph) -> None:
+        """Nothing to point: the worker holds the graph, and re-points its own call when it
+        re-creates the context (recovery)."""
+
+    def attach_profile(self, profile: Profile) -> Callable[[], list[dict]]:
         """The worker records every call of this graph into a QNN profile of its own (at
         `profile`'s level) and sends the call's events with its reply."""
-        self.worker.control(proto.ProfileCalls(self.call_id, profile.level),
+        self.worker.control(proto.ProfileCalls(self.call_id, profile.level), proto.Done,
                             f"profiling graph {self.name!r} of context {self.key!r}")
         self.profiled = True
         return lambda: self.events
@@ -83,7 +86,7 @@ class RemoteCall:
         block = self.pool.arena.block_of(arr)
         want = block if block is not None else self._home[kind][i]
         if self._at[kind][i] != want:
-            self.worker.control(proto.Point(self.call_id, kind == "out", i, want),
+            self.worker.control(proto.Point(self.call_id, kind == "out", i, want), proto.Done,
                                 f"binding graph {self.name!r} of context {self.key!r}")
             self._at[kind][i] = want
         return block is not None
@@ -127,9 +130,8 @@ class RemoteCall:
             if frame[:1] == ch.ERROR:
                 raise w.failure(frame, f"graph {self.name!r} of context {self.key!r}")
             raise ch.ProtocolError(f"{w.name}: a {frame[:1]!r} frame in reply to a graph call")
-        dt, tail = ch.parse_ok(frame)
-        if tail is not None and not isinstance(tail, proto.CallTail):
-            raise ch.ProtocolError(f"{w.name}: a call reply carrying {type(tail).__name__}")
+        dt, tail_bytes = ch.parse_ok(frame)
+        tail = proto.loads(tail_bytes, proto.CallTail) if tail_bytes else None
         if self.profiled:
             self.events = (tail.events if tail is not None else None) or []
         if tail is not None:
@@ -146,7 +148,6 @@ class RemoteGraph:
 
     def __init__(self, pool: "MultiPdPool", key: str, spec: GraphSpec):
         self.pool, self.key, self.spec, self.name = pool, key, spec, spec.name
-        self.handle = None
         self.last_execute_seconds = 0.0
         self._call: RemoteCall | None = None
 
@@ -158,15 +159,22 @@ class RemoteGraph:
     def outputs(self) -> tuple:
         return self.spec.outputs
 
-    def execute(self, inputs: Any, profile: object = None,
-                dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
+    def execute(self, inputs: object, profile: Profile | None = None,
+                dequantize: bool | Sequence[bool] = True,
+                shared: SharedMemory | None = None) -> dict[str, np.ndarray]:
+        """`core.Graph.execute`'s contract, executed by the worker (`profile` is not read: a
+        profiled program profiles in the worker; `shared` must be None: graph I/O of a worker
+        lives in the arena)."""
         from qnnrt.core.tensor import order_inputs, prepare_input
         where = f"graph {self.name!r}"
+        if shared is not None:
+            raise QnnrtError(f"{where} of context {self.key!r} runs in a PD worker: its tensors "
+                             f"live in the shared arena, not in this process's shared buffers")
         values = order_inputs([s.name for s in self.spec.inputs], inputs, where)
         return self.execute_prepared([prepare_input(s, v, where) for s, v in
                                       zip(self.spec.inputs, values)], profile, dequantize)
 
-    def execute_prepared(self, arrays: Sequence[np.ndarray], profile: object = None,
+    def execute_prepared(self, arrays: Sequence[np.ndarray], profile: Profile | None = None,
                          dequantize: bool | Sequence[bool] = True) -> dict[str, np.ndarray]:
         if self._call is None:
             self._call = self.pool.remote_call(self.key, self.spec)

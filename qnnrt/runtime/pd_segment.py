@@ -1,79 +1,51 @@
 """A plan segment run by a PD worker: the steps of one host, sent once, run on one request.
 
-The main process pickles the segment's steps with arrays in the shared arena by reference (a
-planned buffer is the same memory on both sides) and its bound calls by id (the worker calls the
-graph it bound for that id, on a BoundCall of the segment's own); everything else travels by
-value, once, at install. A run then carries two numbers each way: the dynamic live-in values are
-copied into arena staging arrays before the request, the live-out values the worker did not write
-in place come back through staging arrays (learned from the first run, which returns them in its
-reply). A QNN error inside the segment names the step it stopped at; after recovery the same run
-resumes there, on the worker's values.
+The main process sends the segment as descriptors (runtime/portable.py): each step's typed
+description, with arrays in the shared arena by reference (a planned buffer is the same memory on
+both sides) and its bound calls by id (the worker calls the graph it bound for that id, on a
+BoundCall of the segment's own); constants travel by value, once, at install; the worker rebuilds
+the steps. A run then carries two numbers each way: the dynamic live-in values are copied into
+arena staging arrays before the request, the live-out values the worker did not write in place
+come back through staging arrays (learned from the first run, which returns them in its reply). A
+QNN error inside the segment names the step it stopped at; after recovery the same run resumes
+there, on the worker's values.
 """
 from __future__ import annotations
 
-import io
-import pickle
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, NoReturn
+from dataclasses import replace
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
 from qnnrt.errors import QnnError
 from qnnrt.runtime import pd_channel as ch
 from qnnrt.runtime import pd_protocol as proto
+from qnnrt.runtime import portable
 from qnnrt.runtime.hooks import Tracing
-from qnnrt.runtime.plan import GraphStep, SegmentStep, Step
+from qnnrt.runtime.plan import GraphStep, SegmentStep
 from qnnrt.runtime.steps import Bookkeeping
 from qnnrt.runtime.segments import Segment
 from qnnrt.runtime.tracing import step_label
 
 if TYPE_CHECKING:
-    from qnnrt.runtime.program import Program
-
-
-@dataclass(frozen=True)
-class SegmentProgram:
-    """What a worker keeps of a segment: its steps, and the values its slot list starts from."""
-    steps: tuple[Step, ...]
-    slots: int
-    template: dict[int, Any]       # live-in slots: arena arrays (by reference) and constants
-    live_out: tuple[int, ...]
+    from qnnrt.runtime.pd_worker import WorkerCall
+    from qnnrt.runtime.pd_host import PdWorker
+    from qnnrt.runtime.plan_context import PlanContext
 
 
 # -- the main process's side ------------------------------------------------------------------------
-class _ArenaPickler(pickle.Pickler):
-    def __init__(self, file: io.BytesIO, arena: ch.Arena, call_id_of: Callable[[object], int | None]):
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.arena, self.call_id_of = arena, call_id_of
-
-    def persistent_id(self, obj: object) -> tuple | None:
-        if isinstance(obj, np.ndarray) and obj.nbytes:
-            block = self.arena.block_of(obj)
-            if block is not None:
-                return ("arena", block, obj.shape, obj.dtype.str)
-            return None
-        call_id = self.call_id_of(obj)
-        return None if call_id is None else ("call", call_id)
-
-
-def pack(program: SegmentProgram, arena: ch.Arena, call_id_of: Callable[[object], int | None]) -> bytes:
-    buf = io.BytesIO()
-    _ArenaPickler(buf, arena, call_id_of).dump(program)
-    return buf.getvalue()
-
-
 class RemoteSegment(SegmentStep):
     """The main process's step for a segment its worker runs. `run` returns the seconds inside
     graphExecute (there); `cpu_seconds` the CPU steps' (there)."""
 
-    def __init__(self, segment: Segment, segment_id: int, template: list, program: Program,
-                 worker: Any, arena: ch.Arena, call_id_of: Callable[[object], int | None],
+    def __init__(self, segment: Segment, segment_id: int, template: list, context: PlanContext,
+                 worker: PdWorker, arena: ch.Arena, call_id_of: Callable[[object], int | None],
                  broken: Callable[[str], NoReturn]) -> None:
         self.segment, self.id, self.template = segment, segment_id, template
-        self.program, self.worker, self.arena = program, worker, arena
+        self.context, self.worker, self.arena = context, worker, arena
         self.call_id_of, self.broken = call_id_of, broken
         self.graph_at = {k: s for k, s in enumerate(segment.steps) if isinstance(s, GraphStep)}
         self.graph_calls = len(self.graph_at)
@@ -89,25 +61,27 @@ class RemoteSegment(SegmentStep):
     def _install(self, values: list) -> None:
         """Send the steps. A slot the segment touches that holds a planned arena buffer is that
         buffer there too; a live-in is that, a constant (sent once), or staged per run."""
-        entries: dict[int, Any] = {}
+        refs = portable.Refs(self.arena, self.call_id_of)
+        entries: dict[int, proto.TemplateValue] = {}
         for slot in self.segment.slots:
             t = self.template[slot]
             if isinstance(t, np.ndarray) and self.arena.block_of(t) is not None:
-                entries[slot] = t
+                entries[slot] = refs.array(t)
         for slot in self.segment.live_in:
             t, v = self.template[slot], values[slot]
-            if t is not None and v is t:
-                entries[slot] = t   # an arena buffer (by reference) or a constant (by value, once)
+            if t is not None and v is t:   # an arena buffer (by reference) or a constant (by value, once)
+                entries[slot] = refs.array(t) if isinstance(t, np.ndarray) else t
                 continue
             if not isinstance(v, np.ndarray):
                 raise ch.ProtocolError(f"segment {self.id}: slot {slot} holds {type(v).__name__}, "
                                        f"not an array, at the start of a run")
             staging = self.arena.alloc(v.shape, v.dtype)[0]
-            entries[slot] = staging
+            entries[slot] = refs.array(staging)
             self.stage_in.append((slot, staging))
-        program = SegmentProgram(self.segment.steps, len(self.template), entries, self.segment.live_out)
-        self.worker.control(proto.InstallSegment(self.id, pack(program, self.arena, self.call_id_of)),
-                            f"installing {self.what}")
+        steps = tuple(portable.describe(s, refs) for s in self.segment.steps)
+        self.worker.control(proto.InstallSegment(self.id, len(self.template), entries,
+                                                 self.segment.live_out, steps),
+                            proto.Done, f"installing {self.what}")
         self.installed = True
 
     def run(self, values: list) -> float:
@@ -132,17 +106,17 @@ class RemoteSegment(SegmentStep):
                 at[0] = again.at
                 raise again.error from None
         step = self.graph_at[failed.at]
-        return self.program.recovery.rerun(step.key, step.graph, failed.error, resume)
+        return self.context.recovery.rerun(step.key, step.graph, failed.error, resume)
 
     def _exchange(self, values: list, start: int) -> float:
         """One run request from step `start`: the seconds inside graphExecute; a QNN error at a
         graph step raised as _StepFailed."""
         w = self.worker
-        tracer = self.program.tracer
+        tracer = self.context.tracer
         began = tracer.now() if tracer is not None else 0
         t0 = time.perf_counter()
         try:
-            frame = w.channel.segment(self.id, start, self.wait)
+            frame = w.channel.segment(self.id, start, self.wait)  # type: ignore[union-attr]
         except (OSError, AttributeError):
             self.broken(self.where_stopped())
         rtt = time.perf_counter() - t0
@@ -151,7 +125,8 @@ class RemoteSegment(SegmentStep):
                         {"segment": self.id, "from_step": start, "ok": frame[:1] == ch.DONE})
         if frame[:1] != ch.DONE:
             raise self._failure(frame)
-        accelerator_s, self.cpu_seconds, busy_s, tail = ch.parse_done(frame)
+        accelerator_s, self.cpu_seconds, busy_s, tail_bytes = ch.parse_done(frame)
+        tail = proto.loads(tail_bytes, proto.SegmentTail) if tail_bytes else None
         w.count(self.graph_calls - self._done_before(start), accelerator_s, rtt - busy_s)
         for slot, staging in self.stage_out:
             values[slot] = staging.copy()
@@ -161,7 +136,7 @@ class RemoteSegment(SegmentStep):
 
     def where_stopped(self) -> str:
         """The step the worker was at (from its status block), for the error of a worker that died."""
-        step = self.graph_at.get(self.worker.status.read()["segment_step"])
+        step = self.graph_at.get(self.worker.status.read().segment_step)
         if step is None:
             return self.what
         return f"running graph {step.graph!r} of context {step.key!r} ({self.what})"
@@ -178,8 +153,7 @@ class RemoteSegment(SegmentStep):
             self.broken(self.where_stopped())
         if frame[:1] != ch.ERROR:
             return ch.ProtocolError(f"{w.name}: a {frame[:1]!r} frame in reply to a segment run")
-        failure = ch.parse_object(frame)
-        at = failure.at_step if isinstance(failure, proto.Failure) else None
+        at = proto.loads(ch.frame_body(frame), proto.Failure).at_step
         step = self.graph_at.get(at) if at is not None else None
         err = w.failure(frame, f"graph {step.graph!r} of context {step.key!r}" if step else self.what)
         if step is None or at is None or not isinstance(err, QnnError):
@@ -196,7 +170,7 @@ class RemoteSegment(SegmentStep):
                 self.stage_out.append((slot, staging))
                 blocks[slot] = (block, tuple(v.shape), v.dtype.str)
         if blocks:
-            self.worker.control(proto.StageOutputs(self.id, blocks),
+            self.worker.control(proto.StageOutputs(self.id, blocks), proto.Done,
                                 f"staging the outputs of {self.what}")
         for k, events in tail.events:
             step = self.graph_at[k]
@@ -213,37 +187,24 @@ class _StepFailed(Exception):
 
 
 # -- the worker's side ------------------------------------------------------------------------------
-class _ArenaUnpickler(pickle.Unpickler):
-    def __init__(self, data: bytes, view: ch.ArenaView, call: Callable[[int], Any]):
-        super().__init__(io.BytesIO(data))
-        self.view, self.call = view, call
-
-    def persistent_load(self, pid: Any) -> Any:
-        if pid[0] == "arena":
-            _, block, shape, dtype = pid
-            return self.view.array(block, tuple(shape), np.dtype(dtype))
-        if pid[0] == "call":
-            return self.call(pid[1])
-        raise ch.ProtocolError(f"a segment refers to {pid[0]!r}, which this worker does not know")
-
-
 class WorkerSegment:
     """A segment in the worker: its steps over a slot list of its own, run on request."""
 
-    def __init__(self, payload: bytes, view: ch.ArenaView, call: Callable[[int], Any],
-                 owner: Callable[[object], Any], status: proto.StatusBlock,
+    def __init__(self, install: proto.InstallSegment, resolver: portable.Resolver,
+                 owner: Callable[[object], WorkerCall | None], status: proto.StatusBlock,
                  tracer: Tracing | None = None) -> None:
         self.status, self.tracer = status, tracer
-        program: SegmentProgram = _ArenaUnpickler(payload, view, call).load()
-        self.steps = list(program.steps)
+        self.steps = [portable.rebuild(d, resolver) for d in install.steps]
         self.labels = [step_label(s) for s in self.steps]   # the CPU steps a trace names
         # each graph step's worker call (its profile is read after the step), None for CPU steps
         self.owners = [owner(s.binding.call) if isinstance(s, GraphStep) else None for s in self.steps]
-        self.template: list = [None] * program.slots
-        for slot, v in program.template.items():
+        template = {slot: resolver.array(v) if isinstance(v, portable.ArenaArray) else v
+                    for slot, v in install.template.items()}
+        self.template: list = [None] * install.slots
+        for slot, v in template.items():
             self.template[slot] = v
-        self.in_place = {slot: v for slot, v in program.template.items() if isinstance(v, np.ndarray)}
-        self.live_out = program.live_out
+        self.in_place = {slot: v for slot, v in template.items() if isinstance(v, np.ndarray)}
+        self.live_out = install.live_out
         self.staged: dict[int, np.ndarray] = {}
         self.values: list = []
 
@@ -293,17 +254,18 @@ class WorkerSegment:
             tracer.span(f"segment {len(self.steps) - start} step(s)", "pd", began,
                         {"graph_calls": calls - first, "from_step": start})
         tail = self._tail(values, events)
-        return ch.done_frame(rid, accelerator, cpu, time.perf_counter() - t0, tail)
+        return ch.done_frame(rid, accelerator, cpu, time.perf_counter() - t0,
+                             b"" if tail is None else proto.dumps(tail))
 
     def _failed(self, rid: int, k: int, e: QnnError, began: int) -> bytes:
         """The ERROR frame of a QNN error at step `k` (its trace sent with the next reply)."""
         if self.tracer is not None:
             self.tracer.span("segment (failed)", "pd", began, {"at_step": k, "code": e.code})
-        return ch.object_frame(ch.ERROR, rid, replace(proto.Failure.of(e, traceback.format_exc(limit=8)),
-                                                      at_step=k))
+        failure = replace(proto.Failure.of(e, traceback.format_exc(limit=8)), at_step=k)
+        return ch.body_frame(ch.ERROR, rid, proto.dumps(failure))
 
     def _tail(self, values: list, events: list[tuple[int, list[dict]]]) -> proto.SegmentTail | None:
-        by_value: dict[int, Any] = {}
+        by_value: dict[int, proto.LiveValue] = {}
         for slot in self.live_out:
             v = values[slot]
             if v is self.in_place.get(slot):

@@ -31,6 +31,9 @@ from qnnrt.runtime.child import SpinWait, child_end
 from qnnrt.runtime import pd_protocol as proto
 
 if TYPE_CHECKING:
+    from qnnrt.core.graph import PreparedCall
+    from qnnrt.core.profile import Profile
+    from qnnrt.runtime.pd_segment import WorkerSegment
     from qnnrt.profiling.trace import Tracer
     from qnnrt.profiling.trace_events import TraceBatch
     from qnnrt.runtime.residency import ContextPool
@@ -53,7 +56,7 @@ def group_pool(backend: Any, binaries: dict, predictions: dict, evict_budget: in
     return pool
 
 
-class _Call:
+class WorkerCall:
     """One graph's bound call over arena arrays, executed on request. With every context of the
     worker resident (eager), the graph handle is kept until the pool re-creates the context
     (recovery); otherwise (more contexts than its PD holds) each call goes through the pool, at
@@ -74,9 +77,7 @@ class _Call:
         finally:
             pool.release(key, position)
         self.call = BoundCall(pool.backend, self.spec)
-        self.profile: Any = None   # a QNN profile every call records into (the main asked for it)
-        self.profile_handle: Any = None
-        self.precise_log = False
+        self.profile: Profile | None = None   # every call records into it (the main asked for it)
         self.call.handle = self.handle
         self.inputs, self.outputs = list(inputs), list(outputs)   # what each tensor points at
         for i, a in enumerate(self.inputs):
@@ -86,25 +87,28 @@ class _Call:
 
     @staticmethod
     def over_blocks(pool: ContextPool, view: ch.ArenaView, key: str, graph: str, position: int,
-                    ins: list[ch.Block], outs: list[ch.Block]) -> "_Call":
+                    ins: list[ch.Block], outs: list[ch.Block]) -> "WorkerCall":
         spec = pool.binaries[key].graph(graph)
-        return _Call(pool, key, graph, position,
+        return WorkerCall(pool, key, graph, position,
                      [view.array(b, tuple(s.shape), s.dtype) for b, s in zip(ins, spec.inputs)],
                      [view.array(b, tuple(s.shape), s.dtype) for b, s in zip(outs, spec.outputs)])
 
-    def clone(self) -> "_Call":
+    def clone(self) -> "WorkerCall":
         """The same graph on a BoundCall of its own, pointing where this one points now (a plan
         segment's binder re-points its tensors per call; this call's stay as the main set them)."""
-        c = _Call(self.pool, self.key, self.graph, self.position, self.inputs, self.outputs)
+        c = WorkerCall(self.pool, self.key, self.graph, self.position, self.inputs, self.outputs)
         if self.profile is not None:
             c.record_into(self.profile)
         return c
 
-    def record_into(self, profile: Any) -> None:
+    def record_into(self, profile: Profile) -> None:
         self.profile = profile
         self.call.attach_profile(profile)
 
     # -- BoundCall's calling shape -------------------------------------------------------------
+    def point_at(self, graph: object) -> None:
+        """Nothing to point: the call follows its context's live graph itself (`refresh`)."""
+
     def set_input(self, i: int, arr: np.ndarray) -> None:
         self.inputs[i] = arr
         self.call.set_input(i, arr)
@@ -127,7 +131,7 @@ class _Call:
     def set_output_size(self, j: int, nbytes: int) -> None:
         self.call.set_output_size(j, nbytes)
 
-    def attach_profile(self, profile: Any) -> Callable[[], list[dict]]:
+    def attach_profile(self, profile: Profile) -> Callable[[], list[dict]]:
         self.record_into(profile)
         return profile.events
 
@@ -158,17 +162,17 @@ class Worker:
     def __init__(self, end: ch.PipeEnd | ch.ConnEnd) -> None:
         self.end = end
         self.view = ch.ArenaView()
-        self.calls: dict[int, _Call] = {}
+        self.calls: dict[int, WorkerCall] = {}
         self.backend: Any = None
         self.binaries: dict = {}
         self.pool: Any = None
         self.heap: Any = None
         self.performance: Any = None
-        self.profile: Any = None
+        self.profile: Profile | None = None
         self.status: proto.StatusBlock | None = None
         self.evicting = False   # the pool's counters change with calls, not only with requests
-        self.segments: dict[int, Any] = {}       # id -> pd_segment.WorkerSegment
-        self.clones: list[_Call] = []            # the segments' own calls
+        self.segments: dict[int, WorkerSegment] = {}
+        self.clones: list[WorkerCall] = []            # the segments' own calls
         self.tracer: Tracer | None = None        # when the program traces: this worker's part
 
     def start(self, cfg: proto.WorkerConfig) -> proto.Started:
@@ -218,7 +222,7 @@ class Worker:
         if isinstance(req, proto.Start):
             return self.start(req.config)
         if isinstance(req, proto.Bind):
-            self.calls[req.call] = _Call.over_blocks(self.pool, self.view, req.key, req.graph,
+            self.calls[req.call] = WorkerCall.over_blocks(self.pool, self.view, req.key, req.graph,
                                                      self.order.index(req.key), list(req.inputs),
                                                      list(req.outputs))
             return proto.Done()
@@ -250,9 +254,11 @@ class Worker:
             return proto.Voted(self.vote_counts())
         if isinstance(req, proto.InstallSegment):
             from qnnrt.runtime.pd_segment import WorkerSegment
+            from qnnrt.runtime.portable import Resolver
             assert self.status is not None
-            self.segments[req.segment] = WorkerSegment(req.payload, self.view, self.clone_call,
-                                                       self.owner, self.status, self.tracer)
+            resolver = Resolver(self.view, self.clone_call, lambda call_id: self.bound(call_id).spec)
+            self.segments[req.segment] = WorkerSegment(req, resolver, self.owner, self.status,
+                                                       self.tracer)
             return proto.Done()
         if isinstance(req, proto.StageOutputs):
             self.installed(req.segment).stage(self.view, req.blocks)
@@ -261,7 +267,7 @@ class Worker:
             os.kill(os.getpid(), signal.SIGKILL)
         raise ch.ProtocolError(f"a request this worker does not know: {type(req).__name__}")
 
-    def clone_call(self, call_id: int) -> Any:
+    def clone_call(self, call_id: int) -> PreparedCall:
         """The call a segment's binder makes for bound call `call_id`: a clone of it; with every
         context resident, the clone's BoundCall itself (no hop per call; `refresh` re-points it
         after a re-creation)."""
@@ -269,14 +275,14 @@ class Worker:
         self.clones.append(c)
         return c.call if c.resident else c
 
-    def owner(self, call: object) -> _Call | None:
+    def owner(self, call: object) -> WorkerCall | None:
         """The clone a segment's call object belongs to (its profile, its refresh)."""
         return next((c for c in self.clones if c is call or c.call is call), None)
 
-    def all_calls(self) -> list[_Call]:
+    def all_calls(self) -> list[WorkerCall]:
         return list(self.calls.values()) + self.clones
 
-    def installed(self, segment: int) -> Any:
+    def installed(self, segment: int) -> WorkerSegment:
         seg = self.segments.get(segment)
         if seg is None:
             raise ch.ProtocolError(f"no installed segment {segment}")
@@ -289,7 +295,7 @@ class Worker:
             self.report_pool()
         return out
 
-    def bound(self, call_id: int) -> _Call:
+    def bound(self, call_id: int) -> WorkerCall:
         call = self.calls.get(call_id)
         if call is None:
             raise ch.ProtocolError(f"no bound call {call_id}")
@@ -316,9 +322,10 @@ class Worker:
         if self.evicting:
             self.report_pool()
         if self.tracer is None:
-            return ch.ok_frame(rid, seconds, None if events is None else proto.CallTail(events, None))
+            return ch.ok_frame(rid, seconds,
+                               b"" if events is None else proto.dumps(proto.CallTail(events, None)))
         self.tracer.graph_call(call.key, call.graph, end, seconds, events)
-        return ch.ok_frame(rid, seconds, proto.CallTail(events, self.drain()))
+        return ch.ok_frame(rid, seconds, proto.dumps(proto.CallTail(events, self.drain())))
 
     def loop(self) -> None:
         """Serve requests until the channel closes or a Close: every request gets one reply with
@@ -340,14 +347,17 @@ class Worker:
                     continue
                 if kind != ch.CONTROL:
                     raise ch.ProtocolError(f"a frame of unknown kind {kind!r}")
-                req = ch.parse_object(frame)
+                req = proto.loads_any(ch.frame_body(frame), proto.REQUESTS)
                 if isinstance(req, proto.Close):
                     heap_report = self.close()
-                    end.send(ch.object_frame(ch.REPLY, rid, proto.Closed(heap_report, self.drain())))
+                    closed = proto.Closed(heap_report, self.drain())
+                    end.send(ch.body_frame(ch.REPLY, rid, proto.dumps(closed)))
                     return
-                end.send(ch.object_frame(ch.REPLY, rid, self.handle(req)))
+                assert isinstance(req, proto.REQUESTS)
+                end.send(ch.body_frame(ch.REPLY, rid, proto.dumps(self.handle(req))))
             except Exception as e:  # noqa: BLE001 - every failure goes back as its request's reply
-                end.send(ch.object_frame(ch.ERROR, rid, proto.Failure.of(e, traceback.format_exc(limit=8))))
+                failure = proto.Failure.of(e, traceback.format_exc(limit=8))
+                end.send(ch.body_frame(ch.ERROR, rid, proto.dumps(failure)))
 
     def close(self) -> dict | None:
         """Free every context, then the backend (idempotent); the heap report when profiling."""

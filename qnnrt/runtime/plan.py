@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from qnnrt.core import Profile
-from qnnrt.core.graph import BoundCall, Graph, GraphBinding, ProfileSink
+from qnnrt.core.graph import BoundCall, GraphBinding, ProfileSink
 from qnnrt.core.tensor import order_inputs, prepare_input
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder, Tracing
@@ -43,7 +43,7 @@ from qnnrt.runtime.steps import (CPU, GRAPH, SEGMENT, Call, GraphStep, SegmentSt
                                  loop_call)
 
 if TYPE_CHECKING:
-    from qnnrt.runtime.program import Program
+    from qnnrt.runtime.plan_context import PlanContext
     from qnnrt.runtime.recovery import Recovery
     from qnnrt.runtime.residency import ContextSource, LiveContext
 
@@ -131,20 +131,20 @@ class CallObservers:
             binding.attach_profile(profile, sink)
 
 
-def graph_step(program: Program, step: QnnStep, position: int, in_slots: Sequence[int],
+def graph_step(context: PlanContext, step: QnnStep, position: int, in_slots: Sequence[int],
                out_slots: Sequence[int], where: str) -> GraphStep:
     """A graph step with its binder (defaults: inputs checked, outputs fresh), profiled when the
-    program profiles, its calls timed when the program is timed or traced (a trace's slices need
+    program profiles, its calls timed when the plan is timed or traced (a trace's slices need
     their seconds; a PD worker times its own)."""
-    spec = program.binaries[step.key].graph(step.graph)
-    call = program.bound_call(step.key, spec)
+    spec = context.binaries[step.key].graph(step.graph)
+    call = context.hosts.bound_call(step.key, spec)
     if isinstance(call, BoundCall):
-        call.timed = program.timed or program.tracer is not None
+        call.timed = context.timed or context.tracer is not None
     binding = GraphBinding(call, spec, in_slots, out_slots, step.dequantize, where,
-                           shared=program.shared_memory)
+                           shared=context.shared_memory)
     g = GraphStep(step.key, step.graph, position, binding)
-    if program.observers is not None:
-        program.observers.attach(g)
+    if context.observers is not None:
+        context.observers.attach(g)
     return g
 
 
@@ -210,11 +210,11 @@ class StepPlan:
     """Runs a list of steps over a slot list, graph calls through `LiveGraphs`."""
     timing: RunTiming
 
-    def __init__(self, program: Program, graph_steps: list[GraphStep]) -> None:
-        self.program = program
+    def __init__(self, context: PlanContext, graph_steps: list[GraphStep]) -> None:
+        self.context = context
         self.graph_steps = graph_steps
-        self.live = LiveGraphs(program.pool, graph_steps, program.recovery)
-        self.timing = RunTiming(program.timed)
+        self.live = LiveGraphs(context.pool, graph_steps, context.recovery)
+        self.timing = RunTiming(context.timed)
 
     @property
     def steps(self) -> list[Step]:
@@ -229,26 +229,27 @@ class StepPlan:
         self.calls = self._loop_calls()
 
     def _loop_calls(self) -> list[Call]:
-        timed = self.program.timed
+        timed = self.context.timed
         return [loop_call(s, timed) for s in self._steps]
 
     def cut_by_host(self, template: list, outputs: Sequence[int]) -> None:
         """Runs of steps whose graphs live in another host become one step each, which that host
         runs on one request (runtime/segments.py); `outputs`: the slots the plan returns."""
         from qnnrt.runtime.segments import cut
-        program = self.program
-        self.steps = cut(self.steps, program.host_of, outputs,
-                         lambda seg: program.segment_step(seg, template))
-        if program.tracer is not None:   # each CPU step this process runs, a slice
+        context = self.context
+        hosts = context.hosts
+        self.steps = cut(self.steps, hosts.host_of, outputs,
+                         lambda seg: hosts.segment_step(seg, template, context))
+        if context.tracer is not None:   # each CPU step this process runs, a slice
             from qnnrt.runtime.tracing import traced_steps
-            self.steps = traced_steps(self.steps, program.tracer)
+            self.steps = traced_steps(self.steps, context.tracer)
 
     def run_steps(self, values: list) -> None:
         """Every step once, in order, over `values`; the graph calls back to back while every
         context is live, else each through the pool."""
-        program, live = self.program, self.live
+        counters, live = self.context.counters, self.live
         if not live.all_live():
-            program.pool.set_order(live.order)
+            self.context.pool.set_order(live.order)
             self._run_pooled(values)
             return
         if self._calls_pointed != live.pointed:   # pointed anew since the calls were worked out
@@ -258,7 +259,7 @@ class StepPlan:
             if kind == CPU:
                 cpu += run(values)
             elif kind == GRAPH:
-                program.local_graph_calls += 1  # as they happen: progress lines read it
+                counters.graph_calls += 1  # as they happen: progress lines read it
                 try:
                     accelerator += run(values)
                 except QnnError as e:
@@ -275,11 +276,11 @@ class StepPlan:
         """The same steps with each graph call's context acquired from the pool and released
         after it (some context is not live, or something is pending)."""
         accelerator = cpu = 0.0
-        program, live = self.program, self.live
+        counters, live = self.context.counters, self.live
         for run, kind, step in self.calls:
             if kind == GRAPH:
                 assert isinstance(step, GraphStep)
-                program.local_graph_calls += 1
+                counters.graph_calls += 1
                 accelerator += live.run_pooled(step, values)
             elif kind == SEGMENT:
                 assert isinstance(step, SegmentStep)
@@ -294,8 +295,8 @@ class StepPlan:
 class MethodPlan(StepPlan):
     """A Method of QNN steps and ONNX Runtime CPU segments, compiled for one Program."""
 
-    def __init__(self, program: Program, method: Method, caller: CallerArrays | None = None) -> None:
-        self.program = program   # before the steps: planned buffers come from it
+    def __init__(self, context: PlanContext, method: Method, caller: CallerArrays | None = None) -> None:
+        self.context = context   # before the steps: planned buffers come from it
         self.method = method
         self.where = f"method {method.name!r}"
         self.slots: dict[str, int] = {}
@@ -320,14 +321,14 @@ class MethodPlan(StepPlan):
         graph_steps: list[GraphStep] = []
         for step in method.steps:
             if isinstance(step, QnnStep):
-                g = self._graph_step(program, step, len(graph_steps))
+                g = self._graph_step(context, step, len(graph_steps))
                 self.steps.append(g)
                 graph_steps.append(g)
             elif isinstance(step, CpuStep):
                 self.steps.append(ort_step(self, step.segment))
             else:
                 raise QnnrtError(f"{self.where}: unknown step {type(step).__name__}")
-        super().__init__(program, graph_steps)
+        super().__init__(context, graph_steps)
         self.template: list = [None] * len(self.slots)
         for slot, b in self.planned.items():
             self.template[slot] = b
@@ -335,11 +336,11 @@ class MethodPlan(StepPlan):
             self.template[slot] = a
         self.cut_by_host(self.template, [slot for _, slot, _ in self.out_list])
 
-    def _graph_step(self, program: Program, step: QnnStep, position: int) -> GraphStep:
+    def _graph_step(self, context: PlanContext, step: QnnStep, position: int) -> GraphStep:
         """Inputs of a known kind are pointed (or bound once, when planned) without a check;
         outputs that never leave the method go to planned buffers."""
         where = f"graph {step.graph!r} of {self.where}"
-        g = graph_step(program, step, position, [self.slot(n) for n in step.inputs],
+        g = graph_step(context, step, position, [self.slot(n) for n in step.inputs],
                        [self.slot(n) for n in step.outputs], where)
         b = g.binding
         for i, (slot, s) in enumerate(zip(b.in_slots, b.spec.inputs)):
@@ -392,7 +393,7 @@ class MethodPlan(StepPlan):
     def plan_buffer(self, slot: int, shape: Shape, dtype: np.dtype) -> np.ndarray:
         b = self.planned.get(slot)
         if b is None or b.shape != shape or b.dtype != dtype:
-            b = self.planned[slot] = self.program.buffer(shape, dtype)
+            b = self.planned[slot] = self.context.buffer(shape, dtype)
         return b
 
     # -- running ----------------------------------------------------------------------------
@@ -410,40 +411,37 @@ class ReferencePlan:
     """The step-by-step path by tensor name (Method.run, each graph through Graph.execute): what
     the tests compare every plan with."""
 
-    def __init__(self, program: Program, method: Method) -> None:
-        self.program, self.method = program, method
+    def __init__(self, context: PlanContext, method: Method) -> None:
+        self.context, self.method = context, method
         self.timing = RunTiming()
 
     def run(self, inputs: Inputs) -> dict[str, np.ndarray]:
         self.timing = RunTiming()
-        self.program.pool.set_order(self.method.graph_order)
+        self.context.pool.set_order(self.method.graph_order)
         out = self.method.run(inputs, self._run_graph)
         self.timing.graph_calls = len(self.method.graph_order)
         return out
 
     def _run_graph(self, step: QnnStep, position: int,
                    arrays: list[np.ndarray]) -> list[np.ndarray]:
-        program = self.program
-        program.local_graph_calls += 1  # read by progress reporters on other threads
-        ctx = program.pool.acquire(step.key, position)
+        context = self.context
+        context.counters.graph_calls += 1  # read by progress reporters on other threads
+        ctx = context.pool.acquire(step.key, position)
         try:
             try:
                 return self._execute(ctx, step, arrays)
             except QnnError as e:
-                return program.recovery.rerun(step.key, step.graph, e,
+                return context.recovery.rerun(step.key, step.graph, e,
                                               lambda c: self._execute(c, step, arrays))
         finally:
-            program.pool.release(step.key, position)
+            context.pool.release(step.key, position)
 
-    def _execute(self, ctx: Any, step: QnnStep, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        """`ctx`: a live Context, or a PD worker's (pd_remote.RemoteContext): both execute a
-        graph by name, checked, as `core.Graph.execute` does."""
+    def _execute(self, ctx: LiveContext, step: QnnStep,
+                 arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """`ctx`: a live Context, or a PD worker's (pd_remote.RemoteContext): both give graphs of
+        one protocol (`core.graph.LiveGraph`), executed by name, checked."""
         g = ctx.graph(step.graph)
-        shared = self.program.shared_memory
-        if shared is not None and isinstance(g, Graph):
-            out = g.execute(arrays, dequantize=step.dequantize, shared=shared)
-        else:
-            out = g.execute(arrays, dequantize=step.dequantize)
+        out = g.execute(arrays, dequantize=step.dequantize, shared=self.context.shared_memory)
         self.timing.accelerator_s += g.last_execute_seconds
         return [out[s.name] for s in g.spec.outputs]
 

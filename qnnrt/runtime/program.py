@@ -6,14 +6,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 from numpy.typing import DTypeLike
 
-from qnnrt.core import Backend, ContextBinary, GraphSpec, Profile
-from qnnrt.core.graph import PreparedCall
+from qnnrt.core import Backend, ContextBinary, Profile
 from qnnrt.core.shared_buffer import SharedMemory
 from qnnrt.core.spill_fill import SpillFillGroup
 from qnnrt.formats.genie import GenieConfig
@@ -23,55 +23,35 @@ from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.runtime.method import Inputs, Method, MethodBuilder, UnavailableMethod
 from qnnrt.profiling.trace import Tracer
 from qnnrt.runtime.plan import CallObservers, CallerArrays, Plan, PreparedRun, ReferencePlan, RunTiming
+from qnnrt.runtime.plan_context import Counters, PlanContext
 from qnnrt.runtime.performance import Performance
-from qnnrt.runtime.pd_budget import Budget, backend_identity, remember_budget, resolve_budget
-from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, Placement, first_use_order, place
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES, Recovery
-from qnnrt.runtime.hosts import Hosts, ThisProcess
-from qnnrt.runtime.pools import PoolOptions, open_pool
+from qnnrt.runtime.hosts import DEFAULT_MAX_PDS, HostRequest, Hosts, Pool, PoolOptions, open_hosts
+from qnnrt.runtime.hosts.this_process import ThisProcess
 from qnnrt.runtime.residency import Residency
-from qnnrt.runtime.segments import Segment, SegmentStep
 from qnnrt.runtime.teardown import Closable, Holdings, close_all
 from qnnrt.runtime.vet import VetReport
 from qnnrt.runtime.vet_watch import StepWatch
 
 
-def predicted_needs(binaries: dict[str, ContextBinary]) -> dict[str, int | None]:
-    """Each context's predicted PD need in bytes (None where the binary does not tell)."""
-    out: dict[str, int | None] = {}
-    for key, b in binaries.items():
-        try:
-            out[key] = b.pd_need().total
-        except (FormatError, OSError):
-            out[key] = None
-    return out
-
-
-def choose_placement(methods: dict[str, Method], binaries: dict[str, ContextBinary], policy: Residency,
-                     needs: dict[str, int | None], budget: Budget | None,
-                     max_pds: int) -> Placement | None:
-    """Multi-PD placement, as the policy's `spread` allows: forced (`multi-pd[:N]`), or chosen (`auto`)
-    when the contexts do not fit one PD and fit at most `max_pds`; else None (one PD, in this process)."""
-    spread = policy.spread
-    if spread is None:
-        return None
-    orders = {n: list(m.graph_order) for n, m in methods.items()
-              if not isinstance(m, UnavailableMethod)}
-    order = first_use_order(orders, list(binaries))
-    if spread.forced:
-        if budget is None:
-            raise QnnrtError("multi-pd residency needs this backend's PD budget, which is not known "
-                             "yet: give it with --pd-budget (or LoadOptions(pd_budget=...)), or run "
-                             "once with --residency auto to learn it")
-        return place(order, needs, budget.bytes, max(max_pds, spread.pds or 0), spread.pds,
-                     budget.source)
-    if (budget is None or max_pds < 2 or None in needs.values()
-            or sum(v for v in needs.values() if v) <= budget.bytes):
-        return None
-    try:  # more PDs than allowed: max_pds PDs, each evicting what it cannot hold
-        return place(order, needs, budget.bytes, max_pds, None, budget.source, evict=True)
-    except QnnrtError:  # e.g. a context alone over the budget: one PD, which says so
-        return None
+@dataclass(frozen=True)
+class ProgramOptions:
+    """How a Program runs its methods and what watches them (`qnnrt.load` fills it from
+    LoadOptions)."""
+    residency: str | Residency = "auto"
+    heap: HeapProfiler | None = None
+    exec_profiler: ExecutionRecorder | None = None
+    profile_level: str = "off"
+    progress: Callable[[int, int], None] | None = None   # contexts created / to create
+    pd_budget: int | None = None          # bytes (None: known or learned)
+    watch: StepWatch | None = None        # vetting's step watch
+    max_pds: int = DEFAULT_MAX_PDS
+    log_level: str = "warn"
+    spill_fill_group: SpillFillGroup | None = None
+    max_recoveries: int = DEFAULT_MAX_RECOVERIES
+    performance: Performance | None = None   # votes, shared buffers, groups (qnnrt.load makes it)
+    tracer: Tracer | None = None          # the run's trace, None: not traced
+    write_trace: bool = False             # the trace is the program's: written at close
 
 
 class _CreateProfiles:
@@ -98,42 +78,31 @@ class Program:
 
     def __init__(self, path: Path, binaries: dict[str, ContextBinary],
                  method_builder: MethodBuilder, backend: Backend,
-                 residency: str | Residency = "auto", heap: HeapProfiler | None = None,
-                 exec_profiler: ExecutionRecorder | None = None, profile_level: str = "off",
-                 progress: Callable[[int, int], None] | None = None,
-                 owned: list[Closable] | None = None, constants: dict[str, object] | None = None,
-                 pd_budget: int | None = None, watch: StepWatch | None = None,
-                 max_pds: int = DEFAULT_MAX_PDS, log_level: str = "warn",
-                 spill_fill_group: SpillFillGroup | None = None,
-                 max_recoveries: int = DEFAULT_MAX_RECOVERIES,
-                 performance: Performance | None = None, tracer: Tracer | None = None,
-                 write_trace: bool = False, genie: GenieConfig | None = None) -> None:
+                 options: ProgramOptions = ProgramOptions(), owned: Sequence[Closable] = (),
+                 constants: dict[str, object] | None = None) -> None:
+        o = self.options = options
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
-        self.genie = genie    # a Genie bundle's config (formats/genie.py), None for other files
+        self.genie: GenieConfig | None = None   # a Genie bundle's config (formats/genie.py; the loader sets it)
         self.backend = backend
         self.binaries = binaries
-        self.heap = heap
-        self.exec_profiler = exec_profiler
-        self.profile_level = profile_level
+        self.heap, self.exec_profiler, self.profile_level = o.heap, o.exec_profiler, o.profile_level
         self._lock = threading.RLock()
         self._closed = False
         self.observers: CallObservers | None = None   # attached to every graph call: profiling, tracing
-        self.tracer = tracer          # the run's trace (profiling.Tracer), None: not traced
-        self._write_trace = write_trace   # the trace is this program's: written at close
-        self._owned = list(owned or [])   # closed after the binaries (e.g. the mapped .pte file)
+        self.tracer = o.tracer        # the run's trace (profiling.Tracer), None: not traced
+        self._owned = list(owned)     # closed after the binaries (e.g. the mapped .pte file)
         self.iterations = 0
-        self.pd_budget_cache: str | None = None
-        self.local_graph_calls = 0   # made by this process (plans count them as they happen)
+        self.counters = Counters()    # this process's graph calls (plans count them as they happen)
         self.vet_reports: list[VetReport] = []  # set by qnnrt.load: what was vetted
         self.timing = RunTiming()  # the last run: time inside graphExecute and in CPU ops
         self._plans: dict[tuple[str, bool, bool], Plan] = {}   # by (method, compiled, timed)
         self.compiled = True  # False: run every method on the step-by-step reference path
         self._timed = False   # see `timed`
-        self.performance = performance  # votes, shared buffers, groups (qnnrt.load makes it)
+        self.performance = o.performance
         # graph I/O in rpcmem (runtime/performance.py decided; none under multi-PD)
         self.shared_memory: SharedMemory | None = None
-        self.hosts: Hosts = ThisProcess(backend)   # until the pool is open: nothing elsewhere
+        self.hosts: Hosts = ThisProcess(backend)   # until the hosts are open: nothing elsewhere
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)  # a failure closes what was opened
             self.methods: dict[str, Method] = method_builder()
@@ -142,29 +111,38 @@ class Program:
             blocked = [m for m in self.methods.values() if isinstance(m, UnavailableMethod)]
             if self.methods and len(blocked) == len(self.methods):  # nothing could ever run
                 raise FormatError(blocked[0].reason)
-            profiler = (_CreateProfiles(backend, profile_level, exec_profiler.record)
-                        if exec_profiler is not None and profile_level != "off" else None)
-            self.pd_identity = backend_identity(backend.lib, backend.soc_model)
-            budget = resolve_budget(self.pd_identity, pd_budget)
-            needs = predicted_needs(binaries)
-            self.placement = choose_placement(self.methods, binaries, Residency.parse(residency), needs,
-                                              budget, max_pds)
             t0 = time.perf_counter()
-            self.pool, self.hosts = open_pool(backend, binaries, self.placement, PoolOptions(
-                Residency.parse(residency), log_level=log_level, heap=heap, profiler=profiler,
-                watch=watch, spill_fill_group=spill_fill_group, performance=performance,
-                budget=budget, predictions=needs, on_capacity=self._learned, progress=progress,
-                tracer=tracer))
+            opened = open_hosts(self._host_request())
+            self.pool: Pool = opened.pool
+            self.hosts = opened.hosts
             self.load_seconds = time.perf_counter() - t0
-            if performance is not None:
-                self.shared_memory = performance.shared_memory
-            profiled = exec_profiler is not None and profile_level != "off"
-            if profiled or tracer is not None:
-                self.observers = CallObservers(Profile(backend, profile_level) if profiled else None,
-                                               exec_profiler, tracer, lambda: self.iterations)
-            self.recovery = Recovery(self.pool, max_recoveries, lambda: self.iterations,
-                                     self._backend_restarted, tracer)
+            if o.performance is not None:
+                self.shared_memory = o.performance.shared_memory
+            profiled = o.exec_profiler is not None and o.profile_level != "off"
+            if profiled or o.tracer is not None:
+                self.observers = CallObservers(Profile(backend, o.profile_level) if profiled else None,
+                                               o.exec_profiler, o.tracer, lambda: self.iterations)
+            self.recovery = Recovery(self.pool, o.max_recoveries, lambda: self.iterations,
+                                     self._backend_restarted, o.tracer)
             undo.pop_all()
+
+    def _host_request(self) -> HostRequest:
+        """What the hosts are opened with: the contexts, the runnable methods' call orders."""
+        o = self.options
+        exec_profiler = o.exec_profiler
+        profiler = (_CreateProfiles(self.backend, o.profile_level, exec_profiler.record)
+                    if exec_profiler is not None and o.profile_level != "off" else None)
+        orders = {n: list(m.graph_order) for n, m in self.methods.items()
+                  if not isinstance(m, UnavailableMethod)}
+        return HostRequest(self.backend, self.binaries, orders, PoolOptions(
+            Residency.parse(o.residency), log_level=o.log_level, heap=o.heap, profiler=profiler,
+            watch=o.watch, spill_fill_group=o.spill_fill_group, performance=o.performance,
+            progress=o.progress, tracer=o.tracer), o.pd_budget, o.max_pds)
+
+    def context(self, timed: bool) -> PlanContext:
+        """What a plan is built with (runtime/plan_context.py)."""
+        return PlanContext(self.binaries, self.pool, self.recovery, self.hosts, self.counters, timed,
+                           self.observers, self.tracer, self.shared_memory)
 
     def _backend_restarted(self) -> None:
         """Recovery restarted the backend, which closed the vote and the profile it owned: make
@@ -194,28 +172,17 @@ class Program:
         """Graph calls made so far, as they happen: this process's, and those PD workers made in
         plan segments (each counts its own in its status block: a worker's part of an iteration
         can take minutes, and a progress line must not stand still meanwhile)."""
-        return self.local_graph_calls + self.hosts.graph_calls_elsewhere()
+        return self.counters.graph_calls + self.hosts.graph_calls_elsewhere()
 
-    # -- what plans ask (runtime/hosts.py) ----------------------------------------------------
-    def bound_call(self, key: str, spec: GraphSpec) -> PreparedCall:
-        """The call object a plan binds a graph of context `key` through, from its host."""
-        return self.hosts.bound_call(key, spec)
-
-    def host_of(self, key: str) -> int:
-        """Which host runs context `key`'s graphs: 0 this process, i > 0 the worker of PD i."""
-        return self.hosts.host_of(key)
-
-    def segment_step(self, segment: Segment, template: list) -> SegmentStep:
-        """The step that has `segment`'s host run it on one request."""
-        return self.hosts.segment_step(segment, template, self)
+    @property
+    def local_graph_calls(self) -> int:
+        """Graph calls this process made so far."""
+        return self.counters.graph_calls
 
     def buffer(self, shape: tuple, dtype: DTypeLike) -> np.ndarray:
-        """A zeroed array for a plan's intermediate, which every host reads and writes in place."""
+        """A zeroed array every host reads and writes in place: what `CallerArrays` of a prepared
+        method are made of (under multi-PD, the shared arena)."""
         return self.hosts.buffer(shape, dtype)
-
-    def _learned(self, capacity: int) -> None:
-        """A run found this backend's PD capacity: remember it for the next runs."""
-        self.pd_budget_cache = remember_budget(self.pd_identity, capacity)
 
     # -- running -----------------------------------------------------------------------------
     def method(self, name: str | int | None = None) -> Method:
@@ -293,7 +260,7 @@ class Program:
         with self._lock:
             if self._closed:
                 raise QnnrtError("program is closed")
-            return PreparedMethod(self, m.prepare(self, arrays))
+            return PreparedMethod(self, m.prepare(self.context(self._timed), arrays))
 
     def run_prepared(self, prepared: PreparedRun) -> None:
         """One run of a prepared method, under the program's lock (as `run`)."""
@@ -316,7 +283,9 @@ class Program:
         key = (m.name, self.compiled, self._timed)
         plan = self._plans.get(key)
         if plan is None or plan.method is not m:
-            plan = self._plans[key] = m.plan(self) if self.compiled else ReferencePlan(self, m)
+            context = self.context(self._timed)
+            plan = self._plans[key] = (m.plan(context) if self.compiled
+                                       else ReferencePlan(context, m))
         return plan
 
     # -- lifetime ----------------------------------------------------------------------------
@@ -336,7 +305,7 @@ class Program:
             on_backend.append(self.observers.profile)
         close_all(Holdings(getattr(self, "pool", None), on_backend, list(self.binaries.values()),
                            self._owned, self.backend, self.heap,
-                           self.tracer if self._write_trace else None))
+                           self.tracer if self.options.write_trace else None))
 
     def __enter__(self) -> "Program":
         return self

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Callable, Literal
 
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.runtime import child
-from qnnrt.runtime.vet_protocol import JOB_ID, ItemDone, StepStarted, VetItem, VetJob
+from qnnrt.runtime.vet_protocol import JOB_ID, WIRE, ItemDone, JobDone, StepStarted, VetItem, VetJob
 from qnnrt.spawn import signal_name
 from qnnrt.fileio import default_cache_dir, loads_json, write_atomic
 
@@ -314,7 +314,7 @@ def _run_child(job: VetJob, progress: Progress | None) -> _ChildRun:
         proc, end = child.spawn([sys.executable, "-c", _CHILD_BOOT, _ROOT], env, stdout=err,
                                 stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
         try:
-            end.send(child.object_frame(child.CONTROL, JOB_ID, job))
+            end.send(child.body_frame(child.CONTROL, JOB_ID, WIRE.dumps(job)))
             _follow(end, proc, run, len(job.items), progress)
         except OSError:
             pass   # the child is gone: its exit status says how
@@ -345,7 +345,7 @@ def _follow(end: child.PipeEnd | child.ConnEnd, proc: subprocess.Popen, run: _Ch
         if not frame:
             return
         kind, _ = child.frame_head(frame)
-        msg = child.parse_object(frame)
+        msg: object = WIRE.loads(child.frame_body(frame), (StepStarted, ItemDone, JobDone))
         if kind == child.REPLY:
             return
         if isinstance(msg, StepStarted):

@@ -13,9 +13,10 @@ import time
 from typing import TYPE_CHECKING
 
 from qnnrt.errors import QnnError, QnnrtError
-from qnnrt.runtime.child import PROGRESS, REPLY, ConnEnd, PipeEnd, child_end, object_frame, parse_object
+from qnnrt.runtime.child import (PROGRESS, REPLY, ConnEnd, PipeEnd, ProtocolError, body_frame,
+                                 child_end, frame_body)
 from qnnrt.runtime.recovery import is_transient
-from qnnrt.runtime.vet_protocol import JOB_ID, ItemDone, JobDone, StepStarted, VetItem, VetJob
+from qnnrt.runtime.vet_protocol import JOB_ID, WIRE, ItemDone, JobDone, StepStarted, VetItem, VetJob
 
 if TYPE_CHECKING:
     from qnnrt.core.binary import GraphSpec
@@ -50,7 +51,7 @@ class _Reporter:
         self.end = end
 
     def send(self, message: object) -> None:
-        self.end.send(object_frame(PROGRESS, JOB_ID, message))
+        self.end.send(body_frame(PROGRESS, JOB_ID, WIRE.dumps(message)))
 
     def step(self, i: int, stage: str, nbytes: int, graph: str = "") -> None:
         self.send(StepStarted(i, stage, nbytes, graph))
@@ -97,8 +98,11 @@ def main(argv: list[str]) -> int:
     """Read the job from the channel `argv` names, vet each item, reply once."""
     end = child_end(argv)
     frame = end.recv()
-    job = parse_object(frame) if frame else None
-    if not isinstance(job, VetJob):
+    try:
+        job = WIRE.loads(frame_body(frame), VetJob) if frame else None
+    except ProtocolError:
+        job = None
+    if job is None:
         return 2
     rep = _Reporter(end)
     state: dict = {}
@@ -114,7 +118,7 @@ def main(argv: list[str]) -> int:
                 rep.send(ItemDone(i, "partial" if inconclusive else "rejected", _one_line(e)))
             except QnnrtError as e:
                 rep.send(ItemDone(i, "rejected", _one_line(e)))
-        end.send(object_frame(REPLY, JOB_ID, JobDone(len(job.items))))
+        end.send(body_frame(REPLY, JOB_ID, WIRE.dumps(JobDone(len(job.items)))))
     finally:
         if state.get("backend") is not None:
             state["backend"].close()

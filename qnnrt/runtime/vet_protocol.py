@@ -3,10 +3,13 @@ over a runtime/child.py channel: the job goes as one request; the child reports 
 starts and each binary as it is done (progress frames on that request), then replies once.
 
 A step's report comes before its QNN call, so a crash leaves the last step reported as the one that
-crashed, and a step that never ends is the one that hangs."""
+crashed, and a step that never ends is the one that hangs. The messages travel on the typed wire
+(runtime/wire.py), as the PD workers' do."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from qnnrt.runtime.wire import Wire
 
 JOB_ID = 1   # the one request of a vetting child
 
@@ -50,3 +53,6 @@ class ItemDone:
 @dataclass(frozen=True)
 class JobDone:
     items: int
+
+
+WIRE = Wire([VetJob, StepStarted, ItemDone, JobDone])

@@ -10,18 +10,18 @@ from onnx import helper
 
 from qnnrt.cli.io_files import read_input_list, write_outputs
 from qnnrt.runtime.method import IOSpec
+from tests.helpers.data import CORRUPT_PTE
 from tests.helpers.cli_helpers import qnnrt
 from tests.helpers.program_fixtures import epcontext_node, save_model
 from tests.helpers.qnn_fixtures import WIDTH
 
-DATA = Path(__file__).parents[1] / "data"
 
 
 @pytest.mark.slow
 def test_crash_inside_qnn_is_exit_1_with_a_message():
     """A .pte whose delegate binary is damaged so that QNN's binary-info reader segfaults."""
     for cmd in ("inspect", "run"):
-        r = qnnrt(cmd, DATA / "corrupt_delegate.pte")
+        r = qnnrt(cmd, CORRUPT_PTE)
         assert r.returncode == 1, r.stderr
         assert "QNN library crashed (SIGSEGV)" in r.stderr and "corrupt" in r.stderr
 

@@ -3,14 +3,13 @@ binary and step, the progress line and the report say what vetting did."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from tests.helpers.data import DATA, executorch_pte
 from tests.helpers.cli_helpers import qnnrt
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-MANY = DATA / "executorch" / "many_4_fp16" / "model.pte"   # 4 delegates, ExecuTorch-made
+MANY = executorch_pte("many_4_fp16")   # 4 delegates, ExecuTorch-made
 
 
 @pytest.fixture

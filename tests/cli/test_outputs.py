@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,11 +18,11 @@ from qnnrt import fileio
 from qnnrt.cli import io_files
 from qnnrt.errors import FormatError, InputError, QnnrtError
 from qnnrt.runtime.method import IOSpec
+from tests.helpers.data import CORRUPT_PTE
 from tests.helpers.cli_helpers import qnnrt as cli
 from tests.helpers.program_fixtures import epcontext_node, save_model
 from tests.helpers.qnn_fixtures import WIDTH
 
-DATA = Path(__file__).parents[1] / "data"
 
 
 @pytest.fixture
@@ -65,7 +64,7 @@ def test_symlink_at_report_path_is_refused_before_load_and_user_temp_kept(tmp_pa
     report.symlink_to(victim)
     (tmp_path / "r.tmp").write_text("mine")
     (tmp_path / "r.json.tmp").write_text("mine too")
-    r = cli("run", DATA / "corrupt_delegate.pte", "--report", report)  # a load would crash
+    r = cli("run", CORRUPT_PTE, "--report", report)  # a load would crash
     assert r.returncode == 1 and "symbolic link" in r.stderr and "crashed" not in r.stderr, r.stderr
     assert victim.read_text() == "precious"
     assert (tmp_path / "r.tmp").read_text() == "mine"
@@ -153,7 +152,7 @@ def test_a_stop_inside_the_temp_files_creation_leaves_nothing(tmp_path, monkeypa
 def test_read_only_targets_fail_before_load(read_only_dir, flag):
     target = read_only_dir / ("out" if flag == "--output-dir" else "f.json")
     extra = ["--profile-level", "basic"] if flag == "--profile-path" else []
-    r = cli("run", DATA / "corrupt_delegate.pte", flag, target, *extra)  # loading would crash
+    r = cli("run", CORRUPT_PTE, flag, target, *extra)  # loading would crash
     assert r.returncode == 1, r.stderr
     assert "crashed" not in r.stderr and str(read_only_dir) in r.stderr, r.stderr
     assert "Read-only file system" in r.stderr or "not writable" in r.stderr, r.stderr
@@ -214,7 +213,7 @@ def test_16_gib_input_shape_is_refused_before_allocation(tmp_path, monkeypatch, 
 
 
 def test_spawned_worker_keeps_stdout_clean_and_crash_is_exit_1():
-    r = cli("inspect", DATA / "corrupt_delegate.pte")
+    r = cli("inspect", CORRUPT_PTE)
     assert r.returncode == 1 and "QNN library crashed (SIGSEGV)" in r.stderr
     assert sys.platform != "linux" or "worker pid" not in r.stderr
 

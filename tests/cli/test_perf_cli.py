@@ -1,11 +1,11 @@
 """The performance options and sections of the CLI: run's summary and report, the override, bad values
 (exit 1, one message), build recording a default in program.json, inspect showing the compile spec."""
 import json
-from pathlib import Path
 
+from tests.helpers.data import executorch_pte
 from tests.helpers.cli_helpers import qnnrt
 
-PTE = Path(__file__).resolve().parents[1] / "data" / "executorch" / "add_relu_mul_fp16" / "model.pte"
+PTE = executorch_pte("add_relu_mul_fp16")
 
 
 def test_run_reports_the_files_vote_and_its_release(tmp_path):

@@ -17,9 +17,9 @@ import qnnrt
 from qnnrt.core import ContextBinary, load_cache, pd_need
 from qnnrt import fileio
 from qnnrt.loader import LoadOptions
+from tests.helpers.data import EXECUTORCH
 
-ROOT = Path(__file__).resolve().parents[1]
-PTE = ROOT / "data" / "executorch" / "many_4_fp16"
+PTE = EXECUTORCH / "many_4_fp16"
 HOUR_NS = 3600 * 10**9
 
 

@@ -3,7 +3,6 @@ by QNN (5010) and the context is created without it; there is no libcdsprpc (sha
 here through an emulation: tests/core/test_shared_buffers.py). The device path's own logic (the
 group's head and its order, sizes, the fallback) is checked as far as that allows."""
 import ctypes as C
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +13,9 @@ from qnnrt.core.spill_fill import CONFIG_NOT_SUPPORTED, SpillFillGroup
 from qnnrt._capi import types as T
 from qnnrt.errors import QnnrtError
 from qnnrt.executorch.reader import qnn_context_binary, read_pte
+from tests.helpers.data import executorch_pte
 
-MANY = Path(__file__).resolve().parents[1] / "data" / "executorch" / "many_4_fp16" / "model.pte"
+MANY = executorch_pte("many_4_fp16")
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """The qnn_compile_spec decoder: the ExecuTorch fixtures (all written by 1.5.1: layout 1.1+, burst) and
 one synthetic spec of each field layout ExecuTorch has used (0.5-1.0 and 1.1+), built with the
 flatbuffers builder from the public schema's field order."""
-from pathlib import Path
 
 import flatbuffers
 import pytest
@@ -9,14 +8,14 @@ import pytest
 from qnnrt.executorch.compile_spec import parse_qnn_compile_spec, runtime_options
 from qnnrt.executorch.program import pte_runtime_options
 from qnnrt.executorch.reader import read_pte
+from tests.helpers.data import EXECUTORCH, executorch_pte
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "executorch"
-FIXTURES = sorted(p.parent.name for p in DATA.glob("*/model.pte"))
+FIXTURES = sorted(p.parent.name for p in EXECUTORCH.glob("*/model.pte"))
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_every_fixture_asks_for_burst(name):
-    with read_pte(DATA / name / "model.pte") as prog:
+    with read_pte(executorch_pte(name)) as prog:
         opts = pte_runtime_options(prog)
         specs = [parse_qnn_compile_spec(bytes(d.compile_specs["qnn_compile_spec"]))
                  for m in prog.methods.values() for d in m.delegates]

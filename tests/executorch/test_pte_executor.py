@@ -1,8 +1,6 @@
 """PteMethodRunner on .pte files from tests/pte_writer.py, with numpy callables as delegates."""
 import gc
-import os
 import weakref
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,10 +10,11 @@ from qnnrt.executorch.reader import read_pte
 from qnnrt.executorch.kernels import KernelError
 from qnnrt.executorch.describe import describe_pte
 from qnnrt.executorch.interpreter import PteMethodRunner
+from tests.helpers.data import EXECUTORCH
 from tests.helpers.pte_writer import PteBuilder, qnn_wrap
 
 f32 = np.float32
-FIXTURES = Path(os.environ.get("QNNRT_ET_FIXTURES", Path(__file__).parents[1] / "data" / "executorch"))
+FIXTURES = EXECUTORCH
 rng = np.random.default_rng(0)
 
 

@@ -4,18 +4,17 @@ The ExecuTorch fixtures' context binaries are taken from the .pte memory map (no
 outputs compared with the float references; and a context binary qnnrt built is wrapped into .pte
 files by tests/pte_writer.py (inline and segment data, CPU kernels around it).
 """
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from qnnrt.executorch.reader import qnn_context_binary, qnn_graph_io_order, read_pte
 from qnnrt.executorch.interpreter import PteMethodRunner
+from tests.helpers.data import EXECUTORCH
 from tests.helpers.pte_writer import PteBuilder, qnn_wrap
 from tests.helpers.qnn_fixtures import WIDTH, add_relu_mul_ref
 
-FIXTURES = Path(os.environ.get("QNNRT_ET_FIXTURES", Path(__file__).parents[1] / "data" / "executorch"))
+FIXTURES = EXECUTORCH
 # ExecuTorch's own max abs error vs the float reference (fixtures README) + fp16 slack
 TOLERANCE = {"add_relu_mul_fp16": 0.01, "add_relu_mul_q8": 0.06, "conv_linear_fp16": 0.01,
              "conv_linear_q8": 0.02, "many_4_fp16": 0.01, "two_methods_fp16": 0.03}

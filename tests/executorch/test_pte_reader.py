@@ -1,18 +1,17 @@
 """The .pte reader: real ExecuTorch 1.5.1 fixtures, files from tests/pte_writer.py, and bad input."""
-import os
 import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.helpers.data import EXECUTORCH
 from tests.helpers.pte_writer import PteBuilder, qnn_wrap
 from qnnrt.errors import FormatError
 from qnnrt.executorch.reader import (is_pte_file, parse_qnn_compile_spec, qnn_context_binary,
                                qnn_graph_io_order, read_pte, unwrap_qnn_delegate)
 from qnnrt.executorch.describe import describe_pte
 
-FIXTURES = Path(os.environ.get("QNNRT_ET_FIXTURES", Path(__file__).parents[1] / "data" / "executorch"))
+FIXTURES = EXECUTORCH
 needs_fixtures = pytest.mark.skipif(not (FIXTURES / "many_4_fp16" / "model.pte").exists(),
                                     reason="ExecuTorch fixtures not available")
 FIXTURE_NAMES = ["add_relu_mul_fp16", "add_relu_mul_q8", "conv_linear_fp16", "conv_linear_q8",

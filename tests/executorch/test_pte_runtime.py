@@ -1,18 +1,17 @@
 """ExecuTorch .pte files through qnnrt.load / qnnrt run: the same runtime as qnnrt's own programs."""
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import qnnrt
 from qnnrt.errors import FormatError, QnnError
+from tests.helpers.data import EXECUTORCH
 from tests.helpers.cli_helpers import qnnrt as qnnrt_cli
 from tests.helpers.pte_writer import chain_pte
 from tests.helpers.qnn_fixtures import WIDTH
 
-FIXTURES = Path(os.environ.get("QNNRT_ET_FIXTURES", Path(__file__).parents[1] / "data" / "executorch"))
+FIXTURES = EXECUTORCH
 TOLERANCE = {"add_relu_mul_fp16": 0.01, "add_relu_mul_q8": 0.06, "conv_linear_fp16": 0.01,
              "conv_linear_q8": 0.02, "many_4_fp16": 0.01, "two_methods_fp16": 0.03}
 

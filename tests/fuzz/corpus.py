@@ -16,11 +16,11 @@ from pathlib import Path
 
 import onnx
 
+from tests.helpers.data import executorch_pte
 from tests.fuzz import mutate as M
 
 READERS = ("bin", "epc0", "epc1", "program", "pte")
-ROOT = Path(__file__).resolve().parents[2]
-PTE_SEED = ROOT / "tests" / "data" / "executorch" / "add_relu_mul_fp16" / "model.pte"
+PTE_SEED = executorch_pte("add_relu_mul_fp16")
 
 
 @dataclass

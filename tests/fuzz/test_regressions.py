@@ -16,10 +16,10 @@ import qnnrt
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.fileio import loads_json
 from qnnrt.loader import LoadOptions
+from tests.helpers.data import CORRUPT_PTE, FUZZ_CASES
 from tests.fuzz.corpus import make_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
-CORRUPT_PTE = ROOT / "tests" / "data" / "corrupt_delegate.pte"
 
 
 @pytest.fixture(scope="module")
@@ -276,9 +276,6 @@ def test_invalid_utf8_node_name_from_protobuf(seeds, tmp_path):
     _refused(p, "UTF-8")
 
 
-FUZZ_DATA = ROOT / "tests" / "data" / "fuzz"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", [
     "bin_00041.bin",                 # QNN's binary-info parse segfaults: it was read in-process before vetting
@@ -295,7 +292,7 @@ def test_binaries_that_crash_qnn_never_take_the_api_process_down(tmp_path, case)
             "    print('ran')\nexcept qnnrt.QnnrtError as e:\n    print(type(e).__name__, e)\n")
     env = dict(os.environ, QNNRT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
     for _ in range(2):  # the second time from the cached verdict
-        r = subprocess.run([sys.executable, "-c", code, str(FUZZ_DATA / case)], capture_output=True,
+        r = subprocess.run([sys.executable, "-c", code, str(FUZZ_CASES / case)], capture_output=True,
                            text=True, env=env, timeout=300)
         assert r.returncode == 0, f"the API process died ({r.returncode}): {r.stderr[-600:]}"
         assert r.stdout.startswith("FormatError"), r.stdout

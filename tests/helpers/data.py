@@ -9,14 +9,21 @@ import pytest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 EXECUTORCH = DATA / "executorch"                       # small .pte files written by ExecuTorch 1.5.1
-LLM_STORIES = DATA / "llm" / "llama_stories_fp16"      # ExecuTorch's llama.py, hybrid mode
-LOOKAHEAD_STORIES = DATA / "llm" / "lookahead_stories"  # the same weights, lookahead mode
-SMOLLM2_TOKENIZER = DATA / "llm" / "hf_tokenizer_smollm2"  # a real chat model's tokenizer folder
+LLM = DATA / "llm"
+LLM_STORIES = LLM / "llama_stories_fp16"               # ExecuTorch's llama.py, hybrid mode
+LOOKAHEAD_STORIES = LLM / "lookahead_stories"          # the same weights, lookahead mode
+SMOLLM2_TOKENIZER = LLM / "hf_tokenizer_smollm2"       # a real chat model's tokenizer folder
+CHAT_TEMPLATE_REFS = LLM / "chat_template_refs.json"   # transformers' renderings of its template
+WEIGHT_SHARED_BIN = LLM / "weight_shared_2graphs.bin"  # two graphs sharing one weight buffer
+TINY_BERT = DATA / "embeddings" / "tiny_bert"          # a sentence-embedding .pte folder
 GENIE = DATA / "genie"                                 # Genie bundles: tools/fixtures/make_genie_bundle.py
 GENIE_F32 = GENIE / "tiny_llama_f32"                   # float, 4 parts, each one binary of prompt AR16 + token AR1
 GENIE_F32_SHARED = GENIE / "tiny_llama_f32_shared"     # the same, weight-shared (the x86 simulator refuses it)
 GENIE_W8A16 = GENIE / "tiny_llama_w8a16"               # the same weights quantized: uint16 activations, uint8 KV
 SHIMS = DATA                                           # the C sources of the tests' forwarding shims
+CORRUPT_PTE = DATA / "corrupt_delegate.pte"            # a .pte whose delegate crashes QNN at load
+FUZZ_CASES = DATA / "fuzz"                             # inputs the fuzzer found crashing (regressions)
+PERF_LOGS = DATA / "perf"                              # ExecuTorch's QNN calls, logged by the shim
 
 # Where the session's caches go (compiled test binaries, qnnrt's own caches): in the repository,
 # git-ignored, never the user's home.

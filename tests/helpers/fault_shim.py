@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.data import SHIMS
 from tests.helpers.shim_build import (BACKEND_LIB, compile_library, compiler, interface_defines,
                                       link_siblings)
 
-SOURCE = Path(__file__).resolve().parents[1] / "data" / "qnn_fault_shim.c"
+SOURCE = SHIMS / "qnn_fault_shim.c"
 
 
 @dataclass

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.data import SHIMS
 from tests.helpers.shim_build import (BACKEND_LIB, compile_library, compiler, interface_defines,
                                       link_siblings)
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 SHIM_COUNTERS = ("registered", "deregistered", "live", "executes_with_handles", "bound_tensors",
                  "freed_with_live", "registered_custom", "registered_at_offset")
 RPCMEM_COUNTERS = ("allocs", "frees", "live")
@@ -69,8 +69,8 @@ def build_mem_shim(out: Path) -> MemShim:
                                 CONTEXT_FREE_SLOT="contextFree", REGISTER_SLOT="memRegister",
                                 DEREGISTER_SLOT="memDeRegister"),
              *[f"-D{k}={v}" for k, v in tensor.items()]]
-    compile_library(cc, DATA / "qnn_mem_shim.c", qnn / BACKEND_LIB, flags, ["-ldl", "-lpthread"], "the QNN mem shim")
-    compile_library(cc, DATA / "emulated_cdsprpc.c", rpc / "libcdsprpc.so", [], ["-lpthread"],
+    compile_library(cc, SHIMS / "qnn_mem_shim.c", qnn / BACKEND_LIB, flags, ["-ldl", "-lpthread"], "the QNN mem shim")
+    compile_library(cc, SHIMS / "emulated_cdsprpc.c", rpc / "libcdsprpc.so", [], ["-lpthread"],
                     "the emulated libcdsprpc")
     return MemShim(qnn, rpc / "libcdsprpc.so", real)
 

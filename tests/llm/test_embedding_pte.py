@@ -11,12 +11,12 @@ import pytest
 import qnnrt
 from qnnrt.llm.embedding import EmbeddingLayout, EmbeddingModel, Pooling
 from qnnrt.llm.errors import LayoutError
-from tests.helpers.data import DATA
+from tests.helpers.data import TINY_BERT
 
 pytest.importorskip("tokenizers", reason="text needs the `tokenizers` package (pip install -e '.[llm]')")
 from qnnrt.llm.text import TextTokenizer
 
-TINY = DATA / "embeddings" / "tiny_bert"
+TINY = TINY_BERT
 
 
 @pytest.fixture(scope="module")

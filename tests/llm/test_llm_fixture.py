@@ -13,11 +13,10 @@ import pytest
 from qnnrt.cli.main import main
 from qnnrt.llm.text import INSTALL_HINT
 from tests.helpers.cli_helpers import ROOT
-from tests.helpers.data import LLM_STORIES
+from tests.helpers.data import LLM_STORIES, WEIGHT_SHARED_BIN
 
 FIX = LLM_STORIES
 TOL = 0.02  # fp16 (ExecuTorch's own run: ~0.003 max abs error)
-DATA = LLM_STORIES.parent
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +181,7 @@ def test_llm_tokenizer_missing_is_a_clear_error(tmp_path):
 
 
 def test_weight_shared_binary_refused_with_the_cause(capfd, monkeypatch):
-    path = DATA / "weight_shared_2graphs.bin"
+    path = WEIGHT_SHARED_BIN
     from qnnrt.core import ContextBinary
     with ContextBinary(path) as b:
         assert b.info.weight_sharing

@@ -178,10 +178,10 @@ def test_multi_pd_caches_in_the_arena_are_read_in_place(tiny, tmp_path):
     model, binaries = tiny
     with load(str(write_pte(model, binaries, tmp_path / "m.pte", float_io=True)),
               residency="multi-pd:2") as prog:
-        assert sorted(prog.host_of(k) for k in prog.binaries) == [0, 1]
+        assert sorted(prog.hosts.host_of(k) for k in prog.binaries) == [0, 1]
         runner = LlmRunner(prog)
         a = _compare(prog, PROMPT, 8)
         remote = [g.binding.call for m in runner.steps.prepare(runner.new_cache()).values()
-                  for g in m.prepared.plan.graph_steps if prog.host_of(g.key)]
+                  for g in m.prepared.plan.graph_steps if prog.hosts.host_of(g.key)]
         assert len(remote) == 1 and remote[0].staged == 0
         assert len(a.tokens) == 8

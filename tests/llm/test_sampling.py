@@ -135,3 +135,12 @@ def test_a_tiny_repetition_penalty_keeps_a_choice():
     logits = np.array([1.0, 2.0, 0.5])
     first = s(logits)
     assert s(logits) == first           # its logit divided by 5e-324: the largest float, chosen again
+
+
+def test_a_logit_past_the_largest_float_is_cut_to_it_and_stays_the_best():
+    """The model's own inf (or a penalty's) is the largest float, not dropped as not finite."""
+    logits = np.array([1.0, np.inf, 0.5, -np.inf], dtype=np.float32)
+    s = Sampler(SamplingOptions(temperature=1.0, seed=0))
+    x = s.adjusted(logits)
+    assert x[1] == np.finfo(np.float64).max and x[3] == -np.inf and x[0] == 1.0
+    assert s(logits) == 1 and Sampler()(logits) == 1

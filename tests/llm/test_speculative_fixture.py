@@ -133,7 +133,7 @@ def test_speculation_with_the_prefill_context_in_a_pd_worker_equals_plain(tiny, 
     from tests.helpers.llm_pte import write_pte
     model, binaries = tiny
     with load(str(write_pte(model, binaries, tmp_path / "m.pte", float_io=True)), residency="multi-pd:2") as p:
-        assert sorted(p.host_of(k) for k in p.binaries) == [0, 1]
+        assert sorted(p.hosts.host_of(k) for k in p.binaries) == [0, 1]
         prompt = [30, 20, 22, 30, 20, 22]
         a = LlmRunner(p).generate(prompt, 9, eos_ids=[])
         b = LlmRunner(p, speculative=SpeculativeOptions(policy="always")).generate(prompt, 9, eos_ids=[])

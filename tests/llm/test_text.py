@@ -14,10 +14,10 @@ from qnnrt.llm.chat_template import render_chat
 from qnnrt.llm.detokenize import REPLACEMENT, IncrementalDetokenizer, StopMatcher
 from qnnrt.llm.errors import ChatTemplateError, TokenizerError
 from qnnrt.llm.text import TextTokenizer
-from tests.helpers.data import SMOLLM2_TOKENIZER
+from tests.helpers.data import CHAT_TEMPLATE_REFS, SMOLLM2_TOKENIZER
 
 FOLDER = SMOLLM2_TOKENIZER
-REFS = json.loads((FOLDER.parent / "chat_template_refs.json").read_text())
+REFS = json.loads(CHAT_TEMPLATE_REFS.read_text())
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from qnnrt._capi.platforms import find_ort_qnn_package
+from tests.helpers.data import EXECUTORCH
 from tests.helpers.perf_log import build_shim
 
-FIXTURE = Path(__file__).resolve().parents[1] / "data" / "executorch" / "many_4_fp16"   # 4 graph calls
+FIXTURE = EXECUTORCH / "many_4_fp16"   # 4 graph calls
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import dataclasses
 import os
 import signal
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ import qnnrt
 from qnnrt.runtime.pd_fleet import MultiPdPool
 from qnnrt.runtime.pd_host import PdWorkerError
 from qnnrt.runtime.pd_remote import RemoteCall
+from tests.helpers.data import EXECUTORCH
 from tests.helpers.qnn_fixtures import WIDTH
 
 BUDGET = "64MiB"  # six chain12 contexts (10.5 MB each) per PD: the program needs two
@@ -220,7 +220,7 @@ def test_beyond_max_pds_each_pd_evicts(chain12):
         ref = p.run(None, x)
     with qnnrt.load(chain12.model, residency="auto",
                     options=qnnrt.LoadOptions(pd_budget="32MiB", max_pds=2)) as p:
-        assert isinstance(p.pool, MultiPdPool) and p.placement.evicting == [0, 1]
+        assert isinstance(p.pool, MultiPdPool) and p.pool.placement.evicting == [0, 1]
         outs = [p.run(None, x) for _ in range(2)]
         s = p.pool.summary()
     for o in outs:
@@ -275,7 +275,7 @@ def test_arena_buffers_pass_between_pds_without_a_copy(chain12):
         calls = []
         for s in steps:
             spec = p.binaries[s.key].graph(s.graph)
-            c = p.bound_call(s.key, spec)
+            c = p.hosts.bound_call(s.key, spec)
             nxt = p.buffer(tuple(spec.outputs[0].shape), spec.outputs[0].dtype)
             c.set_input(0, cur)
             c.set_output(0, nxt)
@@ -284,7 +284,7 @@ def test_arena_buffers_pass_between_pds_without_a_copy(chain12):
         remote = [c for c in calls if isinstance(c, RemoteCall)]
         for s, c in zip(steps, calls):
             if c not in remote:  # PD 0's graphs: called in this process on the live handle
-                c.handle = p.pool.acquire(s.key).graph(s.graph).handle
+                c.point_at(p.pool.acquire(s.key).graph(s.graph))
             c()
         assert all(c.staged == 0 for c in remote)   # arena-bound: no staging copy
         assert len(remote) == 6 and {c.worker.index for c in remote} == {1}
@@ -471,7 +471,7 @@ def test_another_thread_reads_and_votes_while_runs_go_through_the_workers(chain1
             assert np.array_equal(out[k], ref[i % 2][k])
 
 
-MANY4 = Path(__file__).resolve().parents[1] / "data" / "executorch" / "many_4_fp16"
+MANY4 = EXECUTORCH / "many_4_fp16"
 
 
 def _many4(tmp_path) -> tuple[str, np.ndarray]:

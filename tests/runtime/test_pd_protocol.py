@@ -12,6 +12,7 @@ import pytest
 from qnnrt.runtime import pd_channel as ch
 from qnnrt.runtime import pd_protocol as proto
 from qnnrt.runtime.pd_worker import Worker
+from qnnrt.runtime.performance import Choice
 
 
 def _pair() -> tuple[ch.PipeEnd, ch.PipeEnd]:
@@ -19,6 +20,14 @@ def _pair() -> tuple[ch.PipeEnd, ch.PipeEnd]:
     a_r, a_w = os.pipe()
     b_r, b_w = os.pipe()
     return ch.PipeEnd(b_r, a_w), ch.PipeEnd(a_r, b_w)
+
+
+def _message(kind: bytes, rid: int, message: object) -> bytes:
+    return ch.body_frame(kind, rid, proto.dumps(message))
+
+
+def _read(frame: bytes, kind: type) -> object:
+    return proto.loads(ch.frame_body(frame), kind)
 
 
 def _echo_worker(end: ch.PipeEnd, replies: int) -> threading.Thread:
@@ -31,7 +40,7 @@ def _echo_worker(end: ch.PipeEnd, replies: int) -> threading.Thread:
             if kind == ch.CALL:
                 end.send(ch.ok_frame(rid, float(ch.parse_call(frame)[1])))
             else:
-                end.send(ch.object_frame(ch.REPLY, rid, proto.Voted({"rid": rid})))
+                end.send(_message(ch.REPLY, rid, proto.Voted({"rid": rid})))
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     return t
@@ -46,12 +55,13 @@ def test_replies_match_their_requests_from_two_threads():
 
     def controls() -> None:
         for _ in range(n):
-            got.append(ch.parse_object(channel.request(proto.Vote(None))))  # type: ignore[arg-type]
+            got.append(_read(channel.request(proto.dumps(proto.Vote(Choice("default", "none")))),
+                             proto.Voted))
     t = threading.Thread(target=controls)
     t.start()
     for i in range(n):
-        seconds, events = ch.parse_ok(channel.call(i))
-        assert seconds == float(i) and events is None
+        seconds, tail = ch.parse_ok(channel.call(i))
+        assert seconds == float(i) and tail == b""
     t.join(30)
     assert len(got) == n and all(isinstance(v, proto.Voted) for v in got)
 
@@ -62,10 +72,10 @@ def test_an_abandoned_request_reply_is_dropped():
     main, worker = _pair()
     channel = ch.Channel(main)
     with pytest.raises(TimeoutError):
-        channel.request(proto.Close(), timeout=0.05)
+        channel.request(proto.dumps(proto.Close()), timeout=0.05)
     assert channel.busy
     _, rid = ch.frame_head(worker.recv())
-    worker.send(ch.object_frame(ch.REPLY, rid, proto.Closed(None)))   # the late reply
+    worker.send(_message(ch.REPLY, rid, proto.Closed(None)))   # the late reply
     t = _echo_worker(worker, 1)
     assert ch.parse_ok(channel.call(7))[0] == 7.0
     t.join(5)
@@ -75,13 +85,13 @@ def test_an_abandoned_request_reply_is_dropped():
 def test_begin_and_finish_keep_a_reply_read_early():
     main, worker = _pair()
     channel = ch.Channel(main)
-    first = channel.begin(proto.Close())
+    first = channel.begin(proto.dumps(proto.Close()))
     _, rid = ch.frame_head(worker.recv())
-    worker.send(ch.object_frame(ch.REPLY, rid, proto.Closed({"heap": 1})))
+    worker.send(_message(ch.REPLY, rid, proto.Closed({"heap": 1})))
     t = _echo_worker(worker, 1)
     assert ch.parse_ok(channel.call(3))[0] == 3.0     # reads (and keeps) the begun reply first
     t.join(5)
-    assert ch.parse_object(channel.finish(first)) == proto.Closed({"heap": 1})
+    assert _read(channel.finish(first), proto.Closed) == proto.Closed({"heap": 1})
 
 
 def test_a_reply_to_no_request_is_a_protocol_error():
@@ -94,7 +104,9 @@ def test_a_reply_to_no_request_is_a_protocol_error():
 
 @pytest.mark.parametrize("frame, message", [
     (b"X", "shorter than a frame header"),
-    (b"C" + (1).to_bytes(4, "little") + b"not a pickle", "malformed"),
+    (b"C" + (1).to_bytes(4, "little") + b"not a message", "malformed"),
+    (b"C" + (1).to_bytes(4, "little") + pickle.dumps(proto.Close()), "malformed"),   # no pickle
+    (ch.body_frame(ch.CONTROL, 1, proto.dumps(proto.Voted(None))), "where a Start or"),  # a reply
 ])
 def test_the_worker_answers_a_malformed_frame_with_a_failure(frame, message):
     main, worker_end = _pair()
@@ -104,7 +116,7 @@ def test_the_worker_answers_a_malformed_frame_with_a_failure(frame, message):
     main.send(frame)
     reply = main.recv()
     assert reply[:1] == ch.ERROR
-    failure = ch.parse_object(reply)
+    failure = _read(reply, proto.Failure)
     assert isinstance(failure, proto.Failure) and message in failure.message
     assert not failure.internal      # a ProtocolError is a qnnrt error
     main.close()   # the worker's loop ends with its channel
@@ -117,10 +129,11 @@ def test_an_unknown_request_is_a_failure_reply_with_its_id():
     worker = Worker(worker_end)
     t = threading.Thread(target=worker.loop, daemon=True)
     t.start()
-    main.send(ch.object_frame(ch.CONTROL, 41, ("summary",)))   # the old positional form
+    main.send(_message(ch.CONTROL, 41, proto.Done()))   # a message, but no request
     reply = main.recv()
     assert ch.frame_head(reply) == (ch.ERROR, 41)
-    assert "does not know: tuple" in pickle.loads(reply[5:]).message
+    failure = _read(reply, proto.Failure)
+    assert isinstance(failure, proto.Failure) and "a Done where a Start or" in failure.message
     main.close()
     t.join(10)
 
@@ -129,7 +142,7 @@ def test_a_failure_rebuilds_a_qnn_error():
     from qnnrt.errors import QnnError
     from qnnrt.runtime.pd_host import PdQnnError, PdWorker
     e = QnnError("graphExecute", 1100, "QNN_GRAPH_ERROR_GENERAL", "", ["<E> dma failed"], "retry", "")
-    frame = ch.object_frame(ch.ERROR, 1, proto.Failure.of(e, "tb"))
+    frame = _message(ch.ERROR, 1, proto.Failure.of(e, "tb"))
     array, block = ch.Arena().alloc((1,), proto.STATUS_DTYPE)
     err = PdWorker(1, ["a"], proto.StatusBlock(array), block).failure(frame, "graph 'g'")
     assert isinstance(err, PdQnnError) and isinstance(err, QnnError)

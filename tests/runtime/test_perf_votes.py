@@ -5,16 +5,15 @@ are kept in tests/data/perf; qnnrt runs through the same shim, built here from b
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from qnnrt._capi.platforms import find_ort_qnn_package
+from tests.helpers.data import PERF_LOGS, executorch_pte
 from tests.helpers.perf_log import build_shim, normalized_calls
 
-ROOT = Path(__file__).resolve().parents[1]
-PTE = ROOT / "data" / "executorch" / "add_relu_mul_fp16" / "model.pte"
-ET_LOG = ROOT / "data" / "perf" / "executorch_1.5.1_add_relu_mul_fp16.perf.log"
+PTE = executorch_pte("add_relu_mul_fp16")
+ET_LOG = PERF_LOGS / "executorch_1.5.1_add_relu_mul_fp16.perf.log"
 
 
 @pytest.fixture(scope="module")

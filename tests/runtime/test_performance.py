@@ -13,9 +13,9 @@ import pytest
 import qnnrt
 from qnnrt.errors import QnnrtError
 from qnnrt.runtime import performance as P
+from tests.helpers.data import executorch_pte
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "executorch"
-ADD_RELU = DATA / "add_relu_mul_fp16" / "model.pte"
+ADD_RELU = executorch_pte("add_relu_mul_fp16")
 
 
 # ------------------------------------------------------------------------------------ pure policy

@@ -60,7 +60,7 @@ def test_trace_of_a_multi_pd_run_puts_each_worker_on_its_track(chain12, tmp_path
         p.compiled = False      # the reference path calls the worker's graphs one at a time
         p.run(None, _x(0))
         s = p.pool.summary()
-        groups = [list(g) for g in p.placement.groups]
+        groups = [list(g) for g in p.pool.placement.groups]
     t = check_trace(path)
     local, remote = s["pd_workers"]
     me, worker = t.pid_of("main process"), t.pid_of("PD 1 worker")

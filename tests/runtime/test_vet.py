@@ -14,6 +14,7 @@ import qnnrt
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.loader import LoadOptions
 from qnnrt.runtime.vet import STEP_FILE_ENV, vet_mode
+from tests.helpers.data import DATA
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +73,7 @@ def test_a_crashing_binary_is_refused_naming_the_step(tmp_path, case, step):
             "    print(type(e).__name__, e)\n")
     env = dict(os.environ, QNNRT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
     env.pop(STEP_FILE_ENV, None)
-    r = subprocess.run([sys.executable, "-c", code, str(ROOT / "tests" / "data" / case)],
+    r = subprocess.run([sys.executable, "-c", code, str(DATA / case)],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, f"the API process died ({r.returncode}): {r.stderr[-800:]}"
     assert r.stdout.startswith("FormatError") and "crashed (SIGSEGV) while" in r.stdout, r.stdout

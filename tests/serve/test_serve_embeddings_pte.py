@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from tests.helpers.cli_helpers import ROOT
-from tests.helpers.data import DATA
+from tests.helpers.data import TINY_BERT
 from tests.helpers.llm_text import text_folder  # noqa: F401
 from tests.serve.conftest import API_KEY, FIX, start_server
 from tests.serve.test_serve import client
 
 openai = pytest.importorskip("openai", reason="needs the openai client (pip install -e '.[test]')")
 pytestmark = pytest.mark.slow
-TINY = DATA / "embeddings" / "tiny_bert"
+TINY = TINY_BERT
 EMB_ID = "tiny-bert"
 
 

@@ -68,6 +68,17 @@ def test_huge_n_and_max_tokens(server):
         assert_openai_error(post(server, "/v1/chat/completions", body), 400)
 
 
+def test_a_tiny_temperature_or_repetition_penalty_is_answered(server):
+    """The fuzzer's 500: temperature 5e-324 overflowed the sampler's logits / T (tests/llm/test_sampling.py
+    has the sampler's side)."""
+    for extra in ({"temperature": 5e-324}, {"temperature": 5e-324, "top_p": 0.5},
+                  {"temperature": 1.0, "repetition_penalty": 5e-324}):
+        for path, body in (("/v1/chat/completions", CHAT), ("/v1/completions", {"model": MODEL_ID, "prompt": "a"})):
+            r = post(server, path, body | extra | {"max_tokens": 1, "seed": 0})
+            assert r.status_code == 200, (path, extra, r.text[:500])
+    assert_healthy(server)
+
+
 def test_hostile_bodies_are_4xx(server):
     cases: list[tuple[bytes, dict[str, str], int]] = [
         (b"{" * 200000, {}, 400),

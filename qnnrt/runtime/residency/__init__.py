@@ -21,7 +21,7 @@ from qnnrt.runtime.residency.policy import Bound, Residency, Spread, register
 from qnnrt.runtime.residency import policies  # noqa: F401  (registers the built-in policies)
 from qnnrt.runtime.residency.ledger import ResidencyStats
 from qnnrt.runtime.residency.pool import ContextPool
-from qnnrt.runtime.residency.sources import ContextSource, GraphHandle, LiveContext, LiveContexts
+from qnnrt.runtime.residency.sources import ContextSource, LiveContext, LiveContexts
 
-__all__ = ["Bound", "CallOrder", "ContextPool", "ContextSource", "GraphHandle", "LiveContext",
+__all__ = ["Bound", "CallOrder", "ContextPool", "ContextSource", "LiveContext",
            "LiveContexts", "Residency", "ResidencyStats", "Spread", "farthest_next_use", "register"]

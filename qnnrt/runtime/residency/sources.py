@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-
-class GraphHandle(Protocol):
-    """What a plan reads of a live graph: the handle its calls go to."""
-    @property
-    def handle(self) -> Any: ...
+from qnnrt.core.graph import LiveGraph
 
 
 class LiveContext(Protocol):
@@ -18,7 +14,7 @@ class LiveContext(Protocol):
     @property
     def closed(self) -> bool: ...
 
-    def graph(self, name: str) -> GraphHandle: ...
+    def graph(self, name: str) -> LiveGraph: ...
 
 
 @dataclass(frozen=True)
