@@ -12,6 +12,7 @@ resumes there, on the worker's values.
 from __future__ import annotations
 
 import io
+import operator
 import pickle
 import time
 import traceback
@@ -41,6 +42,7 @@ class SegmentProgram:
     slots: int
     template: dict[int, Any]       # live-in slots: arena arrays (by reference) and constants
     live_out: tuple[int, ...]
+    timed: bool = True             # the main process's plan reads the clock (Program.timed, tracing)
 
 
 # -- the main process's side ------------------------------------------------------------------------
@@ -78,7 +80,7 @@ class RemoteSegment(SegmentStep):
         self.graph_at = {k: s for k, s in enumerate(segment.steps) if isinstance(s, GraphStep)}
         self.graph_calls = len(self.graph_at)
         self.cpu_seconds = 0.0
-        self.wait = ch.SpinWait()   # its replies: polled for as long as a run usually takes
+        self.wait = ch.SpinWait()   # its replies: polled for about as long as the worker's run takes
         self.installed = False
         self.stage_in: list[tuple[int, np.ndarray]] = []
         self.stage_out: list[tuple[int, np.ndarray]] = []
@@ -105,7 +107,8 @@ class RemoteSegment(SegmentStep):
             staging = self.arena.alloc(v.shape, v.dtype)[0]
             entries[slot] = staging
             self.stage_in.append((slot, staging))
-        program = SegmentProgram(self.segment.steps, len(self.template), entries, self.segment.live_out)
+        program = SegmentProgram(self.segment.steps, len(self.template), entries, self.segment.live_out,
+                                 self.program.timed or self.program.tracer is not None)
         self.worker.control(proto.InstallSegment(self.id, pack(program, self.arena, self.call_id_of)),
                             f"installing {self.what}")
         self.installed = True
@@ -152,6 +155,7 @@ class RemoteSegment(SegmentStep):
         if frame[:1] != ch.DONE:
             raise self._failure(frame)
         accelerator_s, self.cpu_seconds, busy_s, tail = ch.parse_done(frame)
+        self.wait.expect(busy_s)   # the worker's own time: what the next poll waits for
         w.count(self.graph_calls - self._done_before(start), accelerator_s, rtt - busy_s)
         for slot, staging in self.stage_out:
             values[slot] = staging.copy()
@@ -227,6 +231,19 @@ class _ArenaUnpickler(pickle.Unpickler):
         raise ch.ProtocolError(f"a segment refers to {pid[0]!r}, which this worker does not know")
 
 
+_GRAPH, _TIMED, _UNTIMED = 0, 1, 2
+_profile_of = operator.attrgetter("profile")
+
+
+def _plain_call(step: Step, graph: bool, timed: bool) -> tuple[Callable[[list], Any], int]:
+    """How the plain loop calls `step`: a graph step through its binder's entry (the bare
+    BoundCall when it has nothing else to do per call), a CPU op timed when the plan is."""
+    if graph:
+        assert isinstance(step, GraphStep)
+        return step.binding.entry, _GRAPH
+    return step.run, _TIMED if timed and not isinstance(step, Bookkeeping) else _UNTIMED
+
+
 class WorkerSegment:
     """A segment in the worker: its steps over a slot list of its own, run on request."""
 
@@ -246,6 +263,13 @@ class WorkerSegment:
         self.live_out = program.live_out
         self.staged: dict[int, np.ndarray] = {}
         self.values: list = []
+        self.timed = program.timed
+        for o in self.owners:
+            if o is not None:
+                o.call.timed = program.timed
+        self.graph_owners = [o for o in self.owners if o is not None]
+        # the plain loop's calls (no trace, no profile): each step's run and what its seconds are
+        self.plain = [_plain_call(s, o is not None, program.timed) for s, o in zip(self.steps, self.owners)]
 
     def stage(self, view: ch.ArenaView, blocks: dict[int, tuple[ch.Block, tuple[int, ...], str]]) -> None:
         for slot, (block, shape, dtype) in blocks.items():
@@ -253,7 +277,43 @@ class WorkerSegment:
 
     def run(self, rid: int, start: int) -> bytes:
         """Steps from `start` (0: a new run on fresh values); the DONE frame, or the ERROR frame
-        of a failed step."""
+        of a failed step. Without a trace or a profile to feed, the plain loop (what this run
+        costs is most of a multi-PD iteration's extra time)."""
+        if self.tracer is None and not any(map(_profile_of, self.graph_owners)):
+            return self._run_plain(rid, start)
+        return self._run_observed(rid, start)
+
+    def _run_plain(self, rid: int, start: int) -> bytes:
+        """The steps called as the main process's plan loop calls them (runtime/steps.py): a graph
+        step's bound C call itself, a CPU step timed only when the main process's plan is."""
+        clock = time.perf_counter
+        t0 = clock()
+        if start == 0:
+            self.values = self.template.copy()
+        values, status, plain = self.values, self.status, self.plain
+        accelerator = cpu = 0.0
+        calls = status.segment_graph_calls
+        k = start
+        try:
+            for k in range(start, len(plain)):
+                run, kind = plain[k]
+                if kind == _GRAPH:
+                    status.at_step(k, calls)   # a worker that dies here is named by it
+                    accelerator += run(values)
+                    calls += 1
+                elif kind == _TIMED:
+                    t = clock()
+                    run(values)
+                    cpu += clock() - t
+                else:
+                    run(values)
+        except QnnError as e:
+            return self._failed(rid, k, e, 0)
+        status.at_step(len(plain), calls)
+        return ch.done_frame(rid, accelerator, cpu, clock() - t0, self._tail(values, []))
+
+    def _run_observed(self, rid: int, start: int) -> bytes:
+        """The loop with a trace's spans and the profiled calls' events."""
         t0 = time.perf_counter()
         if start == 0:
             self.values = self.template.copy()
