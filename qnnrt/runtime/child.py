@@ -37,6 +37,8 @@ SPIN_ENV = "QNNRT_SPIN_US"
 SPIN_YIELD_ENV = "QNNRT_SPIN_YIELD"
 SPIN_CAP_US = 1000.0             # the longest poll; work expected to take longer blocks at once
 SPIN_SLACK_S = 50e-6             # polled beyond twice the expected time before blocking
+POLICY_WINDOW = 8                # round trips per way of waiting that its median is taken over
+POLICY_EXPLORE = (256, 4)        # every 256 waits, 4 the other way: the machine may have changed
 
 
 def use_pipes() -> bool:
@@ -45,8 +47,9 @@ def use_pipes() -> bool:
 
 
 # -- transports ----------------------------------------------------------------------------------
-_BELL_BYTES = 128                # two 64-bit counters a cache line apart: parent's, then child's
+_BELL_BYTES = 192                # two 64-bit counters a cache line apart (parent's, then child's),
 _BELL_WORD = (0, 8)              # the counter each side writes, in 64-bit words: parent, child
+_ADVICE_WORD = 16                # and the parent's advice: 1 while the child should block, not poll
 
 
 def new_bell_fd() -> int:
@@ -72,6 +75,7 @@ class Doorbell:
         self.map = mmap.mmap(fd, _BELL_BYTES)
         self.words = memoryview(self.map).cast("Q")
         self.mine, self.theirs = _BELL_WORD[child], _BELL_WORD[not child]
+        self.child = child
         self.sent = 0
 
     def ring(self) -> None:
@@ -80,6 +84,14 @@ class Doorbell:
 
     def rung(self) -> int:
         return self.words[self.theirs]
+
+    def advise(self, block: bool) -> None:
+        """The parent's word on how the child waits for its next frame (see `WaitPolicy`)."""
+        self.words[_ADVICE_WORD] = int(block)
+
+    def advised_to_block(self) -> bool:
+        """The child's reading of the parent's advice (the parent takes none)."""
+        return self.child and bool(self.words[_ADVICE_WORD])
 
     def close(self) -> None:
         self.words.release()
@@ -113,6 +125,14 @@ class PipeEnd:
         if self.bell is None:
             return self.ready(0.0)
         return self.bell.rung() != self._read or self._frame_ready()
+
+    def advise(self, block: bool) -> None:
+        """Tell the other side to block (True) or poll when it next waits (no-op without a bell)."""
+        if self.bell is not None:
+            self.bell.advise(block)
+
+    def advised_to_block(self) -> bool:
+        return self.bell is not None and self.bell.advised_to_block()
 
     def _frame_ready(self) -> bool:
         buf = self._buf
@@ -176,6 +196,12 @@ class ConnEnd:
     def arrived(self) -> bool:
         return self.ready(0.0)
 
+    def advise(self, block: bool) -> None:
+        pass
+
+    def advised_to_block(self) -> bool:
+        return False
+
     def recv(self) -> bytes:
         try:
             return self.conn.recv_bytes()
@@ -222,6 +248,45 @@ def spin_cap_s() -> float:
         return SPIN_CAP_US * 1e-6
 
 
+class WaitPolicy:
+    """Whether the waits of one channel poll or block, chosen from what each has cost: the median of
+    the last POLICY_WINDOW waits (a request's round trip, the work in it included) each way, the
+    cheaper one kept and the other tried again now and then (POLICY_EXPLORE). Polling wins while a
+    core is free for each side (a wake-up from sleep costs ~100-500 us on an idle VM); blocking
+    wins when every core is taken (a side that polls holds the core its peer needs, and a peer that
+    slept gets the scheduler's credit when it wakes): bench/RESULTS.md. The parent's choice is the
+    child's too (the doorbell's advice word), so one side measures for both."""
+
+    def __init__(self) -> None:
+        self.costs: dict[bool, list[float]] = {False: [], True: []}   # by "blocked"
+        self.block = False
+        self.waits = 0
+
+    def choose(self) -> bool:
+        """True: block this time."""
+        self.waits += 1
+        every, run = POLICY_EXPLORE
+        if self.waits > every and (self.waits - 1) % every < run:
+            return not self.block
+        return self.block
+
+    def record(self, blocked: bool, seconds: float) -> None:
+        costs = self.costs[blocked]
+        costs.append(seconds)
+        if len(costs) > POLICY_WINDOW:
+            del costs[0]
+        poll, block = self.costs[False], self.costs[True]
+        if len(poll) >= POLICY_WINDOW // 2 and len(block) >= POLICY_WINDOW // 2:
+            self.block = _median(block) < _median(poll)
+        elif not poll:
+            self.block = False
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[len(s) // 2]
+
+
 class SpinWait:
     """Reading the next frame of a wait that is usually short: poll for about twice as long as the
     work being waited for takes, then block. A process that blocked costs two scheduler wake-ups to
@@ -230,19 +295,29 @@ class SpinWait:
     graph, a slow simulator) blocks at once, so no core is burnt while the accelerator works, and a
     poll never lasts longer than the cap: a stuck or dead peer is waited for in the pipe read.
 
-    What is expected is the last wait, unless the caller knows better (`expect`: the worker's own
-    time for a segment, which a wake-up does not inflate). Between polls the waiter yields its
-    core (sched_yield), so a peer that shares it runs at once."""
+    What is expected is the last wait, unless the caller knows better (`took`: the worker's own
+    time for a segment, which a wake-up does not inflate). With a `WaitPolicy` (the main process's
+    side of a segment's channel, told each round trip by `took`) a wait may block at once, and
+    tells the other side to do the same; without one, a side follows that advice. Between polls
+    the waiter yields its core (sched_yield), so a peer that shares it runs at once."""
 
-    def __init__(self, cap_s: float | None = None, yields: bool | None = None) -> None:
+    def __init__(self, cap_s: float | None = None, yields: bool | None = None,
+                 policy: WaitPolicy | None = None) -> None:
         self.cap_s = spin_cap_s() if cap_s is None else cap_s
         self.pause = _yield if (spin_yields() if yields is None else yields) else _no_yield
+        self.policy = policy
         self.expected_s = 0.0
+        self.last_blocked = False   # the last wait blocked at once (policy or advice)
         self.blocked = 0     # waits that outlasted their poll (diagnostics, tests)
 
-    def expect(self, seconds: float) -> None:
-        """The next wait's work takes about `seconds` (measured by the side that did it)."""
-        self.expected_s = seconds
+    def took(self, round_trip_s: float, work_s: float) -> None:
+        """What the request just answered cost: `round_trip_s` from before it was sent (what the
+        policy compares: a peer woken by the send may take this side's core at once, so the wait
+        alone can look free) and `work_s`, the peer's own time in it (what the next poll expects:
+        a wake-up does not inflate it)."""
+        self.expected_s = work_s
+        if self.policy is not None:
+            self.policy.record(self.last_blocked, round_trip_s)
 
     def budget_s(self) -> float:
         """How long the next wait polls before it blocks."""
@@ -253,7 +328,14 @@ class SpinWait:
     def recv(self, end: PipeEnd | ConnEnd) -> bytes:
         clock = time.perf_counter
         t0 = clock()
-        if not end.arrived():
+        policy = self.policy
+        if policy is not None:
+            block = policy.choose()
+            end.advise(block)
+        else:
+            block = end.advised_to_block()
+        self.last_blocked = block
+        if not block and not end.arrived():
             deadline = t0 + self.budget_s()
             arrived, pause = end.arrived, self.pause
             while not arrived():

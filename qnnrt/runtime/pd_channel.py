@@ -27,8 +27,8 @@ from numpy.typing import DTypeLike
 
 from qnnrt.core.tensor import address_of
 from qnnrt.runtime.child import (  # noqa: F401 - the channel's own vocabulary, used as ch.*
-    CONTROL, ERROR, REPLY, ConnEnd, PipeEnd, ProtocolError, SpinWait, frame_head, object_frame,
-    parse_object)
+    CONTROL, ERROR, REPLY, ConnEnd, PipeEnd, ProtocolError, SpinWait, WaitPolicy, frame_head,
+    object_frame, parse_object)
 
 CALL, OK = b"X", b"K"
 SEGMENT, DONE = b"S", b"D"

@@ -80,7 +80,9 @@ class RemoteSegment(SegmentStep):
         self.graph_at = {k: s for k, s in enumerate(segment.steps) if isinstance(s, GraphStep)}
         self.graph_calls = len(self.graph_at)
         self.cpu_seconds = 0.0
-        self.wait = ch.SpinWait()   # its replies: polled for about as long as the worker's run takes
+        # its replies: polled for about as long as the worker's run takes, or waited for blocking
+        # when that has been the cheaper way on this machine lately
+        self.wait = ch.SpinWait(policy=ch.WaitPolicy())
         self.installed = False
         self.stage_in: list[tuple[int, np.ndarray]] = []
         self.stage_out: list[tuple[int, np.ndarray]] = []
@@ -155,7 +157,7 @@ class RemoteSegment(SegmentStep):
         if frame[:1] != ch.DONE:
             raise self._failure(frame)
         accelerator_s, self.cpu_seconds, busy_s, tail = ch.parse_done(frame)
-        self.wait.expect(busy_s)   # the worker's own time: what the next poll waits for
+        self.wait.took(rtt, busy_s)
         w.count(self.graph_calls - self._done_before(start), accelerator_s, rtt - busy_s)
         for slot, staging in self.stage_out:
             values[slot] = staging.copy()

@@ -67,11 +67,11 @@ def test_a_spawned_child_gets_the_doorbell_and_answers_through_it():
 
 def test_the_poll_is_twice_the_expected_work_and_never_beyond_the_cap():
     w = child.SpinWait(cap_s=1e-3)
-    w.expect(100e-6)
+    w.took(0.0, 100e-6)
     assert w.budget_s() == pytest.approx(200e-6 + child.SPIN_SLACK_S)
-    w.expect(900e-6)
+    w.took(0.0, 900e-6)
     assert w.budget_s() == pytest.approx(1e-3)
-    w.expect(1e-3)   # work as long as the cap (a real graph): block at once
+    w.took(0.0, 1e-3)   # work as long as the cap (a real graph): block at once
     assert w.budget_s() == 0.0
     assert child.SpinWait(cap_s=0.0).budget_s() == 0.0   # QNNRT_SPIN_US=0: never poll
 
@@ -93,7 +93,7 @@ def test_a_silent_peer_is_waited_for_in_the_pipe_not_by_polling(yields):
     parent, kid = _bell_pair()
     try:
         w = child.SpinWait(cap_s=2e-3, yields=yields)
-        w.expect(1e-3)   # a short segment: the poll lasts the cap at most
+        w.took(0.0, 1e-3)   # a short segment: the poll lasts the cap at most
         threading.Timer(0.5, kid.send, (b"late",)).start()
         cpu0, t0 = time.process_time(), time.perf_counter()
         assert w.recv(parent) == b"late"
@@ -109,7 +109,7 @@ def test_a_silent_peer_is_waited_for_in_the_pipe_not_by_polling(yields):
 def test_a_dead_peer_ends_the_wait_with_end_of_file():
     parent, kid = _bell_pair()
     w = child.SpinWait(cap_s=2e-3)
-    w.expect(1e-3)
+    w.took(0.0, 1e-3)
     threading.Timer(0.3, kid.close).start()
     cpu0 = time.process_time()
     try:
@@ -136,3 +136,38 @@ def test_a_worker_times_its_segment_only_when_the_plan_is_timed(chain12):
     assert s["pds"] == 2 and sum(w["round_trips"] or 0 for w in s["pd_workers"]) >= 2
     for out in (untimed, timed):
         assert all(np.array_equal(out[k], ref[k]) for k in ref)
+
+
+def test_the_policy_keeps_the_cheaper_way_and_tries_the_other_now_and_then():
+    p = child.WaitPolicy()
+    every, run = child.POLICY_EXPLORE
+    assert [p.choose() for _ in range(every)] == [False] * every   # polls until it knows better
+    for _ in range(child.POLICY_WINDOW):
+        p.record(False, 500e-6)
+    tried = [p.choose() for _ in range(run)]
+    assert tried == [True] * run   # the other way, for a few waits
+    for _ in range(run):
+        p.record(True, 100e-6)
+    assert p.block and p.choose()   # blocking was cheaper: kept
+    for _ in range(child.POLICY_WINDOW):
+        p.record(True, 900e-6)      # the machine changed: blocking got dear, polling is tried again
+    assert not p.block
+
+
+@posix
+def test_the_parent_advises_the_child_how_to_wait():
+    parent, kid = _bell_pair()
+    try:
+        kid_wait = child.SpinWait(cap_s=0.05)
+        kid_wait.took(0.0, 0.01)     # would poll up to 20 ms
+        parent.advise(True)
+        assert kid.advised_to_block() and not parent.advised_to_block()
+        threading.Timer(0.2, parent.send, (b"x",)).start()
+        cpu0 = time.process_time()
+        assert kid_wait.recv(kid) == b"x" and kid_wait.last_blocked
+        assert time.process_time() - cpu0 < 0.015   # it did not poll
+        parent.advise(False)
+        assert not kid.advised_to_block()
+    finally:
+        parent.close()
+        kid.close()
