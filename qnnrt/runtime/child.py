@@ -38,7 +38,7 @@ SPIN_YIELD_ENV = "QNNRT_SPIN_YIELD"
 SPIN_CAP_US = 1000.0             # the longest poll; work expected to take longer blocks at once
 SPIN_SLACK_S = 50e-6             # polled beyond twice the expected time before blocking
 POLICY_WINDOW = 8                # round trips per way of waiting that its median is taken over
-POLICY_EXPLORE = (256, 4)        # every 256 waits, 4 the other way: the machine may have changed
+POLICY_EXPLORE = (256, 4)        # every 256 waits, 4 the other way (the machine may have changed)
 
 
 def use_pipes() -> bool:
@@ -251,7 +251,8 @@ def spin_cap_s() -> float:
 class WaitPolicy:
     """Whether the waits of one channel poll or block, chosen from what each has cost: the median of
     the last POLICY_WINDOW waits (a request's round trip, the work in it included) each way, the
-    cheaper one kept and the other tried again now and then (POLICY_EXPLORE). Polling wins while a
+    cheaper one kept and the other tried after the first window and then now and then
+    (POLICY_EXPLORE). Polling wins while a
     core is free for each side (a wake-up from sleep costs ~100-500 us on an idle VM); blocking
     wins when every core is taken (a side that polls holds the core its peer needs, and a peer that
     slept gets the scheduler's credit when it wakes): bench/RESULTS.md. The parent's choice is the
@@ -266,8 +267,8 @@ class WaitPolicy:
         """True: block this time."""
         self.waits += 1
         every, run = POLICY_EXPLORE
-        if self.waits > every and (self.waits - 1) % every < run:
-            return not self.block
+        if self.waits > POLICY_WINDOW and (self.waits - POLICY_WINDOW - 1) % every < run:
+            return not self.block   # first right after a window of the default, then now and then
         return self.block
 
     def record(self, blocked: bool, seconds: float) -> None:

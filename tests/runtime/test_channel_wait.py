@@ -141,14 +141,18 @@ def test_a_worker_times_its_segment_only_when_the_plan_is_timed(chain12):
 def test_the_policy_keeps_the_cheaper_way_and_tries_the_other_now_and_then():
     p = child.WaitPolicy()
     every, run = child.POLICY_EXPLORE
-    assert [p.choose() for _ in range(every)] == [False] * every   # polls until it knows better
-    for _ in range(child.POLICY_WINDOW):
+    window = child.POLICY_WINDOW
+    for _ in range(window):   # polls first
+        assert not p.choose()
         p.record(False, 500e-6)
-    tried = [p.choose() for _ in range(run)]
-    assert tried == [True] * run   # the other way, for a few waits
-    for _ in range(run):
+    for _ in range(run):      # then tries the other way for a few waits
+        assert p.choose()
         p.record(True, 100e-6)
-    assert p.block and p.choose()   # blocking was cheaper: kept
+    assert p.block and all(p.choose() for _ in range(every - run))   # blocking was cheaper: kept
+    assert [p.choose() for _ in range(run)] == [False] * run          # polling tried again
+    for _ in range(run):
+        p.record(False, 600e-6)
+    assert p.block
     for _ in range(child.POLICY_WINDOW):
         p.record(True, 900e-6)      # the machine changed: blocking got dear, polling is tried again
     assert not p.block
