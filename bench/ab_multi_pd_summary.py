@@ -22,7 +22,8 @@ def main() -> None:
             r, load, tree, res, ms, avg = m.groups()
             runs[(load, tree)][res][int(r)] = float(ms)
             loads.append(float(avg))
-    print("| load | tree | one PD ms (median of rounds) | multi-pd:2 ms | multi / one PD (median of the rounds' ratios, min-max) |")
+    print("| load | tree | one PD ms (median of rounds) | multi-pd:2 ms "
+          "| multi / one PD (median of the rounds' ratios, min-max) |")
     print("| --- | --- | --- | --- | --- |")
     for (load, tree), by in runs.items():
         rounds = sorted(set(by["eager"]) & set(by["multi-pd:2"]))
