@@ -1,5 +1,6 @@
 """Summary of bench/ab_multi_pd_load.sh's lines (read from stdin or the files given): per load and
-tree, the median over the rounds of one PD's and multi-pd:2's iteration, and of the rounds' ratios.
+tree, the median over the rounds of one PD's and multi-pd:2's iteration, of the rounds' ratios, and
+the ratio of the fastest rounds (the least disturbed by whatever else ran).
 
     bash bench/ab_multi_pd_load.sh ... | tee ab.log; python bench/ab_multi_pd_summary.py ab.log
 """
@@ -23,8 +24,8 @@ def main() -> None:
             runs[(load, tree)][res][int(r)] = float(ms)
             loads.append(float(avg))
     print("| load | tree | one PD ms (median of rounds) | multi-pd:2 ms "
-          "| multi / one PD (median of the rounds' ratios, min-max) |")
-    print("| --- | --- | --- | --- | --- |")
+          "| multi / one PD (median of the rounds' ratios, min-max) | ratio of the rounds' fastest |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for (load, tree), by in runs.items():
         rounds = sorted(set(by["eager"]) & set(by["multi-pd:2"]))
         if not rounds:
@@ -32,7 +33,8 @@ def main() -> None:
         ratios = [by["multi-pd:2"][r] / by["eager"][r] for r in rounds]
         print(f"| {load} | {tree} | {statistics.median(by['eager'][r] for r in rounds):.3f} | "
               f"{statistics.median(by['multi-pd:2'][r] for r in rounds):.3f} | "
-              f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}, {len(rounds)} rounds) |")
+              f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}, {len(rounds)} rounds) | "
+              f"{min(by['multi-pd:2'][r] for r in rounds) / min(by['eager'][r] for r in rounds):.2f}x |")
     if loads:
         print(f"load average during the runs: {min(loads):.2f}-{max(loads):.2f}")
 
