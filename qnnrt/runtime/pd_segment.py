@@ -271,7 +271,8 @@ class WorkerSegment:
                 o.call.timed = program.timed
         self.graph_owners = [o for o in self.owners if o is not None]
         # the plain loop's calls (no trace, no profile): each step's run and what its seconds are
-        self.plain = [_plain_call(s, o is not None, program.timed) for s, o in zip(self.steps, self.owners)]
+        self.plain = [(k, *_plain_call(s, o is not None, program.timed))
+                      for k, (s, o) in enumerate(zip(self.steps, self.owners))]
 
     def stage(self, view: ch.ArenaView, blocks: dict[int, tuple[ch.Block, tuple[int, ...], str]]) -> None:
         for slot, (block, shape, dtype) in blocks.items():
@@ -293,17 +294,17 @@ class WorkerSegment:
         if start == 0:
             self.values = self.template.copy()
         values, status, plain = self.values, self.status, self.plain
+        at_step, graph, timed = status.at_step, _GRAPH, _TIMED
         accelerator = cpu = 0.0
         calls = status.segment_graph_calls
         k = start
         try:
-            for k in range(start, len(plain)):
-                run, kind = plain[k]
-                if kind == _GRAPH:
-                    status.at_step(k, calls)   # a worker that dies here is named by it
+            for k, run, kind in (plain if start == 0 else plain[start:]):
+                if kind == graph:
+                    at_step(k, calls)   # a worker that dies here is named by it
                     accelerator += run(values)
                     calls += 1
-                elif kind == _TIMED:
+                elif kind == timed:
                     t = clock()
                     run(values)
                     cpu += clock() - t
