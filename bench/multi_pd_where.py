@@ -67,7 +67,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 p.run(None, [x])
                 its.append(time.perf_counter() - t0)
-            policies = [getattr(s.wait, "policy", None) for s in p.plan().steps if isinstance(s, RemoteSegment)]
+            waits = [s.wait for s in p.plan().steps if isinstance(s, RemoteSegment)]
     finally:
         if hog is not None:
             hog.kill()
@@ -79,9 +79,12 @@ def main() -> None:
             f" | worker's own {us([b for _, b in trips])} | channel {us([r - b for r, b in trips])}"
             f" (p90 {np.percentile([r - b for r, b in trips], 90) * 1e6:.1f})"
             f" | this process's part {us([i - s for i, s in zip(its, steps)])}")
-    for pol in policies:
-        if pol is not None:
-            line += f" | waits {'block' if pol.block else 'poll'}"
+    for w in waits:
+        pol = getattr(w, "policy", None)
+        if pol is not None:   # trees with a wait policy: its choice, its medians, the polls that ran out
+            med = {k: statistics.median(v) * 1e6 if v else float("nan") for k, v in pol.costs.items()}
+            line += (f" | waits {'block' if pol.block else 'poll'} (round trip polled {med[False]:.0f}, "
+                     f"blocked {med[True]:.0f} us; {w.blocked} of {pol.waits} polls ran out)")
     print(line + f" | {'busy' if a.busy else 'idle'}, load {os.getloadavg()[0]:.2f}")
 
 

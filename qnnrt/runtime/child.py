@@ -299,8 +299,10 @@ class SpinWait:
     What is expected is the last wait, unless the caller knows better (`took`: the worker's own
     time for a segment, which a wake-up does not inflate). With a `WaitPolicy` (the main process's
     side of a segment's channel, told each round trip by `took`) a wait may block at once, and
-    tells the other side to do the same; without one, a side follows that advice. Between polls
-    the waiter yields its core (sched_yield), so a peer that shares it runs at once."""
+    tells the other side to do the same; without one, a side follows that advice. A poller keeps
+    its core (with `QNNRT_SPIN_YIELD=1` it calls sched_yield between polls: on a loaded machine
+    that hands the core to another task until the next tick, and the answer waits unseen;
+    bench/RESULTS.md)."""
 
     def __init__(self, cap_s: float | None = None, yields: bool | None = None,
                  policy: WaitPolicy | None = None) -> None:
@@ -357,8 +359,8 @@ _yield = getattr(os, "sched_yield", _no_yield)
 
 
 def spin_yields() -> bool:
-    """Whether a polling wait yields its core between polls ($QNNRT_SPIN_YIELD, default on)."""
-    return os.environ.get(SPIN_YIELD_ENV, "1") not in ("", "0")
+    """Whether a polling wait yields its core between polls ($QNNRT_SPIN_YIELD, default off)."""
+    return os.environ.get(SPIN_YIELD_ENV, "0") not in ("", "0")
 
 
 # -- spawning and stopping ---------------------------------------------------------------------------

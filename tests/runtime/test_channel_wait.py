@@ -78,11 +78,11 @@ def test_the_poll_is_twice_the_expected_work_and_never_beyond_the_cap():
 
 def test_spin_cap_and_yield_come_from_the_environment(monkeypatch):
     monkeypatch.setenv(child.SPIN_ENV, "250")
-    monkeypatch.setenv(child.SPIN_YIELD_ENV, "0")
-    assert child.spin_cap_s() == pytest.approx(250e-6) and not child.spin_yields()
+    monkeypatch.setenv(child.SPIN_YIELD_ENV, "1")
+    assert child.spin_cap_s() == pytest.approx(250e-6) and child.spin_yields()
     monkeypatch.setenv(child.SPIN_ENV, "not a number")
     monkeypatch.delenv(child.SPIN_YIELD_ENV)
-    assert child.spin_cap_s() == pytest.approx(child.SPIN_CAP_US * 1e-6) and child.spin_yields()
+    assert child.spin_cap_s() == pytest.approx(child.SPIN_CAP_US * 1e-6) and not child.spin_yields()
 
 
 @posix
