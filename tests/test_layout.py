@@ -274,7 +274,8 @@ def test_runtime_names_no_attribute_of_an_executorch_class():
 
     import onnx
     own = _members("runtime") | _members("core") | _members("profiling") | _members("formats")
-    library = {n for t in (dict, list, str, bytes, set, tuple, np.ndarray, np.dtype, Future) for n in dir(t)}
+    library = {n for t in (dict, list, str, bytes, memoryview, set, tuple, np.ndarray, np.dtype, Future)
+               for n in dir(t)}
     library |= {f.name for m in (onnx.ModelProto, onnx.GraphProto, onnx.NodeProto, onnx.TensorProto,
                                  onnx.ValueInfoProto) for f in m.DESCRIPTOR.fields}
     only_executorch = _members("executorch") - own - library

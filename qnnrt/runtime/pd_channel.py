@@ -26,8 +26,8 @@ from numpy.typing import DTypeLike
 
 from qnnrt.core.tensor import address_of
 from qnnrt.runtime.child import (  # noqa: F401 - the channel's own vocabulary, used as ch.*
-    CONTROL, ERROR, REPLY, ConnEnd, PipeEnd, ProtocolError, SpinWait, body_frame, frame_body,
-    frame_head)
+    CONTROL, ERROR, REPLY, ConnEnd, PipeEnd, ProtocolError, SpinWait, WaitPolicy, body_frame,
+    frame_body, frame_head)
 
 CALL, OK = b"X", b"K"
 SEGMENT, DONE = b"S", b"D"

@@ -118,6 +118,7 @@ class InstallSegment:
     template: dict[int, TemplateValue]
     live_out: tuple[int, ...]
     steps: tuple[StepDescriptor, ...]
+    timed: bool = True    # the main process's plan reads the clock (Program.timed, tracing)
 
 
 @dataclass(frozen=True)
@@ -281,7 +282,8 @@ class StatusBlock:
     array: np.ndarray = field(repr=False)   # shape (1,), STATUS_DTYPE
 
     def __post_init__(self) -> None:
-        self._words = self.array.view(np.int64)   # a word write is cheap enough for every step
+        # a memoryview's item write is a plain store, cheap enough for every graph step of a segment
+        self._words = memoryview(self.array.view(np.int64).data)
 
     def write(self, **values: int) -> None:
         row = self.array[0]

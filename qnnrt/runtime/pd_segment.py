@@ -12,11 +12,12 @@ there, on the worker's values.
 """
 from __future__ import annotations
 
+import operator
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from qnnrt.runtime import pd_protocol as proto
 from qnnrt.runtime import portable
 from qnnrt.runtime.hooks import Tracing
 from qnnrt.runtime.plan import GraphStep, SegmentStep
-from qnnrt.runtime.steps import Bookkeeping
+from qnnrt.runtime.steps import Bookkeeping, Step
 from qnnrt.runtime.segments import Segment
 from qnnrt.runtime.tracing import step_label
 
@@ -50,7 +51,9 @@ class RemoteSegment(SegmentStep):
         self.graph_at = {k: s for k, s in enumerate(segment.steps) if isinstance(s, GraphStep)}
         self.graph_calls = len(self.graph_at)
         self.cpu_seconds = 0.0
-        self.wait = ch.SpinWait()   # its replies: polled for as long as a run usually takes
+        # its replies: polled for about as long as the worker's run takes, or waited for blocking
+        # when that has been the cheaper way on this machine lately
+        self.wait = ch.SpinWait(policy=ch.WaitPolicy())
         self.installed = False
         self.stage_in: list[tuple[int, np.ndarray]] = []
         self.stage_out: list[tuple[int, np.ndarray]] = []
@@ -79,8 +82,9 @@ class RemoteSegment(SegmentStep):
             entries[slot] = refs.array(staging)
             self.stage_in.append((slot, staging))
         steps = tuple(portable.describe(s, refs) for s in self.segment.steps)
+        timed = self.context.timed or self.context.tracer is not None
         self.worker.control(proto.InstallSegment(self.id, len(self.template), entries,
-                                                 self.segment.live_out, steps),
+                                                 self.segment.live_out, steps, timed),
                             proto.Done, f"installing {self.what}")
         self.installed = True
 
@@ -127,6 +131,7 @@ class RemoteSegment(SegmentStep):
             raise self._failure(frame)
         accelerator_s, self.cpu_seconds, busy_s, tail_bytes = ch.parse_done(frame)
         tail = proto.loads(tail_bytes, proto.SegmentTail) if tail_bytes else None
+        self.wait.took(rtt, busy_s)
         w.count(self.graph_calls - self._done_before(start), accelerator_s, rtt - busy_s)
         for slot, staging in self.stage_out:
             values[slot] = staging.copy()
@@ -187,6 +192,19 @@ class _StepFailed(Exception):
 
 
 # -- the worker's side ------------------------------------------------------------------------------
+_GRAPH, _TIMED, _UNTIMED = 0, 1, 2
+_profile_of = operator.attrgetter("profile")
+
+
+def _plain_call(step: Step, graph: bool, timed: bool) -> tuple[Callable[[list], Any], int]:
+    """How the plain loop calls `step`: a graph step through its binder's entry (the bare
+    BoundCall when it has nothing else to do per call), a CPU op timed when the plan is."""
+    if graph:
+        assert isinstance(step, GraphStep)
+        return step.binding.entry, _GRAPH
+    return step.run, _TIMED if timed and not isinstance(step, Bookkeeping) else _UNTIMED
+
+
 class WorkerSegment:
     """A segment in the worker: its steps over a slot list of its own, run on request."""
 
@@ -207,6 +225,14 @@ class WorkerSegment:
         self.live_out = install.live_out
         self.staged: dict[int, np.ndarray] = {}
         self.values: list = []
+        self.timed = install.timed
+        for o in self.owners:
+            if o is not None:
+                o.call.timed = install.timed
+        self.graph_owners = [o for o in self.owners if o is not None]
+        # the plain loop's calls (no trace, no profile): each step's run and what its seconds are
+        self.plain = [(k, *_plain_call(s, o is not None, install.timed))
+                      for k, (s, o) in enumerate(zip(self.steps, self.owners))]
 
     def stage(self, view: ch.ArenaView, blocks: dict[int, tuple[ch.Block, tuple[int, ...], str]]) -> None:
         for slot, (block, shape, dtype) in blocks.items():
@@ -214,7 +240,45 @@ class WorkerSegment:
 
     def run(self, rid: int, start: int) -> bytes:
         """Steps from `start` (0: a new run on fresh values); the DONE frame, or the ERROR frame
-        of a failed step."""
+        of a failed step. Without a trace or a profile to feed, the plain loop (what this run
+        costs is most of a multi-PD iteration's extra time)."""
+        if self.tracer is None and not any(map(_profile_of, self.graph_owners)):
+            return self._run_plain(rid, start)
+        return self._run_observed(rid, start)
+
+    def _run_plain(self, rid: int, start: int) -> bytes:
+        """The steps called as the main process's plan loop calls them (runtime/steps.py): a graph
+        step's bound C call itself, a CPU step timed only when the main process's plan is."""
+        clock = time.perf_counter
+        t0 = clock()
+        if start == 0:
+            self.values = self.template.copy()
+        values, status, plain = self.values, self.status, self.plain
+        at_step, graph, timed = status.at_step, _GRAPH, _TIMED
+        accelerator = cpu = 0.0
+        calls = status.segment_graph_calls
+        k = start
+        try:
+            for k, run, kind in (plain if start == 0 else plain[start:]):
+                if kind == graph:
+                    at_step(k, calls)   # a worker that dies here is named by it
+                    accelerator += run(values)
+                    calls += 1
+                elif kind == timed:
+                    t = clock()
+                    run(values)
+                    cpu += clock() - t
+                else:
+                    run(values)
+        except QnnError as e:
+            return self._failed(rid, k, e, 0)
+        status.at_step(len(plain), calls)
+        tail = self._tail(values, [])
+        return ch.done_frame(rid, accelerator, cpu, clock() - t0,
+                             b"" if tail is None else proto.dumps(tail))
+
+    def _run_observed(self, rid: int, start: int) -> bytes:
+        """The loop with a trace's spans and the profiled calls' events."""
         t0 = time.perf_counter()
         if start == 0:
             self.values = self.template.copy()
