@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -92,6 +92,7 @@ class _Kind:
 
 _BY_STEP: dict[type, _Kind] = {}
 _BY_NAME: dict[str, _Kind] = {}
+T = TypeVar("T")
 _ADAPTERS: dict[str, type] = {}
 
 
@@ -126,15 +127,20 @@ def rebuild(d: StepDescriptor, resolver: Resolver) -> Step:
     return kind.rebuild(kind.wire.loads(d.body, kind.descriptor), resolver)
 
 
-def _kind(name: str) -> _Kind:
-    """A registered kind by name, its module imported first (qnnrt's own modules only)."""
+def _registered(table: dict[str, T], name: str, what: str) -> T:
+    """`name` in a registry, its module imported first (qnnrt's own modules only: a worker learns
+    a kind by the module that registers it)."""
     module = name.partition(":")[0]
-    if name not in _BY_NAME and module.startswith("qnnrt."):
+    if name not in table and module.startswith("qnnrt."):
         importlib.import_module(module)
-    kind = _BY_NAME.get(name)
-    if kind is None:
-        raise ProtocolError(f"a plan segment's step of kind {name!r}, which this worker does not know")
-    return kind
+    found = table.get(name)
+    if found is None:
+        raise ProtocolError(f"{what} {name!r}, which this worker does not know")
+    return found
+
+
+def _kind(name: str) -> _Kind:
+    return _registered(_BY_NAME, name, "a plan segment's step of kind")
 
 
 def _adapter_name(adapter: InputAdapter) -> str:
@@ -145,12 +151,7 @@ def _adapter_name(adapter: InputAdapter) -> str:
 
 
 def _adapter(name: str, spec: GraphSpec, i: int, where: str) -> InputAdapter:
-    module = name.partition(":")[0]
-    if name not in _ADAPTERS and module.startswith("qnnrt."):
-        importlib.import_module(module)
-    cls = _ADAPTERS.get(name)
-    if cls is None:
-        raise ProtocolError(f"a graph input adapter {name!r}, which this worker does not know")
+    cls = _registered(_ADAPTERS, name, "a graph input adapter")
     adapter: InputAdapter = cls(spec.inputs[i], where)
     return adapter
 
