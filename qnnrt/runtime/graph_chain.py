@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from qnnrt.core.binary import GraphSpec
 from qnnrt.core.tensor import TensorSpec
 from qnnrt.errors import FormatError
-import numpy as np
-
 from qnnrt.runtime.method import IOSpec, Method, QnnStep
 from qnnrt.runtime.plan import CallerArrays, MethodPlan, NotPreparable, Plan, RunTiming
 
