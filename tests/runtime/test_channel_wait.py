@@ -175,3 +175,98 @@ def test_the_parent_advises_the_child_how_to_wait():
     finally:
         parent.close()
         kid.close()
+
+
+def _pipe_has_bytes(end: child.PipeEnd) -> bool:
+    import select
+    return bool(select.select([end.rfd], [], [], 0.0)[0])
+
+
+@posix
+def test_a_small_frame_goes_through_the_page_and_order_holds_with_the_pipe():
+    """A frame that fits the slot needs no system call; one sent before the slot is free, or too
+    big for it, goes through the pipe, and frames still come in the order they were sent."""
+    parent, kid = _bell_pair()
+    big = bytes(range(256)) * 20   # larger than a slot
+    try:
+        parent.send(b"small")
+        assert not _pipe_has_bytes(kid) and kid.arrived()
+        assert kid.recv() == b"small"
+        parent.send(b"first")        # the slot
+        parent.send(b"second")       # the slot is not taken yet: the pipe
+        parent.send(big)             # the pipe
+        assert _pipe_has_bytes(kid)
+        assert [kid.recv(), kid.recv(), kid.recv()] == [b"first", b"second", big]
+        parent.send(b"third")        # everything taken: the slot again
+        assert not _pipe_has_bytes(kid) and kid.recv() == b"third"
+        assert not kid.arrived() and not kid.ready(0.0)
+    finally:
+        parent.close()
+        kid.close()
+
+
+@posix
+def test_a_slot_frame_is_taken_only_whole_and_only_once():
+    """What a reader could see of a slot being written (its number before its bytes, or an old
+    frame under a new number) is not taken: the check is seeded by the frame's number."""
+    parent, kid = _bell_pair()
+    try:
+        parent.send(b"one")
+        assert kid.recv() == b"one"
+        assert kid.bell is not None and kid.bell.take(1) == b"one"   # still there, but taken already:
+        assert not kid.ready(0.0)                                    # the reader wants number 2
+        bell = parent.bell
+        assert bell is not None
+        bell.words[bell.out_slot >> 3] = 2   # number 2 on the old bytes: their check fails
+        assert kid.bell.take(2) is None and not kid.ready(0.0)
+    finally:
+        parent.close()
+        kid.close()
+
+
+@posix
+def test_a_sleeping_side_is_woken_by_a_slot_frame():
+    parent, kid = _bell_pair()
+    got: list[bytes] = []
+    try:
+        reader = threading.Thread(target=lambda: got.append(kid.recv()))
+        cpu0 = time.process_time()
+        reader.start()
+        time.sleep(0.2)
+        assert parent.bell is not None and parent.bell.peer_sleeps()
+        t0 = time.perf_counter()
+        parent.send(b"wake")
+        reader.join(2.0)
+        assert got == [b"wake"] and time.perf_counter() - t0 < 0.1
+        assert time.process_time() - cpu0 < 0.1   # it slept, it did not poll
+        assert not parent.bell.peer_sleeps()      # awake again
+    finally:
+        parent.close()
+        kid.close()
+
+
+@posix
+def test_a_lost_wake_up_costs_a_moment_not_a_hang(monkeypatch):
+    """The race a sleeper's second look cannot close: the sender missed the sleeper's word and
+    the sleeper does not see the frame yet (both stores still in flight). The sleeper looks
+    again after LOST_WAKE_S and takes the frame: a moment lost, never a hang."""
+    parent, kid = _bell_pair()
+    got: list[bytes] = []
+    try:
+        assert parent.bell is not None and kid.bell is not None
+        visible = threading.Event()
+        kid_take, kid_rung = kid.bell.take, kid.bell.rung
+        monkeypatch.setattr(parent.bell, "peer_sleeps", lambda: False)
+        monkeypatch.setattr(kid.bell, "take", lambda n: kid_take(n) if visible.is_set() else None)
+        monkeypatch.setattr(kid.bell, "rung", lambda: kid_rung() if visible.is_set() else 0)
+        parent.send(b"crossed")   # in the slot, no wake-up written
+        threading.Timer(child.LOST_WAKE_S / 4, visible.set).start()
+        reader = threading.Thread(target=lambda: got.append(kid.recv()))
+        t0 = time.perf_counter()
+        reader.start()
+        reader.join(2.0)
+        assert got == [b"crossed"] and time.perf_counter() - t0 < 0.5
+        assert not _pipe_has_bytes(kid)
+    finally:
+        parent.close()
+        kid.close()
