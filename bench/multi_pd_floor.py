@@ -81,7 +81,7 @@ def handoff(a: argparse.Namespace) -> None:
     try:
         time.sleep(0.3 if hog else 0.0)
         w = a.work_us * 1e-6
-        one = statistics.median(_timed(lambda: (_spin(w), _spin(w))) for _ in range(a.turns))
+        one = statistics.median(_timed(lambda: _spin(2 * w)) for _ in range(a.turns))
         print(f"load {'busy' if a.busy else 'idle'}, {a.work_us:g} us a side: one process "
               f"{one * 1e6:.1f} us per round")
         for poll in (True, False):
