@@ -1,15 +1,14 @@
 """Child processes qnnrt talks to (the PD workers, the vetting child): one framing, one transport
 choice, one way to spawn with a channel and one way to stop.
 
-Transport (bench/bench_channel.py, bench/RESULTS.md): a pair of anonymous pipes on POSIX plus a
-doorbell: a shared page where each side counts the frames it has sent and has a slot for one small
-frame, so that a segment run and its reply cross with no system call, and a side waiting for a
-short answer polls a word in memory before it sleeps on the pipe (`SpinWait`). Larger frames, and
-a frame sent before the other side took the last one, are written to the pipe (one write, one
-read). Elsewhere (Windows) a multiprocessing.connection (a named pipe), polled through the
-connection. A child that dies closes its end: the other side reads end-of-file, never hangs (a
-poll of the doorbell is bounded, then the wait is on the pipe). The channel is a pipe pair of its
-own, never stdout: a C library that prints there cannot corrupt a frame.
+Transport (bench/bench_channel.py, bench/RESULTS.md): a pair of anonymous pipes on POSIX, each
+frame written with one write() and read with one read(), plus a doorbell: a shared page where each
+side counts the frames it has sent, so that a side waiting for a short answer polls a word in memory
+(no system call) before it blocks on the pipe (`SpinWait`). Elsewhere (Windows) a
+multiprocessing.connection (a named pipe), polled through the connection. A child that dies closes
+its end: the other side reads end-of-file, never hangs (a poll of the doorbell is bounded, then the
+pipe read blocks). The channel is a pipe pair of its own, never stdout: a C library that prints
+there cannot corrupt a frame.
 
 Frame: kind (1 byte), the request id (u32), then the body. C a control request, R its reply, E a
 failure, P a progress report on a request still running, each a frozen dataclass of the protocol
@@ -24,7 +23,6 @@ import os
 import struct
 import subprocess
 import time
-import zlib
 from typing import Any
 
 from qnnrt.errors import QnnrtError
@@ -49,18 +47,9 @@ def use_pipes() -> bool:
 
 
 # -- transports ----------------------------------------------------------------------------------
-_BELL_BYTES = 4096
-# 64-bit words of the doorbell page, a cache line apart, each written by one side: (parent's, child's)
-_SENT = (0, 8)          # frames this side has sent
-_TAKEN = (16, 24)       # frames this side has taken of the other's
-_ASLEEP = (32, 40)      # 1 while this side waits in the pipe: a frame sent then comes with a wake-up
-_ADVICE_WORD = 48       # the parent's advice: 1 while the child should block, not poll
-# each side's outgoing frame slot (byte offsets): sequence number (u64), length, check (u32), bytes
-_SLOT = (512, 1536)
-_SLOT_HEAD = struct.Struct("<II")
-_SLOT_DATA = 1024 - 16
-LOST_WAKE_S = 1e-3      # a sleeper looks again after this, then sleeps until woken (see PipeEnd)
-_WAKE = _U32.pack(0)    # a zero-length frame in the pipe: only wakes a sleeping side
+_BELL_BYTES = 192                # two 64-bit counters a cache line apart (parent's, then child's),
+_BELL_WORD = (0, 8)              # the counter each side writes, in 64-bit words: parent, child
+_ADVICE_WORD = 16                # and the parent's advice: 1 while the child should block, not poll
 
 
 def new_bell_fd() -> int:
@@ -77,22 +66,15 @@ def new_bell_fd() -> int:
 
 
 class Doorbell:
-    """The page both sides of a channel map: what each has sent and taken, whether it sleeps, and
-    one frame slot per direction, so that a small frame (a segment run and its reply) needs no
-    system call. A slot is reused only once the other side has taken every frame sent before,
-    and it is read only when its sequence number is the one expected and its check (a CRC32
-    seeded by that number) matches: a reader that sees the bytes late (a weakly ordered CPU)
-    looks again, it never takes a torn or an old frame."""
+    """Frame counters in a page both sides map: `ring` after each frame sent, `rung` how many the
+    other side has sent. Each counter has one writer and is an aligned 64-bit word; the pipe
+    write before a ring orders the frame's bytes before its count."""
 
     def __init__(self, fd: int, child: bool):
         self.fd = fd
         self.map = mmap.mmap(fd, _BELL_BYTES)
         self.words = memoryview(self.map).cast("Q")
-        side, other = int(child), int(not child)
-        self.mine, self.theirs = _SENT[side], _SENT[other]
-        self.my_taken, self.their_taken = _TAKEN[side], _TAKEN[other]
-        self.my_sleep, self.their_sleep = _ASLEEP[side], _ASLEEP[other]
-        self.out_slot, self.in_slot = _SLOT[side], _SLOT[other]
+        self.mine, self.theirs = _BELL_WORD[child], _BELL_WORD[not child]
         self.child = child
         self.sent = 0
 
@@ -102,39 +84,6 @@ class Doorbell:
 
     def rung(self) -> int:
         return self.words[self.theirs]
-
-    def post(self, data: bytes) -> bool:
-        """Send `data` through this side's slot; False (nothing written) when it does not fit or
-        the other side has not taken every earlier frame yet (then it goes through the pipe)."""
-        n = len(data)
-        if n > _SLOT_DATA or self.words[self.their_taken] != self.sent:
-            return False
-        seq, off = self.sent + 1, self.out_slot
-        self.map[off + 16:off + 16 + n] = data
-        _SLOT_HEAD.pack_into(self.map, off + 8, n, zlib.crc32(data, seq & 0xFFFFFFFF))
-        self.words[off >> 3] = seq
-        self.ring()
-        return True
-
-    def take(self, seq: int) -> bytes | None:
-        """Frame number `seq` if the other side put it in its slot and it reads whole, else None."""
-        off = self.in_slot
-        if self.words[off >> 3] != seq:
-            return None
-        n, check = _SLOT_HEAD.unpack_from(self.map, off + 8)
-        if n > _SLOT_DATA:
-            return None
-        data = self.map[off + 16:off + 16 + n]
-        return data if zlib.crc32(data, seq & 0xFFFFFFFF) == check else None
-
-    def took(self, count: int) -> None:
-        self.words[self.my_taken] = count
-
-    def sleeping(self, asleep: bool) -> None:
-        self.words[self.my_sleep] = int(asleep)
-
-    def peer_sleeps(self) -> bool:
-        return bool(self.words[self.their_sleep])
 
     def advise(self, block: bool) -> None:
         """The parent's word on how the child waits for its next frame (see `WaitPolicy`)."""
@@ -150,44 +99,25 @@ class Doorbell:
         os.close(self.fd)
 
 
-def _strip_wakes(buf: bytes) -> bytes:
-    while buf[:4] == _WAKE:
-        buf = buf[4:]
-    return buf
-
-
 class PipeEnd:
-    """One side of the channel over two pipe descriptors (read, write) and, when given, the
-    doorbell page. A frame goes through the page's slot when it can (`Doorbell.post`), else
-    length-prefixed through the pipe; bytes read past the end of a frame are kept for the next
-    one (a child that reports as it goes can have several frames in the pipe at once).
-
-    A side with nothing to read says it sleeps, looks once more, then waits for the pipe: a
-    sender that sees it asleep writes a wake-up (an empty frame) after a slot frame. Should
-    both look before the other's word is seen (the two stores still in flight), the sleeper
-    wakes after LOST_WAKE_S and finds the frame; after that it sleeps until the pipe has data
-    (a frame, a wake-up, or end-of-file when the other side is gone)."""
+    """One side of the channel over two pipe descriptors (read, write). Frames are length-prefixed;
+    bytes read past the end of a frame are kept for the next one (a child that reports as it goes
+    can have several frames in the pipe at once)."""
 
     def __init__(self, rfd: int, wfd: int, bell: Doorbell | None = None):
         self.rfd, self.wfd = rfd, wfd
         self.bell = bell
         self._buf = b""
-        self._read = 0     # frames taken (the doorbell counts the ones sent)
-        self._eof = False
+        self._read = 0     # frames returned by recv (the doorbell counts the ones sent)
 
     def send(self, data: bytes) -> None:
-        bell = self.bell
-        if bell is not None and bell.post(data):
-            if bell.peer_sleeps():
-                os.write(self.wfd, _WAKE)
-            return
         n = os.write(self.wfd, _U32.pack(len(data)) + data)
         if n != len(data) + 4:  # a large control message: write the rest
             view = memoryview(_U32.pack(len(data)) + data)[n:]
             while view:
                 view = view[os.write(self.wfd, view):]
-        if bell is not None:
-            bell.ring()
+        if self.bell is not None:
+            self.bell.ring()
 
     def arrived(self) -> bool:
         """A frame is there to read (or, without a doorbell, end-of-file): the cheap check a wait
@@ -208,100 +138,34 @@ class PipeEnd:
         buf = self._buf
         return len(buf) >= 4 and len(buf) >= _U32.unpack_from(buf)[0] + 4
 
-    def _here(self) -> bool:
-        """A frame can be taken without waiting (or the other side is gone)."""
-        bell = self.bell
-        return self._eof or self._frame_ready() or (bell is not None and bell.take(self._read + 1) is not None)
-
     def ready(self, timeout: float) -> bool:
         """True when a frame (or end-of-file) can be read within `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while not self._here():
-            left = deadline - time.monotonic()
-            self._fill(max(0.0, left))
-            if self._here():
-                return True
-            if left <= 0:
-                return False
-        return True
+        if self._frame_ready():
+            return True
+        import select
+        return bool(select.select([self.rfd], [], [], timeout)[0])
 
     def recv(self) -> bytes:
         """The next frame's body; b'' when the other side is gone."""
-        while True:
-            frame = self._take()
-            if frame is not None:
-                return frame
-            if self._eof:
-                return b""
-            self._fill(None)
-
-    def _take(self) -> bytes | None:
-        """The next frame if it is here (the slot, or begun in the pipe: its rest is on its way)."""
-        bell = self.bell
-        if bell is not None:
-            data = bell.take(self._read + 1)
-            if data is not None:
-                return self._took(data)
         buf = self._buf
-        if len(buf) < 4:
-            return None
+        while len(buf) < 4:
+            more = os.read(self.rfd, _MAX_READ)
+            if not more:
+                return b""
+            buf += more
         want = _U32.unpack_from(buf)[0] + 4
         if len(buf) < want:   # a large frame: gather it without re-copying what came before
             parts, have = [buf], len(buf)
             while have < want:
                 more = os.read(self.rfd, max(_MAX_READ, want - have))
                 if not more:
-                    self._eof, self._buf = True, b""
-                    return None
+                    return b""
                 parts.append(more)
                 have += len(more)
             buf = b"".join(parts)
-        self._buf = _strip_wakes(buf[want:])
-        return self._took(buf[4:want])
-
-    def _took(self, frame: bytes) -> bytes:
+        self._buf = buf[want:]
         self._read += 1
-        if self.bell is not None:
-            self.bell.took(self._read)
-        return frame
-
-    def _fill(self, timeout: float | None) -> None:
-        """Wait up to `timeout` (None: as long as it takes) for what the other side sends, and
-        read what the pipe has."""
-        import select
-        rfd, bell = self.rfd, self.bell
-        if bell is not None and bell.rung() != self._read:
-            # a frame was sent: in the pipe, or in the slot about to read whole
-            if select.select([rfd], [], [], 0.0)[0]:
-                self._read_pipe()
-            return
-        if bell is None:
-            if timeout is None or select.select([rfd], [], [], timeout)[0]:
-                self._read_pipe()
-            return
-        bell.sleeping(True)
-        try:
-            if bell.rung() != self._read:
-                return
-            first = LOST_WAKE_S if timeout is None else min(timeout, LOST_WAKE_S)
-            if not select.select([rfd], [], [], first)[0]:
-                if bell.rung() != self._read:
-                    return
-                rest = None if timeout is None else timeout - first
-                if rest is not None and rest <= 0:
-                    return
-                if not select.select([rfd], [], [], rest)[0]:
-                    return
-            self._read_pipe()
-        finally:
-            bell.sleeping(False)
-
-    def _read_pipe(self) -> None:
-        more = os.read(self.rfd, _MAX_READ)
-        if not more:
-            self._eof = True
-        else:
-            self._buf = _strip_wakes(self._buf + more)
+        return buf[4:want]
 
     def close(self) -> None:
         for fd in (self.rfd, self.wfd):
