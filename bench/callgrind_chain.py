@@ -6,6 +6,11 @@ for A/B comparisons on a busy machine (wall time does).
     python bench/callgrind_chain.py CHAIN/chain66_et.pte --inputs CHAIN/chain66_et_input_0.npy \\
         --graph-calls 66 --runtime qnnrt|executorch [--timed] [--tree TREE] [--anchor ANCHOR]
     python bench/callgrind_chain.py MODEL.pte --llm [--tree TREE]       # per LLM decode step
+    python bench/callgrind_chain.py CHAIN/chain66_et.pte ... --residency multi-pd:2 [--pd-budget 400MB]
+
+`--residency multi-pd:2`: the main process's own instructions per iteration (its PD worker runs
+outside valgrind, natively); the main process never polls (QNNRT_SPIN_US=0), so what is counted
+is its work, not how long it waited.
 
 `--llm`: qnnrt's LLM runner (the prepared step, contexts created up front) generating from the
 37-token prompt of bench_llm_host.py; a count is one `generate` of N tokens, and the difference
@@ -54,7 +59,8 @@ def child_llm(pte: str, n: int, shim: str) -> None:
     prog.close()
 
 
-def child(runtime: str, pte: str, inputs: str, n: int, timed: bool, shim: str) -> None:
+def child(runtime: str, pte: str, inputs: str, n: int, timed: bool, shim: str, residency: str,
+          pd_budget: str | None) -> None:
     """Under callgrind: load, warm up, then N iterations with instrumentation on."""
     import numpy as np
     arrays = [np.load(p) for p in inputs.split(",")]
@@ -68,7 +74,8 @@ def child(runtime: str, pte: str, inputs: str, n: int, timed: bool, shim: str) -
             meth.execute(xs)
     else:
         import qnnrt
-        prog = qnnrt.load(pte, residency="eager", backend_lib=shim)
+        prog = qnnrt.load(pte, residency=residency, backend_lib=shim,
+                          options=qnnrt.LoadOptions(pd_budget=pd_budget))
         prog.timed = timed
         name = prog.method(None).name
 
@@ -89,7 +96,9 @@ def count(args: argparse.Namespace, env: dict[str, str], n: int) -> int:
     with tempfile.TemporaryDirectory() as d:
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
                f"--callgrind-out-file={d}/cg.%p", python, __file__, "--child", str(n), args.pte,
-               "--runtime", args.runtime] + (["--timed"] if args.timed else [])
+               "--runtime", args.runtime, "--residency", args.residency]
+        cmd += ["--timed"] if args.timed else []
+        cmd += ["--pd-budget", args.pd_budget] if args.pd_budget else []
         cmd += ["--llm"] if args.llm else ["--inputs", args.inputs, "--graph-calls", str(args.graph_calls)]
         subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         dumps = list(Path(d).glob("cg.*.1"))
@@ -111,6 +120,8 @@ def main() -> int:
     ap.add_argument("--timed", action="store_true", help="qnnrt: Program.timed (time_breakdown)")
     ap.add_argument("--tree", type=Path, help="a checkout whose qnnrt to count (default: this one)")
     ap.add_argument("--iterations", help="two counts (default 100,300; --llm: 1,65 tokens)")
+    ap.add_argument("--residency", default="eager", help="qnnrt: e.g. multi-pd:2 (this process's part)")
+    ap.add_argument("--pd-budget", help="qnnrt: LoadOptions.pd_budget (e.g. 400MB for two PDs)")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     add_anchor_argument(ap)
     args = ap.parse_args()
@@ -119,7 +130,8 @@ def main() -> int:
         if args.llm:
             child_llm(args.pte, args.child, shim)
         else:
-            child(args.runtime, args.pte, args.inputs, args.child, args.timed, shim)
+            child(args.runtime, args.pte, args.inputs, args.child, args.timed, shim, args.residency,
+                  args.pd_budget)
         return 0
     if args.llm and args.runtime != "qnnrt":
         ap.error("--llm counts qnnrt's LLM runner")
@@ -131,6 +143,8 @@ def main() -> int:
     if args.runtime == "qnnrt":
         env.update(QNNRT_SHIM_ENV, QNNRT_CALLGRIND_SHIM=str(shim_lib(anchor)))
         tree = (args.tree or Path(__file__).resolve().parents[1]).resolve()
+        if args.residency.startswith("multi-pd"):
+            env["QNNRT_SPIN_US"] = "0"
         env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     few, many = (int(x) for x in (args.iterations or ("1,65" if args.llm else "100,300")).split(","))
     a, b = count(args, env, few), count(args, env, many)
@@ -139,8 +153,9 @@ def main() -> int:
         print(f"{who} LLM: {a} instructions generating {few} tokens, {b} for {many}: "
               f"{(b - a) / (many - few):.0f} per decode step")
     else:
-        print(f"{who}: {a} instructions for {few} iterations, {b} for {many}: "
-              f"{(b - a) / (many - few) / args.graph_calls:.0f} per graph call")
+        per_iteration = (b - a) / (many - few)
+        print(f"{who}, {args.residency}: {a} instructions for {few} iterations, {b} for {many}: "
+              f"{per_iteration:.0f} per iteration, {per_iteration / args.graph_calls:.0f} per graph call")
     return 0
 
 

@@ -8,7 +8,9 @@ process's own part of the plan). Medians over the timed iterations; run it in ea
       python bench/multi_pd_where.py CHAIN/chain66_et.pte CHAIN/chain66_et_input_0.npy \\
       --backend-lib ANCHOR/qnn_sdk/lib/x86_64-linux-clang/libQnnHtp.so [--busy]
 
-`--busy` keeps the other core busy (a busy loop in a process of its own) while it runs.
+`--busy` keeps the other core busy (a busy loop in a process of its own) while it runs. `--cores
+one|two` pins this process to core 0 and its worker to core 0 or 1 (Linux): what sharing a core
+costs each part.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=600)
     ap.add_argument("--warm-up", type=int, default=30)
     ap.add_argument("--busy", action="store_true")
+    ap.add_argument("--cores", choices=["one", "two"], help="pin both processes to one core or two")
     a = ap.parse_args()
     trips: list[tuple[float, float]] = []   # (round trip, the worker's own time)
     steps: list[float] = []
@@ -58,6 +61,11 @@ def main() -> None:
         x = np.load(a.input)
         with qnnrt.load(a.program, residency="multi-pd:2", backend_lib=a.backend_lib,
                         options=qnnrt.LoadOptions(pd_budget=a.pd_budget)) as p:
+            if a.cores is not None:
+                os.sched_setaffinity(0, {0})
+                for w in p.pool.summary()["pd_workers"]:
+                    if not w["in_process"]:
+                        os.sched_setaffinity(w["pid"], {0} if a.cores == "one" else {1})
             for _ in range(a.warm_up):
                 p.run(None, [x])
             trips.clear()
@@ -85,7 +93,8 @@ def main() -> None:
             med = {k: statistics.median(v) * 1e6 if v else float("nan") for k, v in pol.costs.items()}
             line += (f" | waits {'block' if pol.block else 'poll'} (round trip polled {med[False]:.0f}, "
                      f"blocked {med[True]:.0f} us; {w.blocked} of {pol.waits} polls ran out)")
-    print(line + f" | {'busy' if a.busy else 'idle'}, load {os.getloadavg()[0]:.2f}")
+    cores = f", {a.cores} core(s)" if a.cores else ""
+    print(line + f" | {'busy' if a.busy else 'idle'}{cores}, load {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

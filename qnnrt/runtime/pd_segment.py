@@ -233,6 +233,13 @@ class WorkerSegment:
         # the plain loop's calls (no trace, no profile): each step's run and what its seconds are
         self.plain = [(k, *_plain_call(s, o is not None, install.timed))
                       for k, (s, o) in enumerate(zip(self.steps, self.owners))]
+        self.profiled = False
+        self.calls_changed()
+
+    def calls_changed(self) -> None:
+        """A call of this segment records into a profile now (or its profile changed): read
+        once here, not on every run."""
+        self.profiled = any(map(_profile_of, self.graph_owners))
 
     def stage(self, view: ch.ArenaView, blocks: dict[int, tuple[ch.Block, tuple[int, ...], str]]) -> None:
         for slot, (block, shape, dtype) in blocks.items():
@@ -242,7 +249,7 @@ class WorkerSegment:
         """Steps from `start` (0: a new run on fresh values); the DONE frame, or the ERROR frame
         of a failed step. Without a trace or a profile to feed, the plain loop (what this run
         costs is most of a multi-PD iteration's extra time)."""
-        if self.tracer is None and not any(map(_profile_of, self.graph_owners)):
+        if self.tracer is None and not self.profiled:
             return self._run_plain(rid, start)
         return self._run_observed(rid, start)
 

@@ -237,6 +237,7 @@ class Worker:
                 from qnnrt.core.profile import Profile
                 self.profile = Profile(self.backend, req.level)   # freed with the backend
             self.bound(req.call).record_into(self.profile)
+            self.calls_changed()
             return proto.Done()
         if isinstance(req, proto.Recreate):  # recovery, driven by the main process
             live = set(self.pool.live_keys)
@@ -279,6 +280,11 @@ class Worker:
         """The clone a segment's call object belongs to (its profile, its refresh)."""
         return next((c for c in self.clones if c is call or c.call is call), None)
 
+    def calls_changed(self) -> None:
+        """Some call records into a profile now: each segment reads which of its calls do."""
+        for seg in self.segments.values():
+            seg.calls_changed()
+
     def all_calls(self) -> list[WorkerCall]:
         return list(self.calls.values()) + self.clones
 
@@ -312,6 +318,7 @@ class Worker:
             for call in self.all_calls():
                 if call.profile is not None:
                     call.record_into(self.profile)
+            self.calls_changed()
 
     def run_call(self, frame: bytes) -> bytes:
         rid, call_id = ch.parse_call(frame)
