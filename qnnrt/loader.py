@@ -182,10 +182,9 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
             progress=opts.progress, pd_budget=None if opts.pd_budget is None else int(opts.pd_budget),
             watch=watch, max_pds=opts.max_pds, log_level=LogLevel.parse(opts.log_level).name.lower(),
             spill_fill_group=group, max_recoveries=opts.max_recoveries, performance=performance,
-            tracer=tracer, write_trace=tracer is not None and tracer is not opts.trace),
+            tracer=tracer, write_trace=tracer is not None and tracer is not opts.trace,
+            vet_reports=tuple(vet_reports), genie=src.genie),
             owned=owned, constants=src.constants)
-        program.vet_reports = vet_reports
-        program.genie = src.genie
         undo.pop_all()  # the program owns them now
     return program
 

@@ -52,6 +52,8 @@ class ProgramOptions:
     performance: Performance | None = None   # votes, shared buffers, groups (qnnrt.load makes it)
     tracer: Tracer | None = None          # the run's trace, None: not traced
     write_trace: bool = False             # the trace is the program's: written at close
+    vet_reports: tuple[VetReport, ...] = ()   # what qnnrt.load vetted before this program
+    genie: GenieConfig | None = None      # a Genie bundle's config (formats/genie.py)
 
 
 class _CreateProfiles:
@@ -83,7 +85,7 @@ class Program:
         o = self.options = options
         self.path = path
         self.constants: dict = dict(constants or {})  # constant methods' values (.pte metadata)
-        self.genie: GenieConfig | None = None   # a Genie bundle's config (formats/genie.py; the loader sets it)
+        self.genie = o.genie   # a Genie bundle's config (formats/genie.py), None for other files
         self.backend = backend
         self.binaries = binaries
         self.heap, self.exec_profiler, self.profile_level = o.heap, o.exec_profiler, o.profile_level
@@ -94,7 +96,7 @@ class Program:
         self._owned = list(owned)     # closed after the binaries (e.g. the mapped .pte file)
         self.iterations = 0
         self.counters = Counters()    # this process's graph calls (plans count them as they happen)
-        self.vet_reports: list[VetReport] = []  # set by qnnrt.load: what was vetted
+        self.vet_reports: list[VetReport] = list(o.vet_reports)   # what qnnrt.load vetted
         self.timing = RunTiming()  # the last run: time inside graphExecute and in CPU ops
         self._plans: dict[tuple[str, bool, bool], Plan] = {}   # by (method, compiled, timed)
         self.compiled = True  # False: run every method on the step-by-step reference path
