@@ -16,6 +16,7 @@ from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, ope
                            traced, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.install import extra_hint
+from qnnrt.serve.options import ConnectionOptions
 from qnnrt.units import parse_size
 
 SERVE_HINT = extra_hint("serve", "starlette uvicorn tokenizers jinja2 llguidance msgspec")
@@ -37,6 +38,13 @@ def add_parser(sub) -> None:
     p.add_argument("--max-queue", type=int, default=16,
                    help="requests waiting behind the running one; more are answered 429 (default 16)")
     p.add_argument("--max-body-bytes", default="4MiB", help="largest request body (default 4MiB)")
+    p.add_argument("--max-connections", type=int, default=ConnectionOptions.max_connections, metavar="N",
+                   help="connections open at once; past it the one waiting longest for a request header is "
+                        f"closed (default {ConnectionOptions.max_connections})")
+    p.add_argument("--header-timeout", type=float, default=ConnectionOptions.header_timeout_s, metavar="S",
+                   help="seconds a connection has to send a whole request header (after it opens, or after the "
+                        f"previous response); a body may pause {ConnectionOptions.body_timeout_s:g} s at most "
+                        f"(default {ConnectionOptions.header_timeout_s:g})")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="the most tokens one choice of a request generates (a larger max_tokens is cut to it, "
                         "finish_reason length; default: up to the end of the context)")
@@ -73,6 +81,10 @@ def _check_args(args) -> tuple[str | None, int]:
         raise QnnrtError(f"--port {args.port}: expected 0..65535")
     if args.max_queue < 0:
         raise QnnrtError("--max-queue must be >= 0")
+    if args.max_connections < 1:
+        raise QnnrtError(f"--max-connections {args.max_connections}: at least 1")
+    if not 0 < args.header_timeout <= 3600:
+        raise QnnrtError(f"--header-timeout {args.header_timeout}: expected seconds in (0, 3600]")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise QnnrtError(f"--max-tokens {args.max_tokens}: at least 1")
     try:
@@ -150,7 +162,8 @@ def _run(args, tracer) -> int:
         service = Service(engine, text, runner.layout, settings, int(time.time()), grammars)
         level = {"verbose": "debug"}.get(args.log_level, args.log_level if args.log_level != "warn" else "warning")
         signum = run_server(create_app(service), engine, sock, log_level=level, stop_signals=stop_signals(),
-                            max_connections=args.max_queue + 64)
+                            connections=ConnectionOptions(header_timeout_s=args.header_timeout,
+                                                          max_connections=args.max_connections))
     finally:
         if engine is not None:
             engine.stop()
