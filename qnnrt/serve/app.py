@@ -10,7 +10,6 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from starlette.applications import Starlette
@@ -20,9 +19,7 @@ from starlette.responses import JSONResponse as StarletteJSON
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from qnnrt.llm.chat_template import render_chat
 from qnnrt.llm.sampling import SamplingOptions
-from qnnrt.llm.errors import ChatTemplateError, GrammarError, TokenizerError
 from qnnrt.llm.grammar import Grammar, GrammarCompiler
 from qnnrt.llm.layout import LlmLayout
 from qnnrt.llm.text import TextModel
@@ -30,11 +27,11 @@ from qnnrt.serve import openai_api as api
 from qnnrt.serve import requests as rq
 from qnnrt.serve import schema as s
 from qnnrt.serve.openapi import openapi_document
+from qnnrt.serve.prepare import Preparer, Prompts
 from qnnrt.serve.engine import DoneEvent, EmbeddingsEvent, EmbedJob, Engine, ErrorEvent, Event, Job, QueueFull, \
     ShuttingDown
 from qnnrt.serve.shapers import ChatShaper, CompletionShaper, Shaper
-from qnnrt.serve.tools import ToolRequest, forced_call_lark, messages_for_plain_template, parse_tools, \
-    template_renders_tools
+from qnnrt.serve.tools import ToolRequest, parse_tools
 
 log = logging.getLogger("qnnrt.serve")
 T = TypeVar("T", s.ChatRequest, s.CompletionRequest, s.EmbeddingsRequest)
@@ -66,7 +63,8 @@ class Service:
     def __init__(self, engine: Engine, text: TextModel, layout: LlmLayout, settings: ServeSettings,
                  created: int, grammars: GrammarCompiler | None = None):
         self.engine, self.text, self.layout, self.settings, self.created = engine, text, layout, settings, created
-        self.grammars = grammars
+        self.prompts = Prompts(text, layout, grammars)
+        self.prep = Preparer(engine.max_queue)
         self.openapi_doc = openapi_document(settings.model_id, layout.vocab_size, settings.embeddings_id,
                                             engine.embedder.layout.dim if engine.embedder is not None else None,
                                             authorized=settings.api_key is not None)
@@ -82,9 +80,8 @@ class Service:
             raise api.ApiError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>' with the "
                                     "key given to qnnrt serve --api-key", code="invalid_api_key")
 
-    async def read(self, request: Request, schema: type[T], model_id: str | None = None) -> T:
-        """The body as a ``schema`` (serve/requests.py: one bounded parse, a 400 naming the field); its
-        model must be ``model_id`` (default: the LLM's)."""
+    async def body(self, request: Request) -> bytes:
+        """The body's bytes, within --max-body-bytes (413 past it) and sent as JSON (415 otherwise)."""
         kind = request.headers.get("content-type")
         if kind is not None and not _JSON_TYPE.match(kind):
             raise api.ApiError(415, f"Content-Type {kind[:100]!r}: send the body as JSON with 'Content-Type: "
@@ -103,25 +100,17 @@ class Service:
                                             f"(qnnrt serve --max-body-bytes)", code="request_too_large")
         except ClientDisconnect:
             raise api.ApiError(400, "the client left before sending the whole body", code="incomplete_body") from None
-        body = rq.decode(bytes(data), schema)
+        return bytes(data)
+
+    def decode(self, data: bytes, schema: type[T], model_id: str | None = None) -> T:
+        """The body as a ``schema`` (serve/requests.py: one bounded parse, a 400 naming the field); its
+        model must be ``model_id`` (default: the LLM's). On the preparing threads."""
+        body = rq.decode(data, schema)
         model_id = model_id or self.settings.model_id
         if body.model != model_id:
             raise api.ApiError(404, f"The model '{body.model[:100]}' does not exist here; this endpoint serves "
                                     f"'{model_id}'", param="model", code="model_not_found")
         return body
-
-    def encode(self, text: str, param: str) -> list[int]:
-        try:
-            return self.text.prompt_ids(text)
-        except TokenizerError as e:
-            raise api.ApiError(400, str(e), param=param, code="invalid_value") from None
-
-    def check_fits(self, ids: list[int]) -> None:
-        cap = self.layout.prompt_capacity
-        if len(ids) > cap:
-            raise api.ApiError(400, f"the prompt has {len(ids)} tokens; at most {cap} fit this model (context "
-                                    f"{self.layout.context_len} tokens, prefill window {self.layout.prefill.ar_len})",
-                               param="messages", code="context_length_exceeded")
 
     # -- endpoints -----------------------------------------------------------------------------
     def model_ids(self) -> list[str]:
@@ -167,31 +156,42 @@ class Service:
         return JSONResponse(self.openapi_doc)
 
     async def chat(self, request: Request) -> Response:
-        req = await self.read(request, s.ChatRequest)
+        data = await self.body(request)
+        params, ids, grammar, tools = await self.prep.run(self.prepare_chat, data, size=len(data))
+        return await self.generate(request, "chat", ids, params, grammar, tools)
+
+    def prepare_chat(self, data: bytes) -> tuple[rq.Params, list[int], Grammar | None, ToolRequest | None]:
+        req = self.decode(data, s.ChatRequest)
         params = rq.params(req, self.layout.vocab_size, self.settings.sampling)
-        messages = rq.chat_messages(req)
         tools = parse_tools(req)
-        prompt = self.render(messages, tools)
-        # compiled off the event loop: the first grammar walks the whole vocabulary
-        grammar = await asyncio.to_thread(self.tool_grammar, tools) if tools is not None and tools.constrained \
-            else await asyncio.to_thread(self.format_grammar, params.response_format)
-        return await self.generate(request, "chat", self.encode(prompt, "messages"), params, grammar, tools)
+        ids = self.prompts.encode(self.prompts.render(rq.chat_messages(req), tools), "messages")
+        return params, ids, self.prompts.grammar(tools, params.response_format), tools
 
     async def completions(self, request: Request) -> Response:
-        req = await self.read(request, s.CompletionRequest)
+        data = await self.body(request)
+        params, ids, grammar = await self.prep.run(self.prepare_completion, data, size=len(data))
+        return await self.generate(request, "completion", ids, params, grammar)
+
+    def prepare_completion(self, data: bytes) -> tuple[rq.Params, list[int], Grammar | None]:
+        req = self.decode(data, s.CompletionRequest)
         params = rq.params(req, self.layout.vocab_size, self.settings.sampling)
         p = rq.completion_prompt(req, self.layout.vocab_size)
-        ids = p if isinstance(p, list) else self.encode(p, "prompt")
-        grammar = await asyncio.to_thread(self.format_grammar, params.response_format)
-        return await self.generate(request, "completion", ids, params, grammar)
+        if isinstance(p, list):
+            self.prompts.check_fits(p, "prompt")
+            ids = p
+        else:
+            ids = self.prompts.encode(p, "prompt")
+        return params, ids, self.prompts.format_grammar(params.response_format)
 
     async def embeddings(self, request: Request) -> Response:
         emb = self.engine.embedder
         if emb is None or self.settings.embeddings_id is None:
             raise api.ApiError(404, "this server has no embedding model: start qnnrt serve with --embeddings MODEL "
                                     "--embeddings-tokenizer DIR", code="not_found")
-        job = rq.embeddings(await self.read(request, s.EmbeddingsRequest, self.settings.embeddings_id),
-                            emb.layout.dim)
+        data = await self.body(request)
+        job = await self.prep.run(lambda: rq.embeddings(self.decode(data, s.EmbeddingsRequest,
+                                                                    self.settings.embeddings_id), emb.layout.dim),
+                                  size=len(data))
         ev = await self.run_job(request, lambda emit: EmbedJob(api.new_id("emb"), job.texts, emit))
         if ev is None:
             return Response(status_code=499)   # the client left: nobody reads it
@@ -231,51 +231,9 @@ class Service:
         except ShuttingDown as e:
             raise api.ApiError(503, str(e), code="server_shutting_down") from None
 
-    def render(self, messages: list[dict[str, Any]], tools: ToolRequest | None) -> str:
-        """The prompt: the template renders the offered tools itself when it can, else they go into
-        the system message (and earlier calls into the assistant's text)."""
-        tok = self.text.tokenizer
-        offered = tools.offered if tools is not None else ()
-        native = template_renders_tools(tok.chat_template)
-        if not native:
-            messages = messages_for_plain_template(messages, offered)
-        try:
-            return render_chat(tok.chat_template, messages, special_tokens=tok.special_tokens,
-                               tools=[t.as_template_tool() for t in offered] if native and offered else None)
-        except ChatTemplateError as e:
-            raise api.ApiError(400, str(e), param="messages", code="chat_template_error") from None
-
-    def compile(self, what: str, make: Callable[[GrammarCompiler], Grammar]) -> Grammar:
-        if self.grammars is None:
-            raise api.ApiError(400, f"{what}: constrained decoding needs an end-of-sequence id, and this model "
-                                    f"and tokenizer have none", param=what, code="unsupported_parameter")
-        try:
-            return make(self.grammars)
-        except GrammarError as e:
-            raise api.ApiError(400, f"{what}: the grammar library cannot compile it: {e}", param=what,
-                               code="invalid_schema") from None
-
-    def format_grammar(self, rf: s.ResponseFormat | None) -> Grammar | None:
-        if isinstance(rf, s.JsonObjectFormat):
-            return self.compile("response_format", lambda g: g.json_schema({"type": "object"}))
-        if isinstance(rf, s.JsonSchemaFormat):
-            schema = rf.json_schema.schema if rf.json_schema.schema is not None else {"type": "object"}
-            return self.compile("response_format.json_schema.schema", lambda g: g.json_schema(schema))
-        return None
-
-    def tool_grammar(self, tools: ToolRequest) -> Grammar:
-        """The grammar of a forced or required call; each tool's parameters are checked on their
-        own first, so a bad one is named."""
-        for i, t in enumerate(tools.tools):
-            if t in tools.offered:
-                check = partial(GrammarCompiler.json_schema, schema=t.parameters)
-                self.compile(f"tools[{i}].function.parameters", check)
-        return self.compile("tools", lambda g: g.lark(forced_call_lark(tools)))
-
     # -- one generation ------------------------------------------------------------------------
     async def generate(self, request: Request, kind: str, ids: list[int], params: rq.Params,
                        grammar: Grammar | None = None, tools: ToolRequest | None = None) -> Response:
-        self.check_fits(ids)
         events: asyncio.Queue[Event] = asyncio.Queue()
         emit = _emitter(events)
 

@@ -3,12 +3,14 @@ huge prompts, evil chat templates (chosen by the message text, so one server hol
 last, SIGTERM with queued streams. Timeouts are short (--header-timeout 2) to keep the wall time small."""
 from __future__ import annotations
 
+import json
 import socket
+import threading
 import time
 
 import pytest
 
-from tests.helpers.llm_text import write_tokenizer_folder
+from tests.helpers.llm_text import CHAT_TEMPLATE, write_tokenizer_folder
 from tests.serve.conftest import API_KEY, MODEL_ID, start_server
 
 httpx = pytest.importorskip("httpx", reason="needs httpx (pip install -e '.[test]')")
@@ -18,11 +20,21 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 HEADER_TIMEOUT = 2
 MAX_CONNECTIONS = 150
 SLOW_CLIENTS = 200
+# the fixture's template, evil when the first message says so (one server holds every kind)
+EVIL = {"loop": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        "overflow": "{% for i in range(10**9) %}{% endfor %}",
+        "recursion": "{{ f(0) }}",
+        "huge": "{{ 'x' * 10**9 }}",
+        "power": "{{ 7 ** 100000 }}",
+        "undefined": "{{ nothing.there() }}"}
+EVIL_TEMPLATE = ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{% set c = messages[0]['content'] %}{% if false %}"
+                 + "".join(f"{{% elif c == '{k}' %}}{v}" for k, v in EVIL.items())
+                 + "{% else %}" + CHAT_TEMPLATE + "{% endif %}")
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    tok = write_tokenizer_folder(tmp_path_factory.mktemp("tok_hostile"))
+    tok = write_tokenizer_folder(tmp_path_factory.mktemp("tok_hostile"), EVIL_TEMPLATE)
     s = start_server(tok, tmp_path_factory.mktemp("serve") / "report.json", "--api-key", API_KEY,
                      "--max-queue", "2", "--header-timeout", str(HEADER_TIMEOUT),
                      "--max-connections", str(MAX_CONNECTIONS))
@@ -111,6 +123,66 @@ def test_a_kept_alive_connection_is_reused_then_closed_when_idle(server):
         assert s.recv(4096).startswith(b"HTTP/1.1 200")
         closed = _closed_within(s, 15)
     assert closed is not None and closed < 8           # keep-alive: 5 s
+
+
+class Health:
+    """/health polled on a thread while something runs: the slowest answer."""
+
+    def __init__(self, server):
+        self.server, self.worst, self.stop = server, 0.0, threading.Event()
+        self.thread = threading.Thread(target=self.poll, daemon=True)
+
+    def poll(self) -> None:
+        while not self.stop.is_set():
+            r, took = _health(self.server)
+            assert r.status_code == 200
+            self.worst = max(self.worst, took)
+            time.sleep(0.02)
+
+    def __enter__(self) -> Health:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("VmRSS")) / 1024
+
+
+BIG = "cat " * ((1 << 20) - 100)           # 4 MiB, under --max-body-bytes
+
+
+def test_a_4_mib_prompt_is_refused_without_stalling_and_memory_returns(server):
+    pid = server.worker_pid()
+    bodies = [("/v1/chat/completions", {"model": MODEL_ID, "messages": [{"role": "user", "content": BIG}]}),
+              ("/v1/completions", {"model": MODEL_ID, "prompt": BIG})]
+    rss = []
+    with Health(server) as health:
+        for i in range(20):
+            path, body = bodies[i % 2]
+            r = httpx.post(server.base + path, content=json.dumps(body), headers=AUTH, timeout=60)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+            assert "more than 96 tokens" in r.json()["error"]["message"]
+            if pid is not None:
+                rss.append(_rss_mb(pid))
+    assert health.worst < 1, f"/health took {health.worst:.2f} s during the 4 MiB prompts"
+    if rss:
+        assert rss[-1] - rss[1] < 6, rss                 # flat after the first pair
+
+
+@pytest.mark.parametrize("kind", list(EVIL))
+def test_an_evil_chat_template_is_a_400_naming_it(server, kind):
+    body = {"model": MODEL_ID, "messages": [{"role": "user", "content": kind}], "max_tokens": 1}
+    with Health(server) as health:
+        r = httpx.post(server.base + "/v1/chat/completions", json=body, headers=AUTH, timeout=60)
+    e = r.json()["error"]
+    assert r.status_code == 400 and e["code"] == "chat_template_error", r.text
+    assert "chat_template.jinja" in e["message"] and "Traceback" not in r.text
+    assert health.worst < 1, f"/health took {health.worst:.2f} s during the {kind} template"
 
 
 def test_the_server_lives_and_has_no_traceback(server):
