@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from qnnrt.install import extra_hint
 from qnnrt.serve.options import ConnectionOptions
 from qnnrt.units import parse_size
 
+_ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+$")
 SERVE_HINT = extra_hint("serve", "starlette uvicorn tokenizers jinja2 llguidance msgspec")
 API_KEY_ENV = "QNNRT_API_KEY"
 
@@ -34,6 +36,10 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, default=8000, help="default 8000 (0: any free port, printed)")
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' (401 otherwise); also ${API_KEY_ENV}")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages of ORIGIN (e.g. http://localhost:3000) call the API from a browser: CORS "
+                        "headers and preflight answers (repeatable; '*' any origin, warned about with --api-key); "
+                        "default: none")
     p.add_argument("--model-name", default=None, help="the model id clients use (default: the file's stem)")
     p.add_argument("--max-queue", type=int, default=16,
                    help="requests waiting behind the running one; more are answered 429 (default 16)")
@@ -101,6 +107,13 @@ def _check_args(args) -> tuple[str | None, int]:
     key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if key is not None and not key.isprintable():
         raise QnnrtError("--api-key: printable characters only")
+    for origin in args.cors_origin:
+        if origin != "*" and not _ORIGIN.match(origin):
+            raise QnnrtError(f"--cors-origin {origin[:100]!r}: expected an origin as browsers send it, "
+                             f"scheme://host[:port] without a path (e.g. http://localhost:3000), or '*'")
+    if "*" in args.cors_origin and key is not None:
+        print("qnnrt serve: warning: --cors-origin '*' with --api-key: any web page a key holder visits can "
+              "use the key it is given; name the origins instead", file=sys.stderr)
     return key, max_body
 
 
@@ -158,7 +171,7 @@ def _run(args, tracer) -> int:
         if emb_id == model_id:
             raise QnnrtError(f"the LLM and the embedding model are both named {model_id!r}: give --embeddings-name")
         settings = ServeSettings(model_id, key, max_body, emb_id, args.max_tokens,
-                                 sampling=serve_sampling(prog))
+                                 sampling=serve_sampling(prog), cors_origins=tuple(args.cors_origin))
         service = Service(engine, text, runner.layout, settings, int(time.time()), grammars)
         level = {"verbose": "debug"}.get(args.log_level, args.log_level if args.log_level != "warn" else "warning")
         signum = run_server(create_app(service), engine, sock, log_level=level, stop_signals=stop_signals(),
@@ -210,6 +223,7 @@ def _pd_in_use(*progs) -> int | None:
 def _print_summary(r: dict) -> None:
     t = r.get("totals") or {}
     print(f"qnnrt serve: {int(t.get('completed', 0))} request(s) completed, {int(t.get('cancelled', 0))} cancelled, "
-          f"{int(t.get('failed', 0))} failed, {int(t.get('rejected_queue_full', 0))} refused (queue full); "
+          f"{int(t.get('failed', 0))} failed, {int(t.get('rejected_queue_full', 0))} refused (queue full), "
+          f"{int(t.get('rejected_shutting_down', 0))} refused (queued at shutdown); "
           f"{int(t.get('completion_tokens', 0))} tokens generated, {int(t.get('cached_tokens', 0))} prompt "
           f"tokens reused from the KV cache", flush=True)
