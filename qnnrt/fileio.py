@@ -35,6 +35,49 @@ def remove_temps_of(pid: int, folders: Sequence[str | os.PathLike]) -> list[str]
     return removed
 
 
+def owned_prefix(kind: str) -> str:
+    """A temp name prefix that says whose it is (`kind` + this pid + '-'): `remove_stale_temps`
+    can then tell the leftovers of a dead process (SIGKILL, OOM) from a live one's."""
+    return f"{kind}{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, OverflowError):
+        return True          # someone else's, or cannot tell: keep
+    return True
+
+
+def remove_stale_temps(folder: str | os.PathLike, kind: str) -> list[str]:
+    """Remove what a dead process left in `folder` under `owned_prefix(kind)` names (files and
+    folders; links never followed). A live process's, or a name without a pid, is kept."""
+    import re
+    import shutil
+    removed: list[str] = []
+    pattern = re.compile(re.escape(kind) + r"(\d+)-")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        m = pattern.match(name)
+        if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
+            continue
+        p = os.path.join(os.fspath(folder), name)
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
+            removed.append(p)
+        except OSError:
+            pass
+    return removed
+
+
 def default_cache_dir() -> Path:
     """The user cache folder: $QNNRT_CACHE_DIR, else $XDG_CACHE_HOME/qnnrt, else ~/.cache/qnnrt."""
     env = os.environ.get("QNNRT_CACHE_DIR")

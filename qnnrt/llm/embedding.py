@@ -6,13 +6,14 @@ the program's sequence, one run per text; a program that outputs token embedding
 folder's sentence-transformers modules say (modules.json, 1_Pooling/config.json)."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from qnnrt.errors import FormatError
+from qnnrt.fileio import read_json
 from qnnrt.llm.errors import ContextLengthError, LayoutError, TokenizerError
 from qnnrt.llm.text import TextTokenizer
 
@@ -71,12 +72,13 @@ class Pooling:
 
 
 def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    """A sentence-transformers config file through qnnrt's one bounded JSON reader (None: absent)."""
+    if not path.exists():
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise LayoutError(f"{path}: not readable JSON ({e})") from None
+    try:
+        return read_json(path, path.name)
+    except FormatError as e:
+        raise LayoutError(str(e)) from None
 
 
 @dataclass(frozen=True)
