@@ -33,7 +33,8 @@ def add_parser(sub) -> None:
                      help="an interactive multi-turn chat in the terminal through the tokenizer's chat "
                           "template (needs --tokenizer; an empty line or end of input ends it)")
     p.add_argument("--tokenizer", help="a Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json, "
-                                       "chat_template.jinja) or a tokenizer.json (" + INSTALL_HINT + ")")
+                                       "chat_template.jinja) or a tokenizer.json (" + INSTALL_HINT + "); "
+                                       "default for a Genie bundle: its own")
     p.add_argument("--system", help="--chat: the system message")
     p.add_argument("--max-new-tokens", type=int, default=32, help="default 32")
     p.add_argument("--seq-len", type=int, default=0,
@@ -142,6 +143,15 @@ def add_floor_cycles(report: dict, profiler) -> None:
         report["accel_cycles_floor_per_decoded_token"] = total / (report["n_generated"] - 1)
 
 
+def tokenizer_source(model: str, given: str | None) -> str | None:
+    """--tokenizer, else a Genie bundle's own tokenizer (the file its config names, with the chat
+    template beside it), else None."""
+    if given is not None:
+        return given
+    from qnnrt.formats.genie import is_genie_bundle, read_genie_config
+    return str(read_genie_config(model).tokenizer) if is_genie_bundle(model) else None
+
+
 def parse_token_ids(text: str, what: str = "--prompt-tokens") -> list[int]:
     """Ids separated by commas / whitespace (brackets allowed), or the name of a file holding them."""
     p = Path(text)
@@ -172,6 +182,7 @@ def _run(args, tracer) -> int:
     from qnnrt.llm.text import TextModel, TextTokenizer
     if args.max_new_tokens < 1:
         raise QnnrtError("--max-new-tokens must be >= 1")
+    args.tokenizer = tokenizer_source(args.path, args.tokenizer)
     if (args.prompt is not None or args.chat) and not args.tokenizer:
         raise QnnrtError(f"{'--chat' if args.chat else '--prompt TEXT'} needs --tokenizer DIR (a Hugging Face "
                          f"tokenizer folder or tokenizer.json), or give --prompt-tokens ids")

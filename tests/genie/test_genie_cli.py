@@ -12,7 +12,7 @@ import pytest
 import qnnrt
 from tests.genie.conftest import edit_config
 from tests.helpers.cli_helpers import qnnrt as qnnrt_cli
-from tests.helpers.data import GENIE_F32, GENIE_F32_SHARED, GENIE_W8A16
+from tests.helpers.data import GENIE_F32, GENIE_F32_SHARED, GENIE_W8A16, executorch_pte
 
 
 def _ids(xs) -> str:
@@ -46,15 +46,23 @@ def test_llm_generates_the_float_references_tokens(references, tmp_path):
     assert d["layout"]["prefill_method"] == "prompt" and d["layout"]["eos_ids"] == [1]
 
 
-def test_llm_text_in_text_out_with_the_bundles_tokenizer(references, tmp_path):
+@pytest.mark.parametrize("given", [True, False], ids=["--tokenizer", "its own"])
+def test_llm_text_in_text_out_with_the_bundles_tokenizer(references, tmp_path, given):
+    """Text in and out through the bundle's tokenizer, named or (a bundle carries one) not."""
     ref = references[1]
     report = tmp_path / "r.json"
-    r = qnnrt_cli("llm", GENIE_F32, "--prompt", ref["prompt"], "--tokenizer", GENIE_F32,
+    r = qnnrt_cli("llm", GENIE_F32, "--prompt", ref["prompt"], *(["--tokenizer", GENIE_F32] if given else []),
                   "--max-new-tokens", str(len(ref["tokens"])), "--ignore-eos", "--report", report)
     assert r.returncode == 0, r.stderr
     d = json.loads(report.read_text())
     assert d["prompt_token_ids"] == ref["prompt_ids"]    # the config's BOS prepended
     assert d["generated_tokens"] == ref["tokens"] and d["text"] == ref["text"]
+
+
+def test_serve_asks_a_pte_for_its_tokenizer():
+    r = qnnrt_cli("serve", executorch_pte("add_relu_mul_fp16"), "--port", "0")
+    assert r.returncode == 1
+    assert "give --tokenizer DIR" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_speculative_prompt_lookup_verifies_with_the_prompt_graph(references, tmp_path):
