@@ -37,7 +37,8 @@ def add_parser(sub) -> None:
 
 def demo_program(preset: str, rebuild: bool = False) -> Path:
     """The demo program folder in the user's cache, built on first use."""
-    from qnnrt.compiler.builder import build_demo
+    from qnnrt.compiler.builder import BuildOptions, build_demo
+    from qnnrt.compiler.demo import demo_config
     from qnnrt.fileio import default_cache_dir
     from qnnrt.formats.program import read_program
     out = default_cache_dir() / "demo" / preset
@@ -49,7 +50,8 @@ def demo_program(preset: str, rebuild: bool = False) -> Path:
             pass  # damaged: rebuild it
     print(f"building the {preset!r} demo program into {out} (once; later runs reuse it) ...",
           flush=True)
-    report = build_demo(preset, out)
+    # a line every few seconds where stderr is no terminal: the pd preset compiles for minutes
+    report = build_demo(preset, out, options=BuildOptions(cpu_ops=demo_config(preset).cpu_ops, progress=True))
     print(report.format(), flush=True)
     return out
 

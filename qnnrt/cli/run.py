@@ -17,7 +17,7 @@ from qnnrt.core.profile import PROFILE_LEVELS
 from qnnrt.errors import QnnrtError
 from qnnrt.units import format_bytes
 from qnnrt.fileio import check_free_space, check_output_dir, check_writable, write_atomic
-from qnnrt.progress import Heartbeat, ProgressBar
+from qnnrt.progress import Heartbeat, ProgressBar, progress_interval
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES
 
 
@@ -459,12 +459,11 @@ def _feeds(args, methods) -> dict[str, list]:
 
 
 def _heartbeat(off: bool, label: str, status):
-    """A progress line every 10 s ($QNNRT_PROGRESS_INTERVAL) on stderr, unless `off`."""
+    """A progress line every progress_interval() s on stderr, unless `off`."""
     import contextlib
-    import os
     if off:
         return contextlib.nullcontext()
-    return Heartbeat(label, status, float(os.environ.get("QNNRT_PROGRESS_INTERVAL", "10")))
+    return Heartbeat(label, status, progress_interval())
 
 
 def print_performance(r: dict) -> None:

@@ -89,9 +89,9 @@ class LocalPd:
         self.position = {k: i for i, k in enumerate(self.keys)}
         self.load_seconds: float | None = None
 
-    def load(self) -> None:
+    def load(self, progress: Callable[[int, int], None] | None = None) -> None:
         t0 = time.perf_counter()
-        self.pool.preload()
+        self.pool.preload(progress)
         self.load_seconds = time.perf_counter() - t0
 
 
@@ -131,13 +131,15 @@ class MultiPdPool:
                 w.spawn()
             for w in self.workers:
                 w.begin_start(self.worker_config(w, log_level), _creating(w.keys))
-            self.local.load()
-            if progress:
-                progress(1, len(placement.groups))
-            for i, w in enumerate(self.workers):
+            # progress counts contexts: PD 0's as it creates them, a worker's when it has started
+            total = sum(len(g) for g in placement.groups)
+            self.local.load(None if progress is None else lambda done, _: progress(done, total))
+            created = len(self.local.keys)
+            for w in self.workers:
                 w.finish_start(_creating(w.keys))
+                created += len(w.keys)
                 if progress:
-                    progress(i + 2, len(placement.groups))
+                    progress(created, total)
             undo.pop_all()
 
     def _worker(self, index: int, keys: list[str]) -> PdWorker:

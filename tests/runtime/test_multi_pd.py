@@ -48,6 +48,18 @@ def _gone_soon(pids: list[int]) -> bool:
     return False
 
 
+def test_load_progress_counts_contexts_over_every_pd(chain12):
+    """Loading over two PDs reports contexts created of all 12 (this process's one by one, the
+    worker's when it has started), not PDs of 2."""
+    seen: list[tuple[int, int]] = []
+    with qnnrt.load(chain12.model, residency="multi-pd:2",
+                    options=_opts(progress=lambda done, total: seen.append((done, total)))):
+        pass
+    assert seen and {total for _, total in seen} == {12}
+    assert seen[-1] == (12, 12) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert len(seen) > 2                               # PD 0's contexts one by one
+
+
 def test_multi_pd_bit_identical_to_one_pd_and_never_creates_again(chain12):
     xs = [_x(i) for i in range(3)]
     with qnnrt.load(chain12.model, residency="lazy") as p:
