@@ -186,8 +186,14 @@ def _device(r: Report, lib, bpath: Path) -> Any:
         return None
     d = devs[0]
     what = "x86 HTP simulator" if not device_backend else "device"
+    note = ""
+    if not device_backend:
+        from qnnrt import soc as socs
+        note = (f"; that is the simulator's own default platform: it runs binaries built for any arch, and "
+                f"qnnrt compiles for {socs.DEFAULT} / HTP v{socs.htp_arch_of(socs.parse_soc(socs.DEFAULT))} unless --soc "
+                f"says otherwise")
     r.add("device info", "ok", f"{what}: SoC {d.soc_name or '?'} (model {d.soc_model}), HTP v{d.htp_arch}, "
-          f"VTCM {d.vtcm_mb} MB")
+          f"VTCM {d.vtcm_mb} MB{note}")
     if device_backend and d.htp_arch:
         c = platforms.check_skel(h, d.htp_arch, bpath.parent)
         r.data["skel"] = {"arch": d.htp_arch, "path": str(c.path) if c.path else None, "looked": c.looked}

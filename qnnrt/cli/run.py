@@ -115,8 +115,9 @@ def traced(body: Callable[[Any, Any], int], args: Any) -> int:
 
 
 def finish_trace(tracer) -> None:
-    """Write the trace (after every program closed: their frees are in it) and say where."""
-    if tracer is None:
+    """Write the trace (after every program closed: their frees are in it) and say where; nothing
+    when nothing was traced (a bad argument or input refused before any work)."""
+    if tracer is None or not tracer.summary()["events"]:
         return
     path = tracer.write()
     s = tracer.summary()

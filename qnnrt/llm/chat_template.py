@@ -103,7 +103,8 @@ def render_chat(template: str | None, messages: Sequence[Mapping[str, Any]], *,
     ``tools`` (function schemas, as transformers passes them)."""
     if not template:
         raise ChatTemplateError("the tokenizer has no chat template (no chat_template.jinja, none in "
-                                "tokenizer_config.json): use completions with your own prompt text")
+                                "tokenizer_config.json): give the prompt text yourself (qnnrt llm --prompt TEXT, "
+                                "or /v1/completions)")
     compiled = _compile(template)
     import jinja2
     try:

@@ -538,6 +538,7 @@ class HeapProfiler:
             if others and b is not None and a is not None:
                 if all(r.get("before_context_created") is not None and
                        r.get("after_context_freed") is not None for r in others):
+                    out["this_process"] = {"before_context_created": b, "after_context_freed": a}
                     b += sum(r["before_context_created"] for r in others)
                     a += sum(r["after_context_freed"] for r in others)
                     why += f"; summed over this process and {len(others)} PD worker process(es)"

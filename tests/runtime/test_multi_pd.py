@@ -222,6 +222,9 @@ def test_heap_profile_covers_every_pd(chain12, tmp_path):
     worker = d["processes"]["pd1"]["before_context_created"]
     assert before == d["before_context_created"] > worker > 0   # this process's plus the worker's
     assert "summed over this process and 1 PD worker" in d["file_source"]
+    own = d["this_process"]                    # PD 0's own figures, kept beside the sum (the plot's PD 0 panel)
+    assert own["before_context_created"] + worker == before
+    assert own["after_context_freed"] + d["processes"]["pd1"]["after_context_freed"] == d["after_context_freed"]
 
 
 def test_beyond_max_pds_each_pd_evicts(chain12):
