@@ -189,9 +189,9 @@ def _device(r: Report, lib, bpath: Path) -> Any:
     note = ""
     if not device_backend:
         from qnnrt import soc as socs
+        arch = socs.htp_arch_of(socs.parse_soc(socs.DEFAULT))
         note = (f"; that is the simulator's own default platform: it runs binaries built for any arch, and "
-                f"qnnrt compiles for {socs.DEFAULT} / HTP v{socs.htp_arch_of(socs.parse_soc(socs.DEFAULT))} unless --soc "
-                f"says otherwise")
+                f"qnnrt compiles for {socs.DEFAULT} / HTP v{arch} unless --soc says otherwise")
     r.add("device info", "ok", f"{what}: SoC {d.soc_name or '?'} (model {d.soc_model}), HTP v{d.htp_arch}, "
           f"VTCM {d.vtcm_mb} MB{note}")
     if device_backend and d.htp_arch:
