@@ -22,7 +22,8 @@ RUN_ELSEWHERE = {
                                       "tests/cli/test_trace_cli.py",
     "pip install -e '.[test]' && python -m pytest -q": ".ci/run",
     "qnnrt serve tests/data/genie/tiny_llama_f32 --model-name tiny --api-key": "tests/serve/test_readme_client.py",
-    "qnnrt serve tests/data/genie/tiny_llama_f32 --model-name tiny --embeddings": "tests/serve/test_serve_embeddings_pte.py",
+    "qnnrt serve tests/data/genie/tiny_llama_f32 --model-name tiny --embeddings":
+        "tests/serve/test_serve_embeddings_pte.py",
 }
 COMMANDS = [line for _, line in shell_lines() if not any(line.startswith(k) for k in RUN_ELSEWHERE)]
 
