@@ -168,7 +168,8 @@ def genie_layout(config: GenieConfig, methods: Mapping[str, tuple[IOList, IOList
                      cache_dtype=np.dtype(cache_dtype), logits_dtype=np.dtype(logits.dtype),
                      logits_quant=logits_quant, k_quant=tuple(kq), v_quant=tuple(vq),
                      eos_ids=frozenset(ctx.eos), bos_id=ctx.bos, n_bos=0 if ctx.bos is None else 1,
-                     max_seq_len=ctx.size, kv_io_bit_width=None, rope=rope, seq_limit=ctx.size)
+                     max_seq_len=ctx.size, kv_io_bit_width=None, rope=rope, seq_limit=ctx.size,
+                     fill_zero_point=True)
 
 
 def _rope_table(config: GenieConfig, m: MethodLayout, C: int) -> RopeTable:

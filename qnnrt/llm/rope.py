@@ -1,7 +1,8 @@
 """RoPE positions computed on the host, as Genie does for a bundle whose graphs take
 ``position_ids_cos`` / ``position_ids_sin`` [1, 1, AR, rope-dim]: the rows of every position of
 the context, made once from the config's settings (theta, rope-dim, Llama 3 scaling), in the
-inputs' dtype (quantized with the input's own encoding for a fixed-point graph)."""
+inputs' dtype (quantized with the input's own encoding for a fixed-point graph, each code the
+floor of value / scale + zero point: what Genie's dumped tables hold, to the last code)."""
 from __future__ import annotations
 
 import math
@@ -39,7 +40,7 @@ def _encode(x: np.ndarray, dtype: np.dtype, quant: QuantParams | None, what: str
     if dtype in QUANT_DTYPES:
         if quant is None:
             raise LayoutError(f"{what} is {dtype} but its graph gives no quantization encoding")
-        return quant.quantize(x)
+        return quant.quantize(x, floor=True)     # Genie floors its tables (its dumps, docs/genie.md)
     raise LayoutError(f"{what} is {dtype}; expected float32/float16 or a fixed-point type")
 
 
