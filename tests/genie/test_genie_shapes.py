@@ -12,8 +12,8 @@ from qnnrt.llm import Sampler, SamplingOptions
 from qnnrt.llm.runner import LlmRunner
 from tests.genie.conftest import copy_bundle, edit_config
 from tests.helpers.cli_helpers import qnnrt as qnnrt_cli
-from tests.helpers.data import GENIE_F32
-from tests.helpers.genie_bundle import run_genie
+from tests.helpers.data import GENIE_F32, GENIE_WHOLE_F32
+from tests.helpers.genie_bundle import Bundle, run_genie
 
 PROMPT = [85, 73, 70, 379, 366]     # "the little robot", without BOS (Genie adds the config's)
 N = 16
@@ -100,3 +100,24 @@ def test_stop_sequence_cuts_text_as_genie_does(genie_library, bundle_copy, tmp_p
     d = json.loads(report.read_text())
     assert d["text"] == genie == " green oldanight little ranupon little a"
     assert d["stop_reason"] == "stop_sequence" and d["n_generated"] < 24
+
+
+def test_one_binary_per_ar_with_two_context_lengths(genie_library, tmp_path) -> None:
+    """tiny_llama_whole_f32: ctx-bins [the AR-16 binary, the AR-1 binary], each graph the whole model
+    (no _i_of_N), at CL 128 and 64. qnnrt runs the smallest variant holding the context size (Genie
+    starts at CL 64 and grows into 128: the same tokens) and gives Genie's on 4 prompts x 24 tokens."""
+    refs = Bundle.load(GENIE_WHOLE_F32).meta["references"]
+    with qnnrt.load(GENIE_WHOLE_F32) as p:
+        assert [r.spec.name for r in p.methods["token"].refs] == ["token_ar1_cl128"]
+        runner = LlmRunner(p)
+        got = [runner.generate(r["prompt_ids"], 24, eos_ids=()).tokens for r in refs]
+    assert got == [r["genie_tokens"] for r in refs]
+    b = copy_bundle(GENIE_WHOLE_F32, tmp_path / "b")
+    edit_config(b, lambda d: d["dialog"]["context"].__setitem__("size", 64))
+    first = refs[0]
+    with qnnrt.load(b) as p:
+        assert [r.spec.name for r in p.methods["prompt"].refs] == ["prompt_ar16_cl64"]
+        assert LlmRunner(p).generate(first["prompt_ids"], 24, eos_ids=()).tokens == first["genie_tokens"]
+    done = run_genie(b, "--prompt-tokens", ",".join(map(str, first["prompt_ids"][1:])), "--max-new-tokens", "24")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["tokens"] == first["genie_tokens"]

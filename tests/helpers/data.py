@@ -22,6 +22,7 @@ GENIE_F32_SHARED = GENIE / "tiny_llama_f32_shared"     # the same, weight-shared
 GENIE_W8A16 = GENIE / "tiny_llama_w8a16"               # the same weights quantized: uint16 activations, uint8 KV
 GENIE_AIHUB_F32 = GENIE / "tiny_llama_aihub_f32"       # graphs as AI Hub exports them (mask clipped at -50,
 GENIE_AIHUB_W8A16 = GENIE / "tiny_llama_aihub_w8a16"   # closed columns not zeroed), float and w8a16; Genie's tokens
+GENIE_WHOLE_F32 = GENIE / "tiny_llama_whole_f32"       # one binary per AR, the whole model at CL 128 and 64
 SHIMS = DATA                                           # the C sources of the tests' forwarding shims
 CORRUPT_PTE = DATA / "corrupt_delegate.pte"            # a .pte whose delegate crashes QNN at load
 FUZZ_CASES = DATA / "fuzz"                             # inputs the fuzzer found crashing (regressions)
