@@ -286,6 +286,8 @@ def chat(runner, text, sampler, args) -> list[dict]:
     from qnnrt.llm.session import CachedGenerator
     from qnnrt.llm.textgen import generate_text
     gen = CachedGenerator(runner)
+    genie = runner.program.genie
+    stops = list(genie.stop_sequences) if genie is not None else []      # a Genie config's stop-sequence
     messages = [{"role": "system", "content": args.system}] if args.system else []
     turns = []
     tty = sys.stdin.isatty()
@@ -303,7 +305,7 @@ def chat(runner, text, sampler, args) -> list[dict]:
             print(f"qnnrt llm: the conversation is {len(ids)} tokens, more than the {runner.layout.prompt_capacity} "
                   f"that fit this model's context: ending the chat", file=sys.stderr)
             break
-        g = generate_text(gen, text, ids, args.max_new_tokens, sampler=sampler,
+        g = generate_text(gen, text, ids, args.max_new_tokens, sampler=sampler, stops=stops,
                           on_text=lambda chunk, _tok: print(chunk, end="", flush=True))
         print(flush=True)
         messages.append({"role": "assistant", "content": g.text})
