@@ -254,7 +254,10 @@ def _context(f: _Fields) -> DialogContext:
 
 
 def _sampler(f: _Fields) -> SamplerConfig:
-    s = f.obj("sampler", required=False) or _Fields({}, f.place("sampler"), f.file)
+    if "sampler" not in f.data:     # Genie's schema allows it, but GenieDialog_create fails without one
+        raise f.fail("sampler", "is missing; give one ({\"version\": 1} takes Genie's defaults): Genie "
+                                "cannot create a dialog without it")
+    s = f.need("sampler")
     kind = s.text("type", "basic")
     if kind != "basic":
         raise s.fail("type", f"is {kind!r}; qnnrt runs Genie's 'basic' sampler (a 'custom' one is a callback "

@@ -152,6 +152,7 @@ def test_stop_sequences_are_read(bundle_copy):
     (lambda d: d["dialog"]["sampler"].update({"type": "custom", "callback-name": "mine"}),
      "sampler.type is 'custom'; qnnrt runs Genie's 'basic' sampler"),
     (lambda d: d["dialog"]["context"].__setitem__("bos-token", -2), "bos-token is -2; give a token id, or -1"),
+    (lambda d: d["dialog"].pop("sampler"), "dialog.sampler is missing; give one"),
 ])
 def test_shapes_genie_refuses_or_qnnrt_cannot_run_are_refused_in_one_line(bundle_copy, change, says):
     edit_config(bundle_copy, change)

@@ -106,6 +106,8 @@ def test_one_binary_per_ar_with_two_context_lengths(genie_library, tmp_path) -> 
     """tiny_llama_whole_f32: ctx-bins [the AR-16 binary, the AR-1 binary], each graph the whole model
     (no _i_of_N), at CL 128 and 64. qnnrt runs the smallest variant holding the context size (Genie
     starts at CL 64 and grows into 128: the same tokens) and gives Genie's on 4 prompts x 24 tokens."""
+    from qnnrt.cli.inspect_genie import describe_genie
+    assert describe_genie(GENIE_WHOLE_F32)["context_lengths"] == [64, 128]
     refs = Bundle.load(GENIE_WHOLE_F32).meta["references"]
     with qnnrt.load(GENIE_WHOLE_F32) as p:
         assert [r.spec.name for r in p.methods["token"].refs] == ["token_ar1_cl128"]
