@@ -71,7 +71,8 @@ def test_qnnrt_runs_the_shape_as_genie_does(genie_library, bundle_copy, case) ->
 
 def test_repetition_penalty_counts_the_last_n_tokens_prompt_included(genie_library, tmp_path) -> None:
     """Genie penalizes only where it samples: at temp 0.01 its choice is the penalized argmax, which
-    qnnrt's greedy sampler with the same penalty and window gives (and not without the prompt)."""
+    qnnrt's greedy sampler with the same penalty and window gives (and not without the prompt), and
+    `qnnrt llm` with the config's sampler too."""
     b = copy_bundle(GENIE_F32, tmp_path / "b")
     pen = {"version": 1, "repetition-penalty": 1.3, "penalize-last-n": 64}
     edit_config(b, lambda d: d["dialog"]["sampler"].update({"temp": 0.01, "top-k": 0, "top-p": 1.0, "seed": 3,
@@ -84,6 +85,11 @@ def test_repetition_penalty_counts_the_last_n_tokens_prompt_included(genie_libra
         got = runner.generate(prompt, N, sampler=Sampler(options, history=prompt), eos_ids=()).tokens
         without_prompt = runner.generate(prompt, N, sampler=Sampler(options), eos_ids=()).tokens
     assert got == want and without_prompt != want
+    report = tmp_path / "r.json"            # the config's sampler and penalty through `qnnrt llm` (seeded)
+    r = qnnrt_cli("llm", b, "--prompt-tokens", ",".join(map(str, PROMPT)), "--add-bos", "--max-new-tokens",
+                  str(N), "--ignore-eos", "--report", report)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(report.read_text())["generated_tokens"] == want
 
 
 def test_stop_sequence_cuts_text_as_genie_does(genie_library, bundle_copy, tmp_path) -> None:
