@@ -417,8 +417,8 @@ def _genie_source(p: Path, lib: QnnLibrary, binaries: dict[str, ContextBinary]) 
         if ext.perf_profile:
             runtime["performance_mode"] = ext.perf_profile
         runtime["shared_buffer"] = ext.shared_buffer
-    return Source(lambda: genie_methods(keys, binaries), ext.soc_model if ext is not None else None,
-                  runtime=runtime, genie=config)
+    return Source(lambda: genie_methods(keys, binaries, config.context.size),
+                  ext.soc_model if ext is not None else None, runtime=runtime, genie=config)
 
 
 def _soc_of(binaries: dict[str, ContextBinary]) -> int | None:

@@ -150,8 +150,8 @@ def _run(args, tracer) -> int:
         emb_id = (args.embeddings_name or Path(args.embeddings).stem) if embedder is not None else None
         if emb_id == model_id:
             raise QnnrtError(f"the LLM and the embedding model are both named {model_id!r}: give --embeddings-name")
-        settings = ServeSettings(model_id, key, max_body, emb_id, args.max_tokens,
-                                 sampling=serve_sampling(prog))
+        settings = ServeSettings(model_id, key, max_body, emb_id, args.max_tokens, sampling=serve_sampling(prog),
+                                 stops=prog.genie.stop_sequences if prog.genie is not None else ())
         service = Service(engine, text, runner.layout, settings, int(time.time()), grammars)
         level = {"verbose": "debug"}.get(args.log_level, args.log_level if args.log_level != "warn" else "warning")
         signum = run_server(create_app(service), engine, sock, log_level=level, stop_signals=stop_signals(),

@@ -58,6 +58,7 @@ class ServeSettings:
     embeddings_id: str | None = None
     max_tokens: int | None = None          # the most tokens one choice generates (None: to the context's end)
     sampling: SamplingOptions = rq.OPENAI_SAMPLING   # what a request leaves out (a Genie bundle: its sampler)
+    stops: tuple[str, ...] = ()            # stop strings of a request that gives none (a Genie bundle's stop-sequence)
 
 
 class Service:
@@ -168,7 +169,7 @@ class Service:
 
     async def chat(self, request: Request) -> Response:
         req = await self.read(request, s.ChatRequest)
-        params = rq.params(req, self.layout.vocab_size, self.settings.sampling)
+        params = rq.params(req, self.layout.vocab_size, self.settings.sampling, self.settings.stops)
         messages = rq.chat_messages(req)
         tools = parse_tools(req)
         prompt = self.render(messages, tools)
@@ -179,7 +180,7 @@ class Service:
 
     async def completions(self, request: Request) -> Response:
         req = await self.read(request, s.CompletionRequest)
-        params = rq.params(req, self.layout.vocab_size, self.settings.sampling)
+        params = rq.params(req, self.layout.vocab_size, self.settings.sampling, self.settings.stops)
         p = rq.completion_prompt(req, self.layout.vocab_size)
         ids = p if isinstance(p, list) else self.encode(p, "prompt")
         grammar = await asyncio.to_thread(self.format_grammar, params.response_format)

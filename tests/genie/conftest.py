@@ -16,12 +16,24 @@ def references() -> list[dict]:
     return json.loads((GENIE_F32 / "references.json").read_text())["references"]
 
 
+@pytest.fixture(scope="session")
+def genie_library() -> None:
+    """Skip where the onnxruntime-qnn wheel has no libGenie.so."""
+    import onnxruntime_qnn
+    if not (Path(onnxruntime_qnn.__file__).parent / "libGenie.so").is_file():
+        pytest.skip("libGenie.so is not in this onnxruntime-qnn wheel (its Linux x86_64 2.7 wheel has it)")
+
+
 @pytest.fixture
 def bundle_copy(tmp_path: Path) -> Path:
     """A copy of the tiny bundle (its binaries as symlinks: a test changes the JSON files only)."""
-    out = tmp_path / "bundle"
+    return copy_bundle(GENIE_F32, tmp_path / "bundle")
+
+
+def copy_bundle(src: Path, out: Path) -> Path:
+    """`src` copied to `out`, its binaries as symlinks."""
     out.mkdir()
-    for f in GENIE_F32.iterdir():
+    for f in src.iterdir():
         if f.suffix == ".bin":
             (out / f.name).symlink_to(f)
         else:
