@@ -18,15 +18,15 @@ from qnnrt.formats.genie import GenieConfig, is_genie_bundle, read_genie_config
 from qnnrt.units import parse_size
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.profiling.trace import Tracer
+from qnnrt.runtime.residency.budget import DEFAULT_MAX_PDS
 from qnnrt.runtime.method import GraphMethod, Method, MethodBuilder, OnnxMethod
 from qnnrt.runtime.performance import Choice, Performance, check_mode, choose, describe_optimizations
 from qnnrt.runtime.program import Program, ProgramOptions
 from qnnrt.runtime.hooks import ExecutionRecorder
-from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES
 from qnnrt.runtime.residency import Residency
-from qnnrt.runtime.vet import VetMode, VetReport, vet_binaries, vet_mode
-from qnnrt.runtime.vet_watch import StepWatch, watch_binaries
+from qnnrt.runtime.vet.policy import VetMode, VetReport, vet_binaries, vet_mode
+from qnnrt.runtime.vet.watch import StepWatch, watch_binaries
 from qnnrt.soc import parse_soc
 
 
@@ -55,7 +55,7 @@ class LoadOptions:
     pd_budget: the PD budget `auto` plans with (bytes or e.g. "3.4GiB"), instead of the one learned
         for this backend (user cache) or found by failing.
     vet: how binaries qnnrt did not write (raw .bin, foreign EPContext, .pte delegates) are checked
-        before this process hands them to QNN (runtime/vet.py); binaries of qnnrt programs are
+        before this process hands them to QNN (runtime/vet/policy.py); binaries of qnnrt programs are
         checked against the manifest's sha256 instead. True / "auto": binary info and context
         creation in a short-lived child process, plus one run on zeros of the graphs that are cheap
         to run; "execute": every graph runs once there; "create": no graph runs; "worker": no child,
@@ -63,7 +63,7 @@ class LoadOptions:
         Verdicts are cached by content hash.
     vet_progress: called as vet_progress(done, total) as the vetting child finishes binaries.
     max_pds: `auto` spreads a program whose contexts do not fit one PD over at most this many PD
-        worker processes, every context resident (runtime/pd_fleet.py); beyond it, each PD evicts;
+        worker processes, every context resident (runtime/hosts/pd/fleet.py); beyond it, each PD evicts;
         1: one PD that evicts. `multi-pd:N` forces N.
     performance_mode: the HTP performance vote (burst, balanced, ..., default = no vote); None
         honours the file's choice (a .pte's compile spec, program.json), else

@@ -129,7 +129,7 @@ def _run(args, tracer) -> int:
     print(f"\nqnnrt demo ({preset}): {program}")
     print(f"  contexts      {res['contexts_total']} context binaries, one QNN graph call each "
           f"per iteration; {method.describe()['cpu_segments']} CPU segments (ONNX Runtime)")
-    from qnnrt.runtime.pd_budget import SIMULATOR_CAPACITY
+    from qnnrt.runtime.residency.budget import SIMULATOR_CAPACITY
     total = res.get("pd_predicted_total_bytes") or res["pd_estimate_total_bytes"]
     print(f"  PD need       {format_bytes(total)} summed over all contexts (predicted from the binaries, "
           f"{len(res['pd_mismatches'])} differ from QNN's own figure; the simulator's PD budget is "

@@ -173,7 +173,7 @@ def open_program(args, graph: str | None = None, default_mode: str | None = None
     `default_mode`: the performance mode when neither the user nor the file names one; `tracer`:
     the run's trace (open_tracer), which the command writes when it is done."""
     from qnnrt.loader import LoadOptions, load
-    from qnnrt.runtime.vet import VetMode
+    from qnnrt.runtime.vet.policy import VetMode
     quiet = getattr(args, "quiet", False)
     tty = sys.stderr.isatty()
     bar = ProgressBar("creating contexts") if tty and not quiet else None

@@ -83,7 +83,7 @@ class Context:
             group.joined(self)
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)
-            backend.adopt(self)
+            backend.adopt_context(self)
             undo.pop_all()
 
     def track_shared_buffer(self, buf: Registration) -> None:

@@ -252,7 +252,7 @@ class BindingLayout:
 
 
 class LiveGraph(Protocol):
-    """A live graph, of this process (`Graph`) or of a PD worker (runtime/pd_remote.py): what a
+    """A live graph, of this process (`Graph`) or of a PD worker (runtime/hosts/pd/remote.py): what a
     binder is pointed at, and what executes by name, checked (the reference path)."""
     @property
     def spec(self) -> GraphSpec: ...
@@ -267,7 +267,7 @@ class LiveGraph(Protocol):
 
 class PreparedCall(Protocol):
     """The calling shape of a prepared graph call: `BoundCall` in this process; a PD worker's
-    remote call (runtime/pd_remote.py) has the same shape, so one binder serves both."""
+    remote call (runtime/hosts/pd/remote.py) has the same shape, so one binder serves both."""
 
     def point_at(self, graph: LiveGraph) -> None:
         """Call `graph` from now on (its context may have been re-created)."""
@@ -348,7 +348,7 @@ class GraphBinding:
                 self._fresh[j] = (slot, tuple(s.shape), s.dtype)
         self._settle()
 
-    # -- sent to a PD worker (runtime/portable.py) ---------------------------------------------
+    # -- sent to a PD worker (runtime/hosts/pd/portable.py) ---------------------------------------------
     def layout(self) -> BindingLayout:
         """How this binder binds each tensor: what rebuilds it over another call (a PD worker's).
         Only the binder's plan: no profiler, observer or shared memory (a worker has its own)."""

@@ -37,12 +37,15 @@ from qnnrt.core.graph import BoundCall, GraphBinding, ProfileSink
 from qnnrt.core.tensor import order_inputs, prepare_input
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder, Tracing
-from qnnrt.runtime.method import CpuStep, Inputs, Method, QnnStep
+from qnnrt.runtime.method_spec import CpuStep, Inputs, QnnStep
 from qnnrt.runtime.ort_step import Kind, Shape, ort_step, static_shape
+from qnnrt.runtime.segments import cut
 from qnnrt.runtime.steps import (CPU, GRAPH, SEGMENT, Call, GraphStep, SegmentStep, Step,
                                  loop_call)
+from qnnrt.runtime.tracing import traced_steps
 
 if TYPE_CHECKING:
+    from qnnrt.runtime.method import Method
     from qnnrt.runtime.plan_context import PlanContext
     from qnnrt.runtime.recovery import Recovery
     from qnnrt.runtime.residency import ContextSource, LiveContext
@@ -235,13 +238,11 @@ class StepPlan:
     def cut_by_host(self, template: list, outputs: Sequence[int]) -> None:
         """Runs of steps whose graphs live in another host become one step each, which that host
         runs on one request (runtime/segments.py); `outputs`: the slots the plan returns."""
-        from qnnrt.runtime.segments import cut
         context = self.context
         hosts = context.hosts
         self.steps = cut(self.steps, hosts.host_of, outputs,
                          lambda seg: hosts.segment_step(seg, template, context))
         if context.tracer is not None:   # each CPU step this process runs, a slice
-            from qnnrt.runtime.tracing import traced_steps
             self.steps = traced_steps(self.steps, context.tracer)
 
     def run_steps(self, values: list) -> None:

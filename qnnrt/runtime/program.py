@@ -20,18 +20,20 @@ from qnnrt.formats.genie import GenieConfig
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.profiling.heap import HeapProfiler
-from qnnrt.runtime.method import Inputs, Method, MethodBuilder, UnavailableMethod
+from qnnrt.runtime.method import Method, MethodBuilder, UnavailableMethod
+from qnnrt.runtime.method_spec import Inputs
 from qnnrt.profiling.trace import Tracer
 from qnnrt.runtime.plan import CallObservers, CallerArrays, Plan, PreparedRun, ReferencePlan, RunTiming
 from qnnrt.runtime.plan_context import Counters, PlanContext
 from qnnrt.runtime.performance import Performance
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES, Recovery
-from qnnrt.runtime.hosts import DEFAULT_MAX_PDS, HostRequest, Hosts, Pool, PoolOptions, open_hosts
+from qnnrt.runtime.hosts import DEFAULT_MAX_PDS, HostRequest, Hosts, Pool, open_hosts
+from qnnrt.runtime.residency.groups import PoolOptions
 from qnnrt.runtime.hosts.this_process import ThisProcess
 from qnnrt.runtime.residency import Residency
 from qnnrt.runtime.teardown import Closable, Holdings, close_all
-from qnnrt.runtime.vet import VetReport
-from qnnrt.runtime.vet_watch import StepWatch
+from qnnrt.runtime.vet.policy import VetReport
+from qnnrt.runtime.vet.watch import StepWatch
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 
 import qnnrt
 from qnnrt.errors import QnnrtError
-from qnnrt.runtime.pd_plan import belady_creations
+from qnnrt.runtime.hosts.pd.placement import belady_creations
 from qnnrt.runtime.residency import Bound, CallOrder, Residency, farthest_next_use, register
 from qnnrt.runtime.residency.policy import whole_number
 from tests.helpers.qnn_fixtures import WIDTH

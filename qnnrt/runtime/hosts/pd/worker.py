@@ -26,34 +26,18 @@ import numpy as np
 
 from qnnrt.core.clock import CLOCK
 from qnnrt.core.process import die_with_parent
-from qnnrt.runtime import pd_channel as ch
-from qnnrt.runtime.child import SpinWait, child_end
-from qnnrt.runtime import pd_protocol as proto
+from qnnrt.runtime.hosts.pd import channel as ch
+from qnnrt.runtime.ipc.child import SpinWait, child_end
+from qnnrt.runtime.hosts.pd import protocol as proto
 
 if TYPE_CHECKING:
     from qnnrt.core.graph import PreparedCall
     from qnnrt.core.profile import Profile
-    from qnnrt.runtime.pd_segment import WorkerSegment
+    from qnnrt.runtime.hosts.pd.worker_segment import WorkerSegment
     from qnnrt.profiling.trace import Tracer
     from qnnrt.profiling.trace_events import TraceBatch
     from qnnrt.runtime.residency import ContextPool
 
-PARENT_ENV = "QNNRT_PD_WORKER_PARENT"
-
-
-def group_pool(backend: Any, binaries: dict, predictions: dict, evict_budget: int | None,
-               hooks: Any = None, **options: Any) -> ContextPool:
-    """The pool of one PD's contexts (a worker's, or the main process's own PD 0, which also
-    passes its step watch, creation profiler and spill-fill group as `options`): every context
-    resident, or `auto` under `evict_budget` when the group needs more than one PD holds (a program
-    beyond --max-pds), with the placement's call order."""
-    from qnnrt.profiling.pd_log import pd_estimate_from_log
-    from qnnrt.runtime.residency import ContextPool
-    pool = ContextPool(backend, binaries, "auto" if evict_budget else "eager",
-                       pd_estimate=pd_estimate_from_log, predictions=predictions, hooks=hooks,
-                       budget_bytes=evict_budget, budget_source="placement", **options)
-    pool.set_order(list(binaries))
-    return pool
 
 
 class WorkerCall:
@@ -61,7 +45,7 @@ class WorkerCall:
     worker resident (eager), the graph handle is kept until the pool re-creates the context
     (recovery); otherwise (more contexts than its PD holds) each call goes through the pool, at
     the context's position in the worker's order. It has the calling shape of a BoundCall, so a
-    binder sent with a plan segment (runtime/pd_segment.py) calls through it."""
+    binder sent with a plan segment (worker_segment.py) calls through it."""
 
     def __init__(self, pool: ContextPool, key: str, graph: str, position: int,
                  inputs: list[np.ndarray], outputs: list[np.ndarray]):
@@ -194,8 +178,8 @@ class Worker:
             from qnnrt.profiling.trace import Tracer
             self.tracer = Tracer(max_events=cfg.trace.max_events, process=cfg.trace.process)
         from qnnrt.profiling.observers import pool_hooks
-        self.pool = group_pool(self.backend, self.binaries, cfg.predictions, cfg.evict_budget,
-                               pool_hooks(self.heap, self.tracer))
+        from qnnrt.runtime.residency.groups import group_pool
+        self.pool = group_pool(self.backend, self.binaries, cfg.group, pool_hooks(self.heap, self.tracer))
         self.evicting = not self.pool.residency.resident
         self.order = list(cfg.binaries)
         t0 = time.perf_counter()
@@ -254,8 +238,8 @@ class Worker:
                 self.performance.revote(req.choice)
             return proto.Voted(self.vote_counts())
         if isinstance(req, proto.InstallSegment):
-            from qnnrt.runtime.pd_segment import WorkerSegment
-            from qnnrt.runtime.portable import Resolver
+            from qnnrt.runtime.hosts.pd.worker_segment import WorkerSegment
+            from qnnrt.runtime.hosts.pd.portable import Resolver
             assert self.status is not None
             resolver = Resolver(self.view, self.clone_call, lambda call_id: self.bound(call_id).spec)
             self.segments[req.segment] = WorkerSegment(req, resolver, self.owner, self.status,
@@ -389,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError):
         pass
     try:
-        parent = int(os.environ.pop(PARENT_ENV, "0") or 0)
+        parent = int(os.environ.pop(proto.PARENT_ENV, "0") or 0)
     except ValueError:
         parent = 0
     die_with_parent(parent)

@@ -1,11 +1,11 @@
 """The PD worker channel: its fixed binary frames (the hot path), the `Channel` that matches replies
-to requests, and the shared tensor arena. Transports and the frame header are runtime/child.py's,
+to requests, and the shared tensor arena. Transports and the frame header are runtime/ipc/child.py's,
 shared with the vetting child.
 
 Frames (kind, request id, body): X a graph call (the bound call's id) and K its reply (seconds
 inside graphExecute, then the QNN profile events when profiled); S a plan segment's run and D its
-reply (runtime/pd_segment.py); C a control request, R its reply and E a failure, each a
-`pd_protocol` dataclass as the typed wire encodes it (runtime/wire.py; no pickle). A reply's tail
+reply (runtime/hosts/pd/segment.py); C a control request, R its reply and E a failure, each a
+`pd_protocol` dataclass as the typed wire encodes it (runtime/ipc/wire.py; no pickle). A reply's tail
 (K's, D's) is such a message too, encoded by the caller: this module carries bytes.
 
 Tensors never travel in messages: they live in arena segments, files mapped by both sides (a memfd
@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from qnnrt.core.tensor import address_of
-from qnnrt.runtime.child import (  # noqa: F401 - the channel's own vocabulary, used as ch.*
+from qnnrt.runtime.ipc.child import (  # noqa: F401 - the channel's own vocabulary, used as ch.*
     CONTROL, ERROR, REPLY, ConnEnd, PipeEnd, ProtocolError, SpinWait, WaitPolicy, body_frame,
     frame_body, frame_head)
 
@@ -119,7 +119,7 @@ class Channel:
 
     def call(self, call_id: int, wait: SpinWait | None = None) -> bytes:
         """Run bound call `call_id`; its reply frame (b'' when the worker is gone). `wait`: how
-        this call's replies are waited for (runtime/child.py SpinWait)."""
+        this call's replies are waited for (runtime/ipc/child.py SpinWait)."""
         with self.lock:
             rid = self._new_id()
             self.end.send(_CALL.pack(CALL, rid, call_id))
