@@ -25,7 +25,7 @@ import numpy as np
 from qnnrt.errors import QnnrtError
 from qnnrt.executorch.delegates import DelegateSite
 from qnnrt.executorch.instructions import InstructionVisitor, visit
-from qnnrt.executorch.interpreter import UNDEFINED, MethodAnalysis
+from qnnrt.executorch.analysis import UNDEFINED, MethodAnalysis
 from qnnrt.executorch.reader import (DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall,
                                      TensorInfo)
 from qnnrt.runtime.plan import CallerArrays, graph_step

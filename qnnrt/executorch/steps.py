@@ -16,7 +16,7 @@ from qnnrt.core.tensor import TensorSpec, prepare_input
 from qnnrt.errors import QnnrtError
 from qnnrt.executorch import kernels as K
 from qnnrt.executorch.delegates import size1_reshape
-from qnnrt.executorch.interpreter import shape_fits
+from qnnrt.executorch.analysis import shape_fits
 from qnnrt.executorch.kernels.dtypes import astype
 from qnnrt.executorch.reader import (TensorInfo)
 from qnnrt.runtime.steps import Bookkeeping, GraphStep

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from qnnrt.core import Profile
-from qnnrt.core.graph import BoundCall, GraphBinding, ProfileSink
+from qnnrt.core.binding import GraphBinding, ProfileSink
+from qnnrt.core.call import BoundCall
 from qnnrt.core.tensor import order_inputs, prepare_input
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder, Tracing

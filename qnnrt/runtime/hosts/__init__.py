@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from qnnrt.core import Backend, ContextBinary, GraphSpec
-from qnnrt.core.graph import PreparedCall
+from qnnrt.core.call import PreparedCall
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.runtime.residency.budget import (DEFAULT_MAX_PDS, Budget, backend_identity, remember_budget,
                                            resolve_budget)

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from qnnrt.core.graph import LiveGraph
+from qnnrt.core.call import LiveGraph
 
 
 class LiveContext(Protocol):

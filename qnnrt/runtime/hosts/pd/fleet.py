@@ -22,7 +22,7 @@ from numpy.typing import DTypeLike
 
 from qnnrt.core import Backend, ContextBinary, GraphSpec
 from qnnrt.core.backend import live_contexts_in_process
-from qnnrt.core.graph import BoundCall
+from qnnrt.core.call import BoundCall
 from qnnrt.profiling.observers import pool_hooks
 from qnnrt.runtime.hosts.pd import channel as ch
 from qnnrt.runtime.hosts.pd import protocol as proto

@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from qnnrt.core import GraphSpec
-from qnnrt.core.graph import BindingLayout, GraphBinding, InputAdapter, PreparedCall
+from qnnrt.core.binding import BindingLayout, GraphBinding, InputAdapter
+from qnnrt.core.call import PreparedCall
 from qnnrt.runtime.ipc.child import ProtocolError
 from qnnrt.runtime.ort_step import OrtStep, PortableOrtStep
 from qnnrt.runtime.hosts.pd.channel import Arena, ArenaView, Block

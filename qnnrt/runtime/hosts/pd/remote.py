@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qnnrt.core import ContextBinary, GraphSpec, Profile
-from qnnrt.core.graph import LiveGraph
+from qnnrt.core.call import LiveGraph
 from qnnrt.core.shared_buffer import SharedMemory
 from qnnrt.errors import QnnrtError
 from qnnrt.runtime.hosts.pd import channel as ch

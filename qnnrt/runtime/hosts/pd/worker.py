@@ -31,7 +31,7 @@ from qnnrt.runtime.ipc.child import SpinWait, child_end
 from qnnrt.runtime.hosts.pd import protocol as proto
 
 if TYPE_CHECKING:
-    from qnnrt.core.graph import PreparedCall
+    from qnnrt.core.call import PreparedCall
     from qnnrt.core.profile import Profile
     from qnnrt.runtime.hosts.pd.worker_segment import WorkerSegment
     from qnnrt.profiling.trace import Tracer
@@ -49,7 +49,7 @@ class WorkerCall:
 
     def __init__(self, pool: ContextPool, key: str, graph: str, position: int,
                  inputs: list[np.ndarray], outputs: list[np.ndarray]):
-        from qnnrt.core.graph import BoundCall
+        from qnnrt.core.call import BoundCall
         self.pool, self.key, self.graph, self.position = pool, key, graph, position
         self.resident = pool.residency.resident
         ctx = pool.acquire(key, position)
