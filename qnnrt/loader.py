@@ -43,6 +43,8 @@ class LoadOptions:
     """How `qnnrt.load` opens a program; validated when made (a bad value is a QnnrtError here,
     not a surprise at load). Immutable: derive variants with `dataclasses.replace`.
 
+    Parameters
+    ----------
     residency: auto, eager, lazy, sequential, bounded:K or bounded:<size> (or a `Residency`).
     soc: the SoC (model number or name) instead of the one the artifact was built for.
     backend_lib: libQnnHtp (a file or its folder) instead of discovery.
@@ -80,6 +82,11 @@ class LoadOptions:
         (with heap_profiling_path) heap counters, QNN's per-op events at profile_level "detailed".
         A path; or a `profiling.trace.Tracer` several programs (and the LLM runner) share, which its
         owner writes (`Tracer.write`), e.g. with another cap than DEFAULT_MAX_EVENTS.
+
+    Returns
+    -------
+    LoadOptions
+        Frozen; give it to `qnnrt.load(path, options=...)`.
     """
     residency: Residency | str = "auto"
     soc: str | int | None = None
@@ -139,10 +146,24 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
          options: LoadOptions | None = None) -> Program:
     """Open a program folder, an EPContext .onnx, a context binary .bin or an ExecuTorch .pte.
 
-    `residency`, `soc` and `backend_lib` are shortcuts for the `LoadOptions` fields of those names
-    (given, they win over `options`'): `soc` defaults to the SoC the artifact was built for,
-    `backend_lib` names libQnnHtp (a file or its folder) instead of discovery, `residency` is auto
-    (the default), eager, lazy, sequential, bounded:K or bounded:<size>."""
+    Parameters
+    ----------
+    path : the artifact: a folder with program.json, an EPContext .onnx, a .bin, a .pte, or a
+        Genie bundle folder.
+    residency : shortcut for `LoadOptions.residency`: auto (the default), eager, lazy,
+        sequential, bounded:K, bounded:<size> or multi-pd[:N]; given, it wins over `options`'.
+    soc : shortcut for `LoadOptions.soc` (default: the SoC the artifact was built for).
+    backend_lib : shortcut for `LoadOptions.backend_lib`: libQnnHtp (a file or its folder)
+        instead of discovery.
+    options : everything else about the load (`LoadOptions`; default: its defaults).
+
+    Returns
+    -------
+    Program
+        The loaded program (a context manager: `close` frees its contexts and backend). A bad
+        artifact or option is a `QnnrtError` saying what, where and what to do; whatever was
+        opened before it is freed.
+    """
     opts = _with_shortcuts(options or LoadOptions(), residency=residency, soc=soc, backend_lib=backend_lib)
     p = _existing_path(path)
     policy = opts.policy

@@ -385,6 +385,14 @@ def test_a_subcommand_that_fails_to_import_is_an_error(monkeypatch, capsys):
     assert "failed to import" in capsys.readouterr().err
 
 
+def test_the_public_api_says_its_parameters_and_returns():
+    from qnnrt.runtime.program import Program
+    for f in (qnnrt.load, qnnrt.LoadOptions, Program.run, Program.prepare, Program.run_prepared,
+              Program.close):
+        doc = f.__doc__ or ""
+        assert "Returns\n" in doc and ("Parameters\n" in doc or f is Program.close), f.__qualname__
+
+
 def test_public_api_is_importable_and_typed():
     for name in ("load", "LoadOptions", "Program", "Method", "IOSpec", "Residency", "QnnrtError",
                  "QnnError", "FormatError", "InputError", "KernelError"):

@@ -14,7 +14,7 @@ import numpy as np
 from qnnrt._capi.types import LOG_LEVEL_NAMES
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.units import format_bytes
-from qnnrt.cli.run import add_performance_options, add_trace_options, traced
+from qnnrt.cli.run_common import add_performance_options, add_trace_options, traced
 
 
 def add_parser(sub) -> None:
@@ -76,7 +76,7 @@ def run(args) -> int:
 
 def _run(args, tracer) -> int:
     from qnnrt.cli.io_files import write_outputs
-    from qnnrt.cli.run import latency_stats, performance_options
+    from qnnrt.cli.run_common import latency_stats, performance_options
     from qnnrt.loader import LoadOptions, load
     preset = args.preset
     iterations = args.iteration if args.iteration is not None else (3 if preset == "tiny" else 2)
