@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from qnnrt.runtime.ipc.child import SpinWait, child_end
 from qnnrt.runtime.hosts.pd import protocol as proto
 
 if TYPE_CHECKING:
+    from qnnrt.core import Backend, ContextBinary
+    from qnnrt.profiling.heap import HeapProfiler
+    from qnnrt.runtime.performance import Performance
     from qnnrt.core.call import PreparedCall
     from qnnrt.core.profile import Profile
     from qnnrt.runtime.hosts.pd.worker_segment import WorkerSegment
@@ -147,11 +150,11 @@ class Worker:
         self.end = end
         self.view = ch.ArenaView()
         self.calls: dict[int, WorkerCall] = {}
-        self.backend: Any = None
-        self.binaries: dict = {}
-        self.pool: Any = None
-        self.heap: Any = None
-        self.performance: Any = None
+        self.backend: Backend | None = None
+        self.binaries: dict[str, ContextBinary] = {}
+        self.pool: ContextPool | None = None
+        self.heap: HeapProfiler | None = None
+        self.performance: Performance | None = None
         self.profile: Profile | None = None
         self.status: proto.StatusBlock | None = None
         self.evicting = False   # the pool's counters change with calls, not only with requests
@@ -188,6 +191,18 @@ class Worker:
         return proto.Started(os.getpid(), time.perf_counter() - t0, self.vote_counts(),
                              CLOCK(), self.drain())
 
+    @property
+    def started_pool(self) -> ContextPool:
+        if self.pool is None:
+            raise ch.ProtocolError("a request before Start (or after Close): this worker has no pool")
+        return self.pool
+
+    @property
+    def started_backend(self) -> Backend:
+        if self.backend is None:
+            raise ch.ProtocolError("a request before Start (or after Close): this worker has no backend")
+        return self.backend
+
     def drain(self) -> TraceBatch | None:
         """The trace events since the last reply that carried them (None: not tracing)."""
         return self.tracer.drain() if self.tracer is not None else None
@@ -206,7 +221,7 @@ class Worker:
         if isinstance(req, proto.Start):
             return self.start(req.config)
         if isinstance(req, proto.Bind):
-            self.calls[req.call] = WorkerCall.over_blocks(self.pool, self.view, req.key, req.graph,
+            self.calls[req.call] = WorkerCall.over_blocks(self.started_pool, self.view, req.key, req.graph,
                                                      self.order.index(req.key), list(req.inputs),
                                                      list(req.outputs))
             return proto.Done()
@@ -219,13 +234,13 @@ class Worker:
         if isinstance(req, proto.ProfileCalls):  # record the call into this worker's profile
             if self.profile is None:
                 from qnnrt.core.profile import Profile
-                self.profile = Profile(self.backend, req.level)   # freed with the backend
+                self.profile = Profile(self.started_backend, req.level)   # freed with the backend
             self.bound(req.call).record_into(self.profile)
             self.calls_changed()
             return proto.Done()
         if isinstance(req, proto.Recreate):  # recovery, driven by the main process
-            live = set(self.pool.live_keys)
-            done = self.pool.recreate([k for k in req.keys if k in live],
+            live = set(self.started_pool.live_keys)
+            done = self.started_pool.recreate([k for k in req.keys if k in live],
                                       restart_backend=req.restart_backend)
             if req.restart_backend:
                 self.after_restart()
@@ -296,9 +311,9 @@ class Worker:
         into a new profile."""
         from qnnrt.core.profile import Profile
         if self.performance is not None:
-            self.performance.start(self.backend)
+            self.performance.start(self.started_backend)
         if self.profile is not None:
-            self.profile = Profile(self.backend, self.profile.level)
+            self.profile = Profile(self.started_backend, self.profile.level)
             for call in self.all_calls():
                 if call.profile is not None:
                     call.record_into(self.profile)
