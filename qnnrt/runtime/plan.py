@@ -440,7 +440,7 @@ class ReferencePlan:
 
     def _execute(self, ctx: LiveContext, step: QnnStep,
                  arrays: list[np.ndarray]) -> list[np.ndarray]:
-        """`ctx`: a live Context, or a PD worker's (pd_remote.RemoteContext): both give graphs of
+        """`ctx`: a live Context, or a PD worker's (hosts/pd/remote.py RemoteContext): both give graphs of
         one protocol (`core.graph.LiveGraph`), executed by name, checked."""
         g = ctx.graph(step.graph)
         out = g.execute(arrays, dequantize=step.dequantize, shared=self.context.shared_memory)

@@ -1,4 +1,4 @@
-"""Multi-PD placement (runtime/pd_plan.place): deterministic, consecutive, balanced, under budget."""
+"""Multi-PD placement (runtime/hosts/pd/placement.py `place`): deterministic, consecutive, balanced, under budget."""
 from __future__ import annotations
 
 import pytest

@@ -5,7 +5,7 @@ or hang it in systemContextGetBinaryInfo, contextCreateFromBinary or, rarely, gr
 promise: no such crash takes the user's process down, and a valid artifact is never refused.
 
 Modes (`LoadOptions.vet`, `VetMode`):
-- "auto" (= True, the API default): a spawned child (vet_child.py) reads each binary's info, creates
+- "auto" (= True, the API default): a spawned child (vet/child.py) reads each binary's info, creates
   and frees its context, and runs on zeros only the graphs that are cheap to run (binary + graph
   I/O bytes within QNNRT_VET_EXECUTE_BYTES): the fuzz corpus's graphs run there, an LLM's do not.
 - "execute": the child runs every graph once on zeros (a whole extra forward pass of a big model).

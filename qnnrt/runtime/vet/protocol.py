@@ -1,4 +1,4 @@
-"""The messages between a loading process and its vetting child (runtime/vet/policy.py, vet_child.py),
+"""The messages between a loading process and its vetting child (runtime/vet/policy.py, child.py),
 over a runtime/ipc/child.py channel: the job goes as one request; the child reports each step as it
 starts and each binary as it is done (progress frames on that request), then replies once.
 

@@ -1,12 +1,12 @@
 """Multi-PD residency: a program's contexts spread over several PDs, all resident: the first group in
 the main process's own PD (PD 0, a ContextPool here), each other group in a worker process (one PD
-each, reached through its `pd_host.PdWorker`).
+each, reached through its `handle.PdWorker`).
 
 `MultiPdPool` is a program's pool and its hosts (runtime/hosts/): the plans ask it whether every
 context is live (always, unless PD 0 evicts beyond --max-pds), which host runs a context's graphs,
-for each graph's call object (a BoundCall for PD 0's, a `pd_remote.RemoteCall` for a worker's) and
-for the step that has a worker run its part of the plan (`pd_segment.RemoteSegment`). The
-placement comes from `pd_plan.place`, the devices from `pd_devices`.
+for each graph's call object (a BoundCall for PD 0's, a `remote.RemoteCall` for a worker's) and
+for the step that has a worker run its part of the plan (`segment.RemoteSegment`). The
+placement comes from `placement.place`, the devices from `devices.py`.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The main process's handle on one PD worker (a PD host): its process, its channel, what it
-reported, and how it stops. Requests go through `pd_channel.Channel` (one at a time, replies matched
+reported, and how it stops. Requests go through `channel.Channel` (one at a time, replies matched
 by id); the worker's side is runtime/hosts/pd/worker.py."""
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """The messages between the main process and a PD worker: typed, each request answered once.
 
-Every request carries an id the main process assigns (`pd_channel.Channel`); the worker's reply
+Every request carries an id the main process assigns (`channel.Channel`); the worker's reply
 carries the same id, so a reply can never be taken for another request's. Control requests and
 their replies are the frozen dataclasses below, encoded by their declared field types
 (runtime/ipc/wire.py: `WIRE`, no pickle; `loads` refuses a message that is not of the kind its reader
-expects); a graph call, the hot path, is a fixed binary frame (pd_channel), its optional tail a
+expects); a graph call, the hot path, is a fixed binary frame (channel.py), its optional tail a
 `CallTail` (a segment run's a `SegmentTail`). A failure comes back as a `Failure`
 whose payload rebuilds the error on the main side (a QnnError stays a QnnError, with its code,
 log and remedy, so the recovery policy reads it as if it were local).

@@ -9,7 +9,7 @@ channel closes (the main process closed it, or died), when asked, or with its pa
 (PR_SET_PDEATHSIG on Linux). SIGINT is ignored: a Ctrl-C reaches the whole process group, and the
 main process decides when its workers stop.
 
-Started by `runtime.pd_host` through `runtime.child.spawn` (its channel: POSIX pipes, or a
+Started by `hosts.pd.handle` through `ipc.child.spawn` (its channel: POSIX pipes, or a
 multiprocessing connection).
 """
 from __future__ import annotations
