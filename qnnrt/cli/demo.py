@@ -14,7 +14,7 @@ import numpy as np
 from qnnrt._capi.types import LOG_LEVEL_NAMES
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.units import format_bytes
-from qnnrt.cli.run import add_performance_options, add_trace_options, traced
+from qnnrt.cli.run_common import add_performance_options, add_trace_options, traced
 
 
 def add_parser(sub) -> None:
@@ -83,7 +83,7 @@ def run(args) -> int:
 
 def _run(args, tracer) -> int:
     from qnnrt.cli.io_files import write_outputs
-    from qnnrt.cli.run import latency_stats, performance_options
+    from qnnrt.cli.run_common import latency_stats, performance_options
     from qnnrt.loader import LoadOptions, load
     preset = args.preset
     iterations = args.iteration if args.iteration is not None else (3 if preset == "tiny" else 2)
@@ -136,7 +136,7 @@ def _run(args, tracer) -> int:
     print(f"\nqnnrt demo ({preset}): {program}")
     print(f"  contexts      {res['contexts_total']} context binaries, one QNN graph call each "
           f"per iteration; {method.describe()['cpu_segments']} CPU segments (ONNX Runtime)")
-    from qnnrt.runtime.pd_budget import SIMULATOR_CAPACITY
+    from qnnrt.runtime.residency.budget import SIMULATOR_CAPACITY
     total = res.get("pd_predicted_total_bytes") or res["pd_estimate_total_bytes"]
     print(f"  PD need       {format_bytes(total)} summed over all contexts (predicted from the binaries, "
           f"{len(res['pd_mismatches'])} differ from QNN's own figure; the simulator's PD budget is "

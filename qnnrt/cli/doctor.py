@@ -243,7 +243,7 @@ def _test_binary(r: Report, given: str | None, soc: str | None, dev) -> tuple[An
 def _contexts(r: Report, be, args, dev) -> None:
     from qnnrt.core.device_info import dsp_heap_profiling_offered
     from qnnrt.errors import QnnrtError
-    from qnnrt.runtime import pd_budget
+    from qnnrt.runtime.residency import budget as pd_budget
     identity = pd_budget.backend_identity(be.lib, be.soc_model)
     r.data["pd_identity"] = identity
     binary = None

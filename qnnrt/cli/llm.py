@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, latency_stats,
+from qnnrt.cli.run_common import (add_profiles, add_runtime_options, check_targets, latency_stats,
                            open_program, traced, print_performance, print_recoveries, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.fileio import check_output_path, write_atomic

@@ -12,7 +12,7 @@ from typing import Any
 
 from qnnrt.cli.llm import add_speculative_options, cycles_reader, speculative_options, tokenizer_source
 from qnnrt.cli.process import Stopped, stop_signals
-from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, open_program,
+from qnnrt.cli.run_common import (add_profiles, add_runtime_options, check_targets, open_program,
                            traced, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.install import extra_hint

@@ -22,9 +22,10 @@ import onnx
 
 import qnnrt
 from qnnrt.compiler import partition as P
+from qnnrt.compiler.combine import rename_tensors
 from qnnrt.compiler.compile import (CompileCache, CompileOptions, CompiledUnit, EPNode, compile_unit,
                                  default_cache_dir,
-                                 probe_unsupported, rename_tensors, resolve_soc)
+                                 probe_unsupported, resolve_soc)
 from qnnrt.compiler.program_writer import method_model
 from qnnrt.errors import BuildError
 from qnnrt.progress import ProgressBar

@@ -10,7 +10,7 @@ import pytest
 
 from qnnrt._capi import platforms
 from qnnrt.cli import doctor
-from qnnrt.runtime.pd_budget import SIMULATOR_CAPACITY
+from qnnrt.runtime.residency.budget import SIMULATOR_CAPACITY
 from tests.helpers.cli_helpers import qnnrt
 
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import qnnrt
-from qnnrt.runtime.pd_fleet import MultiPdPool
-from qnnrt.runtime.pd_host import PdWorkerError
-from qnnrt.runtime.pd_remote import RemoteCall
+from qnnrt.runtime.hosts.pd.fleet import MultiPdPool
+from qnnrt.runtime.hosts.pd.handle import PdWorkerError
+from qnnrt.runtime.hosts.pd.remote import RemoteCall
 from tests.helpers.data import EXECUTORCH
 from tests.helpers.qnn_fixtures import WIDTH
 
@@ -246,7 +246,7 @@ def test_beyond_max_pds_each_pd_evicts(chain12):
 
 def test_portable_channel_gives_the_same_outputs(chain12, monkeypatch):
     """The fallback transport (a multiprocessing connection, what Windows uses) on this machine."""
-    from qnnrt.runtime import child
+    from qnnrt.runtime.ipc import child
     x = _x(7)
     with qnnrt.load(chain12.model, residency="lazy") as p:
         ref = p.run(None, x)
@@ -275,7 +275,7 @@ def test_arena_buffers_pass_between_pds_without_a_copy(chain12):
     """Graph calls bound to arena buffers (`Program.buffer`): each worker writes its output where
     the next graph, on another PD, reads it; nothing is staged in this process. Compared with the
     same graphs chained in this process (the program's CPU ops left out on both sides)."""
-    from qnnrt.runtime.method import QnnStep
+    from qnnrt.runtime.method_spec import QnnStep
     x = _x(11)["x"]
     with qnnrt.load(chain12.model, residency="lazy") as p:
         steps = [s for s in p.method(None).steps if isinstance(s, QnnStep)]

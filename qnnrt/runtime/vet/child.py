@@ -1,41 +1,28 @@
 """The vetting child: the QNN calls a corrupt context binary can crash or hang, run on each binary
-of a job in a fresh interpreter, each step reported before it starts (runtime/vet_protocol.py).
+of a job in a fresh interpreter, each step reported before it starts (runtime/vet/protocol.py).
 
 It imports `qnnrt.core` and the shared modules only (the parent boots it with a bare `qnnrt`
 package module, so the loader, ONNX and the runtime's policy are never imported: start-up stays
-short). Its channel is a pipe pair of its own (runtime/child.py), not stdout.
+short). Its channel is a pipe pair of its own (runtime/ipc/child.py), not stdout.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import TYPE_CHECKING
 
 from qnnrt.errors import QnnError, QnnrtError
-from qnnrt.runtime.child import (PROGRESS, REPLY, ConnEnd, PipeEnd, ProtocolError, body_frame,
+from qnnrt.runtime.ipc.child import (PROGRESS, REPLY, ConnEnd, PipeEnd, ProtocolError, body_frame,
                                  child_end, frame_body)
 from qnnrt.runtime.recovery import is_transient
-from qnnrt.runtime.vet_protocol import JOB_ID, WIRE, ItemDone, JobDone, StepStarted, VetItem, VetJob
+from qnnrt.runtime.vet.protocol import (JOB_ID, WIRE, ItemDone, JobDone, StepStarted, VetItem, VetJob,
+                                       hook_delay)
 
 if TYPE_CHECKING:
     from qnnrt.core.binary import GraphSpec
 
 # test hook, read here only (never by the parent or the user's process): "stage:seconds" makes the
 # child sleep that long at the start of every step of that stage (info, create, execute)
-TEST_DELAY_ENV = "QNNRT_VET_TEST_DELAY"
-
-
-def hook_delay(stage: str) -> float:
-    """Seconds QNNRT_VET_TEST_DELAY asks to sleep before a step of `stage` (0 when not asked)."""
-    spec = os.environ.get(TEST_DELAY_ENV, "")
-    name, _, secs = spec.partition(":")
-    try:
-        return float(secs) if name == stage else 0.0
-    except ValueError:
-        return 0.0
-
-
 def graph_io_bytes(graph: GraphSpec) -> int:
     return sum(t.nbytes for t in (*graph.inputs, *graph.outputs))
 

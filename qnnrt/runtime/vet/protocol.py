@@ -1,15 +1,16 @@
-"""The messages between a loading process and its vetting child (runtime/vet.py, vet_child.py),
-over a runtime/child.py channel: the job goes as one request; the child reports each step as it
+"""The messages between a loading process and its vetting child (runtime/vet/policy.py, child.py),
+over a runtime/ipc/child.py channel: the job goes as one request; the child reports each step as it
 starts and each binary as it is done (progress frames on that request), then replies once.
 
 A step's report comes before its QNN call, so a crash leaves the last step reported as the one that
 crashed, and a step that never ends is the one that hangs. The messages travel on the typed wire
-(runtime/wire.py), as the PD workers' do."""
+(runtime/ipc/wire.py), as the PD workers' do."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-from qnnrt.runtime.wire import Wire
+from qnnrt.runtime.ipc.wire import Wire
 
 JOB_ID = 1   # the one request of a vetting child
 
@@ -56,3 +57,17 @@ class JobDone:
 
 
 WIRE = Wire([VetJob, StepStarted, ItemDone, JobDone])
+
+
+# a test hook of both processes that make the risky calls (the vetting child, a worker-mode worker)
+TEST_DELAY_ENV = "QNNRT_VET_TEST_DELAY"
+
+
+def hook_delay(stage: str) -> float:
+    """Seconds QNNRT_VET_TEST_DELAY asks to sleep before a step of `stage` (0 when not asked)."""
+    spec = os.environ.get(TEST_DELAY_ENV, "")
+    name, _, secs = spec.partition(":")
+    try:
+        return float(secs) if name == stage else 0.0
+    except ValueError:
+        return 0.0

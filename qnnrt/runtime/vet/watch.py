@@ -1,4 +1,4 @@
-"""Vetting in "worker" mode (runtime/vet.py): the calling process is itself the disposable one (the
+"""Vetting in "worker" mode (runtime/vet/policy.py): the calling process is itself the disposable one (the
 CLI's worker, cli/process.py). The risky QNN steps in progress are mirrored into a small file the
 parent created, so that if this process dies the parent names the binary and step, and if a step
 stays there past its stall timeout the parent stops the worker and says so."""
@@ -10,8 +10,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from qnnrt.runtime.vet import (STEP_FILE_ENV, VetReport, VetResult, describe_step, stall_advice,
-                               stall_seconds)
+from qnnrt.runtime.vet.policy import (STEP_FILE_ENV, VetReport, VetResult, describe_step, stall_advice,
+                                      stall_seconds)
+from qnnrt.runtime.vet.protocol import hook_delay
 
 if TYPE_CHECKING:
     from qnnrt.core.binary import ContextBinary
@@ -44,7 +45,6 @@ class StepWatch:
             self._next += 1
             self._steps[token] = f"{time.time():.3f}\t{-1 if stall_s is None else stall_s:.3f}\t{what}"
             self._write()
-        from qnnrt.runtime.vet_child import hook_delay  # the test hook (a disposable process)
         delay = hook_delay(stage)
         if delay:
             time.sleep(delay)

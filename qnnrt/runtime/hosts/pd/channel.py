@@ -1,11 +1,11 @@
 """The PD worker channel: its fixed binary frames (the hot path), the `Channel` that matches replies
-to requests, and the shared tensor arena. Transports and the frame header are runtime/child.py's,
+to requests, and the shared tensor arena. Transports and the frame header are runtime/ipc/child.py's,
 shared with the vetting child.
 
 Frames (kind, request id, body): X a graph call (the bound call's id) and K its reply (seconds
 inside graphExecute, then the QNN profile events when profiled); S a plan segment's run and D its
-reply (runtime/pd_segment.py); C a control request, R its reply and E a failure, each a
-`pd_protocol` dataclass as the typed wire encodes it (runtime/wire.py; no pickle). A reply's tail
+reply (runtime/hosts/pd/segment.py); C a control request, R its reply and E a failure, each a
+`protocol` dataclass as the typed wire encodes it (runtime/ipc/wire.py; no pickle). A reply's tail
 (K's, D's) is such a message too, encoded by the caller: this module carries bytes.
 
 Tensors never travel in messages: they live in arena segments, files mapped by both sides (a memfd
@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from qnnrt.core.tensor import address_of
-from qnnrt.runtime.child import (  # noqa: F401 - the channel's own vocabulary, used as ch.*
+from qnnrt.runtime.ipc.child import (  # noqa: F401 - the channel's own vocabulary, used as ch.*
     CONTROL, ERROR, REPLY, ConnEnd, PipeEnd, ProtocolError, SpinWait, WaitPolicy, body_frame,
     frame_body, frame_head)
 
@@ -37,7 +37,7 @@ ALIGN = 64
 
 # -- frames ---------------------------------------------------------------------------------------
 # Every frame: kind (1 byte), the request id (u32), then the body. A graph call and its reply are
-# fixed binary frames (the hot path); control requests and replies are pd_protocol dataclasses on
+# fixed binary frames (the hot path); control requests and replies are protocol.py's dataclasses on
 # the typed wire.
 _CALL = struct.Struct("<cII")      # kind, request id, call id
 _OK = struct.Struct("<cId")        # kind, request id, seconds inside graphExecute
@@ -70,7 +70,7 @@ def parse_segment(frame: bytes) -> tuple[int, int, int]:
 def done_frame(request_id: int, accelerator_s: float, cpu_s: float, busy_s: float,
                tail: bytes = b"") -> bytes:
     """A segment run's reply: seconds inside graphExecute, in the CPU steps, and in the whole run
-    (the rest of a round trip is the channel's), then the tail (an encoded pd_protocol.SegmentTail)
+    (the rest of a round trip is the channel's), then the tail (an encoded protocol.SegmentTail)
     if any."""
     return _DONE.pack(DONE, request_id, accelerator_s, cpu_s, busy_s) + tail
 
@@ -84,7 +84,7 @@ def parse_done(frame: bytes) -> tuple[float, float, float, bytes]:
 
 def ok_frame(request_id: int, seconds: float, tail: bytes = b"") -> bytes:
     """A call's reply: the seconds inside graphExecute, then its tail (an encoded
-    pd_protocol.CallTail: the call's QNN profile events when profiled, trace events when tracing)
+    protocol.CallTail: the call's QNN profile events when profiled, trace events when tracing)
     if any."""
     return _OK.pack(OK, request_id, seconds) + tail
 
@@ -119,7 +119,7 @@ class Channel:
 
     def call(self, call_id: int, wait: SpinWait | None = None) -> bytes:
         """Run bound call `call_id`; its reply frame (b'' when the worker is gone). `wait`: how
-        this call's replies are waited for (runtime/child.py SpinWait)."""
+        this call's replies are waited for (runtime/ipc/child.py SpinWait)."""
         with self.lock:
             rid = self._new_id()
             self.end.send(_CALL.pack(CALL, rid, call_id))

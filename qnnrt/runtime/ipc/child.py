@@ -12,9 +12,9 @@ there cannot corrupt a frame.
 
 Frame: kind (1 byte), the request id (u32), then the body. C a control request, R its reply, E a
 failure, P a progress report on a request still running, each a frozen dataclass of the protocol
-that uses them (runtime/pd_protocol.py, runtime/vet_protocol.py) on the typed wire (runtime/wire.py:
+that uses them (runtime/hosts/pd/protocol.py, runtime/vet/protocol.py) on the typed wire (runtime/ipc/wire.py:
 no pickle); each protocol may add fixed binary frames of its own for its hot path
-(runtime/pd_channel.py).
+(runtime/hosts/pd/channel.py).
 """
 from __future__ import annotations
 

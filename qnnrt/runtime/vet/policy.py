@@ -5,7 +5,7 @@ or hang it in systemContextGetBinaryInfo, contextCreateFromBinary or, rarely, gr
 promise: no such crash takes the user's process down, and a valid artifact is never refused.
 
 Modes (`LoadOptions.vet`, `VetMode`):
-- "auto" (= True, the API default): a spawned child (vet_child.py) reads each binary's info, creates
+- "auto" (= True, the API default): a spawned child (vet/child.py) reads each binary's info, creates
   and frees its context, and runs on zeros only the graphs that are cheap to run (binary + graph
   I/O bytes within QNNRT_VET_EXECUTE_BYTES): the fuzz corpus's graphs run there, an LLM's do not.
 - "execute": the child runs every graph once on zeros (a whole extra forward pass of a big model).
@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Literal
 
 from qnnrt.errors import FormatError, QnnrtError
-from qnnrt.runtime import child
-from qnnrt.runtime.vet_protocol import JOB_ID, WIRE, ItemDone, JobDone, StepStarted, VetItem, VetJob
+from qnnrt.runtime.ipc import child
+from qnnrt.runtime.vet.protocol import JOB_ID, WIRE, ItemDone, JobDone, StepStarted, VetItem, VetJob
 from qnnrt.spawn import signal_name
 from qnnrt.fileio import default_cache_dir, loads_json, write_atomic
 
@@ -54,7 +54,7 @@ RUN_STALL_IO_BYTES = 4 << 20     # a graph's run: and by its base per this many 
 DEFAULT_EXECUTE_BYTES = 256 << 10
 STARTUP_S = 60.0
 VERDICT_VERSION = 2
-_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding this qnnrt package
+_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding this qnnrt package
 
 Progress = Callable[[int, int], None]
 
@@ -276,7 +276,7 @@ def raise_bad(results: list[VetResult]) -> None:
 # ONNX, the runtime): a bare package module stands in for `qnnrt`, which halves its start-up
 _CHILD_BOOT = ("import sys, types, os; m = types.ModuleType('qnnrt'); "
                "m.__path__ = [os.path.join(sys.argv[1], 'qnnrt')]; sys.modules['qnnrt'] = m; "
-               "from qnnrt.runtime.vet_child import main; sys.exit(main(sys.argv[2:]))")
+               "from qnnrt.runtime.vet.child import main; sys.exit(main(sys.argv[2:]))")
 
 
 @dataclass

@@ -1,10 +1,10 @@
 """The messages between the main process and a PD worker: typed, each request answered once.
 
-Every request carries an id the main process assigns (`pd_channel.Channel`); the worker's reply
+Every request carries an id the main process assigns (`channel.Channel`); the worker's reply
 carries the same id, so a reply can never be taken for another request's. Control requests and
 their replies are the frozen dataclasses below, encoded by their declared field types
-(runtime/wire.py: `WIRE`, no pickle; `loads` refuses a message that is not of the kind its reader
-expects); a graph call, the hot path, is a fixed binary frame (pd_channel), its optional tail a
+(runtime/ipc/wire.py: `WIRE`, no pickle; `loads` refuses a message that is not of the kind its reader
+expects); a graph call, the hot path, is a fixed binary frame (channel.py), its optional tail a
 `CallTail` (a segment run's a `SegmentTail`). A failure comes back as a `Failure`
 whose payload rebuilds the error on the main side (a QnnError stays a QnnError, with its code,
 log and remedy, so the recovery policy reads it as if it were local).
@@ -22,12 +22,15 @@ import numpy as np
 
 from qnnrt.errors import QnnError
 from qnnrt.profiling.trace_events import TraceBatch
-from qnnrt.runtime.pd_channel import Block
-from qnnrt.runtime.portable import ArenaArray, StepDescriptor
+from qnnrt.runtime.hosts.pd.channel import Block
+from qnnrt.runtime.hosts.pd.portable import ArenaArray, StepDescriptor
 from qnnrt.runtime.performance import Choice
-from qnnrt.runtime.wire import Wire
+from qnnrt.runtime.residency.groups import GroupSettings
+from qnnrt.runtime.ipc.wire import Wire
 
 M = TypeVar("M")
+# the main process's pid, in a worker's environment (the worker dies with it)
+PARENT_ENV = "QNNRT_PD_WORKER_PARENT"
 
 
 # -- the worker's configuration --------------------------------------------------------------------
@@ -48,9 +51,8 @@ class WorkerConfig:
     log_level: str
     binaries: dict[str, str | bytes]          # key -> path, or the binary's bytes
     names: dict[str, str]                     # key -> the binary's name in messages
-    predictions: dict[str, int | None]        # key -> predicted PD bytes
     status: Block                             # where the worker writes its StatusBlock
-    evict_budget: int | None = None           # None: every context resident
+    group: GroupSettings                      # its contexts' predicted PD bytes, evict budget
     heap: bool = False
     signed_pd: bool = False
     device_id: int = 0
@@ -111,7 +113,7 @@ class Vote:
 @dataclass(frozen=True)
 class InstallSegment:
     """A plan segment this worker runs on request from now on: its steps as descriptors the
-    worker rebuilds (runtime/portable.py), the values its slot list of `slots` starts from (arena
+    worker rebuilds (runtime/hosts/pd/portable.py), the values its slot list of `slots` starts from (arena
     arrays by reference, constants by value), and the slots the rest of the plan reads."""
     segment: int
     slots: int
@@ -242,7 +244,7 @@ WIRE = Wire(REQUESTS + REPLIES + (CallTail, SegmentTail))
 
 
 def dumps(message: object) -> bytes:
-    """A message of this protocol as bytes (runtime/wire.py)."""
+    """A message of this protocol as bytes (runtime/ipc/wire.py)."""
     return WIRE.dumps(message)
 
 

@@ -1,6 +1,6 @@
 """The main process's handle on one PD worker (a PD host): its process, its channel, what it
-reported, and how it stops. Requests go through `pd_channel.Channel` (one at a time, replies matched
-by id); the worker's side is runtime/pd_worker.py."""
+reported, and how it stops. Requests go through `channel.Channel` (one at a time, replies matched
+by id); the worker's side is runtime/hosts/pd/worker.py."""
 from __future__ import annotations
 
 import os
@@ -10,11 +10,10 @@ from typing import TypeVar
 from qnnrt.core.clock import CLOCK
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.profiling.trace_events import TraceBatch
-from qnnrt.runtime import child
-from qnnrt.runtime import pd_channel as ch
-from qnnrt.runtime import pd_protocol as proto
+from qnnrt.runtime.ipc import child
+from qnnrt.runtime.hosts.pd import channel as ch
+from qnnrt.runtime.hosts.pd import protocol as proto
 from qnnrt.runtime.hooks import Tracing
-from qnnrt.runtime.pd_worker import PARENT_ENV
 from qnnrt.spawn import python_command, signal_name
 
 R = TypeVar("R")
@@ -31,7 +30,7 @@ class PdQnnError(PdWorkerError, QnnError):
 
 
 def _worker_command(tail: list[str]) -> list[str]:
-    return python_command("from qnnrt.runtime.pd_worker import main; main()", tail)
+    return python_command("from qnnrt.runtime.hosts.pd.worker import main; main()", tail)
 
 class PdWorker:
     """The main process's handle on one worker: its process, its channel, its contexts, and what
@@ -61,7 +60,7 @@ class PdWorker:
         return f"PD {self.index}" + (f" (worker pid {self.pid})" if self.pid else "")
 
     def spawn(self) -> None:
-        self.proc, end = child.spawn(_worker_command([]), dict(os.environ, **{PARENT_ENV: str(os.getpid())}))
+        self.proc, end = child.spawn(_worker_command([]), dict(os.environ, **{proto.PARENT_ENV: str(os.getpid())}))
         self.channel = ch.Channel(end)
         self.pid = self.proc.pid
 

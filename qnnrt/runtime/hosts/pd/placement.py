@@ -82,9 +82,6 @@ def plan(orders: dict[str, list[str]], sizes: dict[str, int | None], budget: int
 
 
 # -- multi-PD placement --------------------------------------------------------------------------
-DEFAULT_MAX_PDS = 4   # worker processes `auto` may start; beyond it, one PD evicts as before
-
-
 @dataclass(frozen=True)
 class Placement:
     """Which contexts go on which PD: `groups[i]` are PD i's context keys, in first-use order."""

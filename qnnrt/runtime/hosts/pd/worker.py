@@ -9,7 +9,7 @@ channel closes (the main process closed it, or died), when asked, or with its pa
 (PR_SET_PDEATHSIG on Linux). SIGINT is ignored: a Ctrl-C reaches the whole process group, and the
 main process decides when its workers stop.
 
-Started by `runtime.pd_host` through `runtime.child.spawn` (its channel: POSIX pipes, or a
+Started by `hosts.pd.handle` through `ipc.child.spawn` (its channel: POSIX pipes, or a
 multiprocessing connection).
 """
 from __future__ import annotations
@@ -20,40 +20,27 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qnnrt.core.clock import CLOCK
 from qnnrt.core.process import die_with_parent
-from qnnrt.runtime import pd_channel as ch
-from qnnrt.runtime.child import SpinWait, child_end
-from qnnrt.runtime import pd_protocol as proto
+from qnnrt.runtime.hosts.pd import channel as ch
+from qnnrt.runtime.ipc.child import SpinWait, child_end
+from qnnrt.runtime.hosts.pd import protocol as proto
 
 if TYPE_CHECKING:
-    from qnnrt.core.graph import PreparedCall
+    from qnnrt.core import Backend, ContextBinary
+    from qnnrt.profiling.heap import HeapProfiler
+    from qnnrt.runtime.performance import Performance
+    from qnnrt.core.call import PreparedCall
     from qnnrt.core.profile import Profile
-    from qnnrt.runtime.pd_segment import WorkerSegment
+    from qnnrt.runtime.hosts.pd.worker_segment import WorkerSegment
     from qnnrt.profiling.trace import Tracer
     from qnnrt.profiling.trace_events import TraceBatch
     from qnnrt.runtime.residency import ContextPool
 
-PARENT_ENV = "QNNRT_PD_WORKER_PARENT"
-
-
-def group_pool(backend: Any, binaries: dict, predictions: dict, evict_budget: int | None,
-               hooks: Any = None, **options: Any) -> ContextPool:
-    """The pool of one PD's contexts (a worker's, or the main process's own PD 0, which also
-    passes its step watch, creation profiler and spill-fill group as `options`): every context
-    resident, or `auto` under `evict_budget` when the group needs more than one PD holds (a program
-    beyond --max-pds), with the placement's call order."""
-    from qnnrt.profiling.pd_log import pd_estimate_from_log
-    from qnnrt.runtime.residency import ContextPool
-    pool = ContextPool(backend, binaries, "auto" if evict_budget else "eager",
-                       pd_estimate=pd_estimate_from_log, predictions=predictions, hooks=hooks,
-                       budget_bytes=evict_budget, budget_source="placement", **options)
-    pool.set_order(list(binaries))
-    return pool
 
 
 class WorkerCall:
@@ -61,11 +48,11 @@ class WorkerCall:
     worker resident (eager), the graph handle is kept until the pool re-creates the context
     (recovery); otherwise (more contexts than its PD holds) each call goes through the pool, at
     the context's position in the worker's order. It has the calling shape of a BoundCall, so a
-    binder sent with a plan segment (runtime/pd_segment.py) calls through it."""
+    binder sent with a plan segment (worker_segment.py) calls through it."""
 
     def __init__(self, pool: ContextPool, key: str, graph: str, position: int,
                  inputs: list[np.ndarray], outputs: list[np.ndarray]):
-        from qnnrt.core.graph import BoundCall
+        from qnnrt.core.call import BoundCall
         self.pool, self.key, self.graph, self.position = pool, key, graph, position
         self.resident = pool.residency.resident
         ctx = pool.acquire(key, position)
@@ -163,11 +150,11 @@ class Worker:
         self.end = end
         self.view = ch.ArenaView()
         self.calls: dict[int, WorkerCall] = {}
-        self.backend: Any = None
-        self.binaries: dict = {}
-        self.pool: Any = None
-        self.heap: Any = None
-        self.performance: Any = None
+        self.backend: Backend | None = None
+        self.binaries: dict[str, ContextBinary] = {}
+        self.pool: ContextPool | None = None
+        self.heap: HeapProfiler | None = None
+        self.performance: Performance | None = None
         self.profile: Profile | None = None
         self.status: proto.StatusBlock | None = None
         self.evicting = False   # the pool's counters change with calls, not only with requests
@@ -194,8 +181,8 @@ class Worker:
             from qnnrt.profiling.trace import Tracer
             self.tracer = Tracer(max_events=cfg.trace.max_events, process=cfg.trace.process)
         from qnnrt.profiling.observers import pool_hooks
-        self.pool = group_pool(self.backend, self.binaries, cfg.predictions, cfg.evict_budget,
-                               pool_hooks(self.heap, self.tracer))
+        from qnnrt.runtime.residency.groups import group_pool
+        self.pool = group_pool(self.backend, self.binaries, cfg.group, pool_hooks(self.heap, self.tracer))
         self.evicting = not self.pool.residency.resident
         self.order = list(cfg.binaries)
         t0 = time.perf_counter()
@@ -203,6 +190,18 @@ class Worker:
         self.report_pool()
         return proto.Started(os.getpid(), time.perf_counter() - t0, self.vote_counts(),
                              CLOCK(), self.drain())
+
+    @property
+    def started_pool(self) -> ContextPool:
+        if self.pool is None:
+            raise ch.ProtocolError("a request before Start (or after Close): this worker has no pool")
+        return self.pool
+
+    @property
+    def started_backend(self) -> Backend:
+        if self.backend is None:
+            raise ch.ProtocolError("a request before Start (or after Close): this worker has no backend")
+        return self.backend
 
     def drain(self) -> TraceBatch | None:
         """The trace events since the last reply that carried them (None: not tracing)."""
@@ -222,7 +221,7 @@ class Worker:
         if isinstance(req, proto.Start):
             return self.start(req.config)
         if isinstance(req, proto.Bind):
-            self.calls[req.call] = WorkerCall.over_blocks(self.pool, self.view, req.key, req.graph,
+            self.calls[req.call] = WorkerCall.over_blocks(self.started_pool, self.view, req.key, req.graph,
                                                      self.order.index(req.key), list(req.inputs),
                                                      list(req.outputs))
             return proto.Done()
@@ -235,13 +234,13 @@ class Worker:
         if isinstance(req, proto.ProfileCalls):  # record the call into this worker's profile
             if self.profile is None:
                 from qnnrt.core.profile import Profile
-                self.profile = Profile(self.backend, req.level)   # freed with the backend
+                self.profile = Profile(self.started_backend, req.level)   # freed with the backend
             self.bound(req.call).record_into(self.profile)
             self.calls_changed()
             return proto.Done()
         if isinstance(req, proto.Recreate):  # recovery, driven by the main process
-            live = set(self.pool.live_keys)
-            done = self.pool.recreate([k for k in req.keys if k in live],
+            live = set(self.started_pool.live_keys)
+            done = self.started_pool.recreate([k for k in req.keys if k in live],
                                       restart_backend=req.restart_backend)
             if req.restart_backend:
                 self.after_restart()
@@ -254,8 +253,8 @@ class Worker:
                 self.performance.revote(req.choice)
             return proto.Voted(self.vote_counts())
         if isinstance(req, proto.InstallSegment):
-            from qnnrt.runtime.pd_segment import WorkerSegment
-            from qnnrt.runtime.portable import Resolver
+            from qnnrt.runtime.hosts.pd.worker_segment import WorkerSegment
+            from qnnrt.runtime.hosts.pd.portable import Resolver
             assert self.status is not None
             resolver = Resolver(self.view, self.clone_call, lambda call_id: self.bound(call_id).spec)
             self.segments[req.segment] = WorkerSegment(req, resolver, self.owner, self.status,
@@ -312,9 +311,9 @@ class Worker:
         into a new profile."""
         from qnnrt.core.profile import Profile
         if self.performance is not None:
-            self.performance.start(self.backend)
+            self.performance.start(self.started_backend)
         if self.profile is not None:
-            self.profile = Profile(self.backend, self.profile.level)
+            self.profile = Profile(self.started_backend, self.profile.level)
             for call in self.all_calls():
                 if call.profile is not None:
                     call.record_into(self.profile)
@@ -389,7 +388,7 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError):
         pass
     try:
-        parent = int(os.environ.pop(PARENT_ENV, "0") or 0)
+        parent = int(os.environ.pop(proto.PARENT_ENV, "0") or 0)
     except ValueError:
         parent = 0
     die_with_parent(parent)

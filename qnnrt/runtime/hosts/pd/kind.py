@@ -1,12 +1,12 @@
 """PDs in worker processes: a program whose contexts do not fit one PD keeps all of them resident,
-the first group in this process's PD, each other group in a worker (runtime/pd_fleet.py). This kind
+the first group in this process's PD, each other group in a worker (runtime/hosts/pd/fleet.py). This kind
 decides the placement (`choose_placement`) and holds the program when it spreads the contexts."""
 from __future__ import annotations
 
 from qnnrt.errors import QnnrtError
 from qnnrt.runtime.hosts import HostRequest, OpenedHosts, Sizing
-from qnnrt.runtime.pd_budget import Budget
-from qnnrt.runtime.pd_plan import Placement, first_use_order, place
+from qnnrt.runtime.residency.budget import Budget
+from qnnrt.runtime.hosts.pd.placement import Placement, first_use_order, place
 from qnnrt.runtime.performance import MULTI_PD_NO_SHARED_BUFFERS
 from qnnrt.runtime.residency import Residency
 
@@ -46,13 +46,9 @@ class PdProcesses:
                                      sizing.needs, sizing.budget, request.max_pds)
         if placement is None:
             return None
-        from qnnrt.runtime.pd_fleet import MultiPdPool
+        from qnnrt.runtime.hosts.pd.fleet import MultiPdPool
         performance = o.performance
-        fleet = MultiPdPool(request.backend, request.binaries, placement, o.residency,
-                            log_level=o.log_level, progress=o.progress, heap=o.heap, tracer=o.tracer,
-                            performance=performance.choice if performance else None,
-                            pool_options={"profiler": o.profiler, "watch": o.watch,
-                                          "spill_fill_group": o.spill_fill_group})
+        fleet = MultiPdPool(request.backend, request.binaries, placement, o)
         if performance is not None:
             performance.followers.append(fleet.vote)
             performance.no_shared_memory(MULTI_PD_NO_SHARED_BUFFERS)

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from qnnrt.runtime.child import ProtocolError
+from qnnrt.runtime.ipc.child import ProtocolError
 
 T = TypeVar("T")
 _PRIMITIVES = (bool, int, float, str, bytes, type(None))

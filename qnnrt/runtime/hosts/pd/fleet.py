@@ -1,12 +1,12 @@
 """Multi-PD residency: a program's contexts spread over several PDs, all resident: the first group in
 the main process's own PD (PD 0, a ContextPool here), each other group in a worker process (one PD
-each, reached through its `pd_host.PdWorker`).
+each, reached through its `handle.PdWorker`).
 
 `MultiPdPool` is a program's pool and its hosts (runtime/hosts/): the plans ask it whether every
 context is live (always, unless PD 0 evicts beyond --max-pds), which host runs a context's graphs,
-for each graph's call object (a BoundCall for PD 0's, a `pd_remote.RemoteCall` for a worker's) and
-for the step that has a worker run its part of the plan (`pd_segment.RemoteSegment`). The
-placement comes from `pd_plan.place`, the devices from `pd_devices`.
+for each graph's call object (a BoundCall for PD 0's, a `remote.RemoteCall` for a worker's) and
+for the step that has a worker run its part of the plan (`segment.RemoteSegment`). The
+placement comes from `placement.place`, the devices from `devices.py`.
 """
 from __future__ import annotations
 
@@ -15,28 +15,26 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from collections.abc import Callable, Iterable
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import numpy as np
 from numpy.typing import DTypeLike
 
 from qnnrt.core import Backend, ContextBinary, GraphSpec
 from qnnrt.core.backend import live_contexts_in_process
-from qnnrt.core.graph import BoundCall
-from qnnrt.profiling.heap import HeapProfiler
+from qnnrt.core.call import BoundCall
 from qnnrt.profiling.observers import pool_hooks
-from qnnrt.profiling.trace import Tracer
-from qnnrt.runtime import pd_channel as ch
-from qnnrt.runtime import pd_protocol as proto
-from qnnrt.runtime.pd_devices import device_placement
-from qnnrt.runtime.pd_host import PdWorker, PdWorkerError
-from qnnrt.runtime.pd_plan import Placement
-from qnnrt.runtime.pd_remote import RemoteCall, RemoteContext, call_id_of
-from qnnrt.runtime.pd_segment import RemoteSegment
-from qnnrt.runtime.pd_worker import group_pool
+from qnnrt.runtime.hosts.pd import channel as ch
+from qnnrt.runtime.hosts.pd import protocol as proto
+from qnnrt.runtime.hosts.pd.devices import device_placement
+from qnnrt.runtime.hosts.pd.handle import PdWorker, PdWorkerError
+from qnnrt.runtime.hosts.pd.placement import Placement
+from qnnrt.runtime.hosts.pd.remote import RemoteCall, RemoteContext, call_id_of
+from qnnrt.runtime.hosts.pd.segment import RemoteSegment
 from qnnrt.runtime.performance import Choice
 from qnnrt.runtime.plan_context import PlanContext
-from qnnrt.runtime.residency import LiveContext, LiveContexts, Residency
+from qnnrt.runtime.residency import LiveContext, LiveContexts
+from qnnrt.runtime.residency.groups import GroupSettings, PoolOptions, group_pool
 from qnnrt.runtime.segments import Segment
 
 
@@ -76,16 +74,16 @@ class LocalPd:
     process); the workers hold the other groups."""
 
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary], placement: Placement,
-                 heap: HeapProfiler | None, tracer: Tracer | None, pool_options: dict[str, Any]):
+                 options: PoolOptions):
         self.keys = list(placement.groups[0])
         self.pid = os.getpid()
         # this process's PD also holds other programs' live contexts: if the group does not fit
         # beside them, PD 0 evicts (its pool counts theirs against the budget) instead of failing
         others = sum(c.binary.pd_need().total or 0 for c in live_contexts_in_process())
         budget = placement.evict_budget(0, beside=others)
-        self.pool = group_pool(backend, {k: binaries[k] for k in self.keys},
-                               {k: placement.sizes.get(k) for k in self.keys}, budget,
-                               pool_hooks(heap, tracer), **pool_options)
+        group = GroupSettings({k: placement.sizes.get(k) for k in self.keys}, budget)
+        self.pool = group_pool(backend, {k: binaries[k] for k in self.keys}, group,
+                               pool_hooks(options.heap, options.tracer), options)
         self.position = {k: i for i, k in enumerate(self.keys)}
         self.load_seconds: float | None = None
 
@@ -100,15 +98,14 @@ class MultiPdPool:
     own PD, each other group in a worker process."""
 
     def __init__(self, backend: Backend, binaries: dict[str, ContextBinary], placement: Placement,
-                 residency: Residency, log_level: str = "warn",
-                 progress: Callable[[int, int], None] | None = None, heap: HeapProfiler | None = None,
-                 performance: Choice | None = None, pool_options: dict[str, Any] | None = None,
-                 tracer: Tracer | None = None):
+                 options: PoolOptions):
         self.backend, self.binaries, self.placement = backend, binaries, placement
-        self.residency = residency
-        self.heap = heap
-        self.tracer = tracer
-        self.performance = performance   # the main process's vote, which every worker makes too
+        self.residency = options.residency
+        self.heap = options.heap
+        self.tracer = options.tracer
+        # the main process's vote, which every worker makes too
+        self.performance = options.performance.choice if options.performance else None
+        progress = options.progress
         self._generation = 0
         self.arena = ch.Arena()
         self.workers = [self._worker(i, keys) for i, keys in enumerate(placement.groups) if i > 0]
@@ -123,14 +120,14 @@ class MultiPdPool:
         with contextlib.ExitStack() as undo:
             undo.callback(self.arena.close)
             # PD 0's pool: the step watch, creation profiler and spill-fill group of this process
-            self.local = LocalPd(backend, binaries, placement, heap, tracer, dict(pool_options or {}))
+            self.local = LocalPd(backend, binaries, placement, options)
             undo.pop_all()
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)  # a failed start stops every worker and frees PD 0
             for w in self.workers:   # all spawned and started first: they create side by side
                 w.spawn()
             for w in self.workers:
-                w.begin_start(self.worker_config(w, log_level), _creating(w.keys))
+                w.begin_start(self.worker_config(w, options.log_level), _creating(w.keys))
             # progress counts contexts: PD 0's as it creates them, a worker's when it has started
             total = sum(len(g) for g in placement.groups)
             self.local.load(None if progress is None else lambda done, _: progress(done, total))
@@ -155,8 +152,9 @@ class MultiPdPool:
             log_level=log_level, names={k: b[k].name for k in w.keys},
             binaries={k: (str(b[k].path) if b[k].path is not None else bytes(b[k].buffer))
                       for k in w.keys},
-            predictions={k: pl.sizes.get(k) for k in w.keys}, status=w.status_at,
-            evict_budget=pl.evict_budget(w.index), heap=self.heap is not None,
+            status=w.status_at,
+            group=GroupSettings({k: pl.sizes.get(k) for k in w.keys}, pl.evict_budget(w.index)),
+            heap=self.heap is not None,
             signed_pd=self.backend.signed_pd, device_id=self.devices.devices[w.index],
             htp_arch=self.devices.arches[w.index] if self.devices.arches else None,
             performance=self.performance,

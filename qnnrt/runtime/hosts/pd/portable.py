@@ -1,5 +1,5 @@
 """Steps as descriptors: what a PD worker needs to rebuild a plan segment's step, as typed data on
-the wire (runtime/wire.py), not as pickled step objects.
+the wire (runtime/ipc/wire.py), not as pickled step objects.
 
 A step type that can run in another host registers here (`register`) a descriptor dataclass, how to
 describe a step as one and how to rebuild the step from it. Arrays a descriptor holds are
@@ -19,12 +19,13 @@ from typing import Any, TypeVar
 import numpy as np
 
 from qnnrt.core import GraphSpec
-from qnnrt.core.graph import BindingLayout, GraphBinding, InputAdapter, PreparedCall
-from qnnrt.runtime.child import ProtocolError
+from qnnrt.core.binding import BindingLayout, GraphBinding, InputAdapter
+from qnnrt.core.call import PreparedCall
+from qnnrt.runtime.ipc.child import ProtocolError
 from qnnrt.runtime.ort_step import OrtStep, PortableOrtStep
-from qnnrt.runtime.pd_channel import Arena, ArenaView, Block
+from qnnrt.runtime.hosts.pd.channel import Arena, ArenaView, Block
 from qnnrt.runtime.steps import GraphStep, Step
-from qnnrt.runtime.wire import Wire
+from qnnrt.runtime.ipc.wire import Wire
 
 @dataclass(frozen=True)
 class ArenaArray:
@@ -94,6 +95,7 @@ _BY_STEP: dict[type, _Kind] = {}
 _BY_NAME: dict[str, _Kind] = {}
 T = TypeVar("T")
 _ADAPTERS: dict[str, type] = {}
+_ADAPTER_NAMES: dict[type, str] = {}
 
 
 def register(step_type: type, descriptor: type, describe: Callable[[Any, Refs], object],
@@ -104,10 +106,13 @@ def register(step_type: type, descriptor: type, describe: Callable[[Any, Refs], 
     _BY_STEP[step_type] = _BY_NAME[name] = kind
 
 
-def register_adapter(adapter: type) -> None:
+def register_adapter(adapter: type, module: str) -> None:
     """Graph input adapters of this class (a dataclass of the input's spec and where) may travel:
-    the worker makes one over its own spec of that input."""
-    _ADAPTERS[f"{adapter.__module__}:{adapter.__qualname__}"] = adapter
+    the worker makes one over its own spec of that input. `module`: the registering module, which
+    the worker imports to learn the adapter."""
+    name = f"{module}:{adapter.__qualname__}"
+    _ADAPTERS[name] = adapter
+    _ADAPTER_NAMES[adapter] = name
 
 
 def descriptors() -> list[type]:
@@ -144,8 +149,8 @@ def _kind(name: str) -> _Kind:
 
 
 def _adapter_name(adapter: InputAdapter) -> str:
-    name = f"{type(adapter).__module__}:{type(adapter).__qualname__}"
-    if name not in _ADAPTERS:
+    name = _ADAPTER_NAMES.get(type(adapter))
+    if name is None:
         raise ProtocolError(f"a graph input adapter {type(adapter).__name__} that cannot travel")
     return name
 

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qnnrt.core import ContextBinary, GraphSpec, Profile
-from qnnrt.core.graph import LiveGraph
+from qnnrt.core.call import LiveGraph
 from qnnrt.core.shared_buffer import SharedMemory
 from qnnrt.errors import QnnrtError
-from qnnrt.runtime import pd_channel as ch
-from qnnrt.runtime import pd_protocol as proto
-from qnnrt.runtime.pd_host import PdWorker
+from qnnrt.runtime.hosts.pd import channel as ch
+from qnnrt.runtime.hosts.pd import protocol as proto
+from qnnrt.runtime.hosts.pd.handle import PdWorker
 
 if TYPE_CHECKING:
-    from qnnrt.runtime.pd_fleet import MultiPdPool
+    from qnnrt.runtime.hosts.pd.fleet import MultiPdPool
 
 
 class RemoteCall:
