@@ -12,7 +12,7 @@ pytest.importorskip("openai", reason="the README's client example needs openai (
 
 
 def test_the_readme_serve_example_runs_as_written(tmp_path, capsys):
-    argv = shell_command("qnnrt serve tests/data/")
+    argv = shell_command("qnnrt serve tests/data/genie/tiny_llama_f32 --model-name tiny --api-key")
     assert argv[:2] == ["qnnrt", "serve"] and "--port" not in argv
     server = launch([*argv[1:], "--port", "0"], tmp_path / "report.json")
     try:
