@@ -47,3 +47,12 @@ def edit_config(bundle: Path, change) -> None:
     d = json.loads(p.read_text())
     change(d)
     p.write_text(json.dumps(d, indent=2))
+
+
+def positional_encoding(item):
+    """A config change putting `item` as the model's positional-encoding (QnnHtp's RoPE keys removed)."""
+    def change(d):
+        htp = d["dialog"]["engine"]["backend"]["QnnHtp"]
+        htp.pop("rope-theta"), htp.pop("pos-id-dim")
+        d["dialog"]["engine"]["model"]["positional-encoding"] = item
+    return change

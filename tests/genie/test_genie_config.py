@@ -6,7 +6,7 @@ import pytest
 
 from qnnrt.errors import FormatError
 from qnnrt.formats.genie import is_genie_bundle, read_genie_config
-from tests.genie.conftest import edit_config
+from tests.genie.conftest import edit_config, positional_encoding as _pe
 from tests.helpers.data import GENIE_F32
 
 
@@ -67,15 +67,6 @@ def test_bad_json_names_line_and_column(bundle_copy):
 def _read(bundle, change):
     edit_config(bundle, change)
     return read_genie_config(bundle)
-
-
-def _pe(item):
-    """A change putting `item` as the model's positional-encoding (QnnHtp's RoPE keys removed)."""
-    def change(d):
-        htp = d["dialog"]["engine"]["backend"]["QnnHtp"]
-        htp.pop("rope-theta"), htp.pop("pos-id-dim")
-        d["dialog"]["engine"]["model"]["positional-encoding"] = item
-    return change
 
 
 def test_unset_ids_and_seed_are_minus_one(bundle_copy):

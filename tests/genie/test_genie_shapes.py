@@ -10,21 +10,13 @@ import pytest
 import qnnrt
 from qnnrt.llm import Sampler, SamplingOptions
 from qnnrt.llm.runner import LlmRunner
-from tests.genie.conftest import copy_bundle, edit_config
+from tests.genie.conftest import copy_bundle, edit_config, positional_encoding as _pe
 from tests.helpers.cli_helpers import qnnrt as qnnrt_cli
 from tests.helpers.data import GENIE_F32, GENIE_WHOLE_F32
 from tests.helpers.genie_bundle import Bundle, run_genie
 
 PROMPT = [85, 73, 70, 379, 366]     # "the little robot", without BOS (Genie adds the config's)
 N = 16
-
-
-def _pe(item):
-    def change(d):
-        htp = d["dialog"]["engine"]["backend"]["QnnHtp"]
-        htp.pop("rope-theta"), htp.pop("pos-id-dim")
-        d["dialog"]["engine"]["model"]["positional-encoding"] = item
-    return change
 
 
 def _fcb_and_list(d):
