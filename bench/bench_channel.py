@@ -9,7 +9,7 @@ machine a spinning side competes with everything else.
 
     nice -n 10 python bench/bench_channel.py --calls 20000 [--work-us 60]
 
-The last candidates are qnnrt's own channel (runtime/child.py: pipes, the doorbell page, SpinWait
+The last candidates are qnnrt's own channel (runtime/ipc/child.py: pipes, the doorbell page, SpinWait
 polling it with and without sched_yield) and a futex on a shared word (Linux, through ctypes).
 """
 from __future__ import annotations
@@ -293,7 +293,7 @@ def _timed(calls: int, once: Callable[[], None]) -> list[float]:
     return ts
 
 
-_ECHO = ("import sys, time; from qnnrt.runtime import child as c; end = c.child_end(sys.argv[2:]); "
+_ECHO = ("import sys, time; from qnnrt.runtime.ipc import child as c; end = c.child_end(sys.argv[2:]); "
          "w = c.SpinWait(); work = float(sys.argv[1])\n"
          "while True:\n"
          " f = w.recv(end)\n"
@@ -304,8 +304,8 @@ _ECHO = ("import sys, time; from qnnrt.runtime import child as c; end = c.child_
 
 
 def bench_qnnrt(calls: int, yield_between: bool) -> list[float]:
-    """qnnrt's channel: runtime/child.py's spawn (pipes and the doorbell), both sides in SpinWait."""
-    from qnnrt.runtime import child
+    """qnnrt's channel: runtime/ipc/child.py's spawn (pipes and the doorbell), both sides in SpinWait."""
+    from qnnrt.runtime.ipc import child
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path),
                **{child.SPIN_YIELD_ENV: "1" if yield_between else "0"})
     proc, end = child.spawn([sys.executable, "-c", _ECHO, str(_WORK["s"])], env)

@@ -75,7 +75,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--trace")
     a = ap.parse_args(argv)
     import qnnrt
-    from qnnrt.runtime.method import CpuStep
+    from qnnrt.runtime.method_spec import CpuStep
     null_execute = os.environ.get("QNN_SHIM_NOOP_EXEC") == "1"
     opts = {"options": qnnrt.LoadOptions(trace=a.trace)} if a.trace else {}
     prog = qnnrt.load(a.path, residency=a.residency, backend_lib=a.backend_lib, **opts)

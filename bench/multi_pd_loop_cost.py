@@ -1,5 +1,5 @@
 """What the worker's plain segment loop costs by itself, per step: the loop of
-`WorkerSegment._run_plain` (runtime/pd_segment.py) over 66 no-op steps (33 graph steps, each
+`WorkerSegment._run_plain` (runtime/hosts/pd/worker_segment.py) over 66 no-op steps (33 graph steps, each
 writing the status word, and 33 CPU steps), against the same loop without the status write and a
 bare `for ... run(values)`. No QNN is loaded: this is the part of the worker's ~0.9 us per step
 that its own bookkeeping can account for.
@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from qnnrt.runtime import pd_protocol as proto
+from qnnrt.runtime.hosts.pd import protocol as proto
 
 STEPS = 66
 _GRAPH, _UNTIMED = 0, 2

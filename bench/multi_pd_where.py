@@ -24,8 +24,8 @@ import time
 import numpy as np
 
 import qnnrt
-from qnnrt.runtime import pd_channel as ch
-from qnnrt.runtime.pd_segment import RemoteSegment
+from qnnrt.runtime.hosts.pd import channel as ch
+from qnnrt.runtime.hosts.pd.segment import RemoteSegment
 
 
 def main() -> None:

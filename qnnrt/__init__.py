@@ -11,13 +11,14 @@ from qnnrt.errors import (BuildError, FormatError, InputError, KernelError, Libr
 
 if TYPE_CHECKING:
     from qnnrt.loader import LoadOptions, load
-    from qnnrt.runtime.method import IOSpec, Method
+    from qnnrt.runtime.method import Method
+    from qnnrt.runtime.method_spec import IOSpec
     from qnnrt.runtime.program import Program
     from qnnrt.runtime.residency import Residency
 
 # imported on first use (PEP 562), so `qnnrt ...` on the command line starts its worker process
 # without loading numpy and the QNN bindings in the parent, which only waits
-_LAZY = {"load": "qnnrt.loader", "LoadOptions": "qnnrt.loader", "IOSpec": "qnnrt.runtime.method",
+_LAZY = {"load": "qnnrt.loader", "LoadOptions": "qnnrt.loader", "IOSpec": "qnnrt.runtime.method_spec",
          "Method": "qnnrt.runtime.method", "Program": "qnnrt.runtime.program",
          "Residency": "qnnrt.runtime.residency"}
 

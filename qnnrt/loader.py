@@ -18,15 +18,15 @@ from qnnrt.formats.genie import GenieConfig, is_genie_bundle, read_genie_config
 from qnnrt.units import parse_size
 from qnnrt.profiling.heap import HeapProfiler
 from qnnrt.profiling.trace import Tracer
+from qnnrt.runtime.residency.budget import DEFAULT_MAX_PDS
 from qnnrt.runtime.method import GraphMethod, Method, MethodBuilder, OnnxMethod
 from qnnrt.runtime.performance import Choice, Performance, check_mode, choose, describe_optimizations
 from qnnrt.runtime.program import Program, ProgramOptions
 from qnnrt.runtime.hooks import ExecutionRecorder
-from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES
 from qnnrt.runtime.residency import Residency
-from qnnrt.runtime.vet import VetMode, VetReport, vet_binaries, vet_mode
-from qnnrt.runtime.vet_watch import StepWatch, watch_binaries
+from qnnrt.runtime.vet.policy import VetMode, VetReport, vet_binaries, vet_mode
+from qnnrt.runtime.vet.watch import StepWatch, watch_binaries
 from qnnrt.soc import parse_soc
 
 
@@ -43,6 +43,8 @@ class LoadOptions:
     """How `qnnrt.load` opens a program; validated when made (a bad value is a QnnrtError here,
     not a surprise at load). Immutable: derive variants with `dataclasses.replace`.
 
+    Parameters
+    ----------
     residency: auto, eager, lazy, sequential, bounded:K or bounded:<size> (or a `Residency`).
     soc: the SoC (model number or name) instead of the one the artifact was built for.
     backend_lib: libQnnHtp (a file or its folder) instead of discovery.
@@ -55,7 +57,7 @@ class LoadOptions:
     pd_budget: the PD budget `auto` plans with (bytes or e.g. "3.4GiB"), instead of the one learned
         for this backend (user cache) or found by failing.
     vet: how binaries qnnrt did not write (raw .bin, foreign EPContext, .pte delegates) are checked
-        before this process hands them to QNN (runtime/vet.py); binaries of qnnrt programs are
+        before this process hands them to QNN (runtime/vet/policy.py); binaries of qnnrt programs are
         checked against the manifest's sha256 instead. True / "auto": binary info and context
         creation in a short-lived child process, plus one run on zeros of the graphs that are cheap
         to run; "execute": every graph runs once there; "create": no graph runs; "worker": no child,
@@ -63,7 +65,7 @@ class LoadOptions:
         Verdicts are cached by content hash.
     vet_progress: called as vet_progress(done, total) as the vetting child finishes binaries.
     max_pds: `auto` spreads a program whose contexts do not fit one PD over at most this many PD
-        worker processes, every context resident (runtime/pd_fleet.py); beyond it, each PD evicts;
+        worker processes, every context resident (runtime/hosts/pd/fleet.py); beyond it, each PD evicts;
         1: one PD that evicts. `multi-pd:N` forces N.
     performance_mode: the HTP performance vote (burst, balanced, ..., default = no vote); None
         honours the file's choice (a .pte's compile spec, program.json), else
@@ -80,6 +82,11 @@ class LoadOptions:
         (with heap_profiling_path) heap counters, QNN's per-op events at profile_level "detailed".
         A path; or a `profiling.trace.Tracer` several programs (and the LLM runner) share, which its
         owner writes (`Tracer.write`), e.g. with another cap than DEFAULT_MAX_EVENTS.
+
+    Returns
+    -------
+    LoadOptions
+        Frozen; give it to `qnnrt.load(path, options=...)`.
     """
     residency: Residency | str = "auto"
     soc: str | int | None = None
@@ -139,10 +146,24 @@ def load(path: str | os.PathLike[str], *, residency: str | Residency | None = No
          options: LoadOptions | None = None) -> Program:
     """Open a program folder, an EPContext .onnx, a context binary .bin or an ExecuTorch .pte.
 
-    `residency`, `soc` and `backend_lib` are shortcuts for the `LoadOptions` fields of those names
-    (given, they win over `options`'): `soc` defaults to the SoC the artifact was built for,
-    `backend_lib` names libQnnHtp (a file or its folder) instead of discovery, `residency` is auto
-    (the default), eager, lazy, sequential, bounded:K or bounded:<size>."""
+    Parameters
+    ----------
+    path : the artifact: a folder with program.json, an EPContext .onnx, a .bin, a .pte, or a
+        Genie bundle folder.
+    residency : shortcut for `LoadOptions.residency`: auto (the default), eager, lazy,
+        sequential, bounded:K, bounded:<size> or multi-pd[:N]; given, it wins over `options`'.
+    soc : shortcut for `LoadOptions.soc` (default: the SoC the artifact was built for).
+    backend_lib : shortcut for `LoadOptions.backend_lib`: libQnnHtp (a file or its folder)
+        instead of discovery.
+    options : everything else about the load (`LoadOptions`; default: its defaults).
+
+    Returns
+    -------
+    Program
+        The loaded program (a context manager: `close` frees its contexts and backend). A bad
+        artifact or option is a `QnnrtError` saying what, where and what to do; whatever was
+        opened before it is freed.
+    """
     opts = _with_shortcuts(options or LoadOptions(), residency=residency, soc=soc, backend_lib=backend_lib)
     p = _existing_path(path)
     policy = opts.policy
@@ -419,8 +440,8 @@ def _genie_source(p: Path, lib: QnnLibrary, binaries: dict[str, ContextBinary]) 
         if ext.perf_profile:
             runtime["performance_mode"] = ext.perf_profile
         runtime["shared_buffer"] = ext.shared_buffer
-    return Source(lambda: genie_methods(keys, binaries), ext.soc_model if ext is not None else None,
-                  runtime=runtime, genie=config)
+    return Source(lambda: genie_methods(keys, binaries, config.context.size),
+                  ext.soc_model if ext is not None else None, runtime=runtime, genie=config)
 
 
 def _soc_of(binaries: dict[str, ContextBinary]) -> int | None:

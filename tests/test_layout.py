@@ -90,10 +90,6 @@ def test_runtime_never_touches_ctypes():
         assert "ctypes" not in text and "_capi" not in text, f
 
 
-MULTI_PD_MODULES = {"pd_fleet", "pd_host", "pd_remote", "pd_segment", "pd_worker", "pd_channel",
-                    "pd_protocol", "pd_devices"}
-
-
 def _modules_imported(path: Path) -> set[str]:
     """Full module names `path` imports from qnnrt (at any place: lazy imports count)."""
     out = set()
@@ -105,44 +101,203 @@ def _modules_imported(path: Path) -> set[str]:
     return out
 
 
+def _module_name(f: Path) -> str:
+    parts = f.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES_BY_NAME = {_module_name(f): f for f in ROOT.rglob("*.py")}
+
+
+def _runtime_imports(f: Path) -> set[str]:
+    """The qnnrt modules `f` imports when it runs (module level or inside a function; not under
+    `if TYPE_CHECKING:`), each resolved to a module: `from qnnrt.x import y` is qnnrt.x.y when that
+    is a module, else qnnrt.x."""
+    tree = ast.parse(f.read_text())
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("qnnrt"):
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                out.add(sub if sub in MODULES_BY_NAME else node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("qnnrt"))
+    return {m for m in out if m in MODULES_BY_NAME} - {_module_name(f)}
+
+
+IMPORTS = {name: _runtime_imports(f) for name, f in MODULES_BY_NAME.items()}
+
+
+def _loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_import_loop_beyond_types():
+    """No module of qnnrt imports (at module level or lazily) one that imports it back: only an
+    `if TYPE_CHECKING:` import may point up."""
+    assert not _loops(IMPORTS), _loops(IMPORTS)
+
+
+# runtime/ as wings, lowest first: a wing imports only itself and the wings before it (a type-only
+# import aside). The plan and its steps, with what every wing shares (hooks, recovery, performance,
+# teardown), are the modules at runtime/'s root; program.py, the door, opens hosts over them.
+WINGS = ["ipc", "plan", "vet", "residency", "hosts", "program"]
+
+
+def _wing(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["qnnrt", "runtime"] or len(parts) < 3:
+        return None
+    if parts[2] in ("ipc", "vet", "residency", "hosts", "program"):
+        return parts[2]
+    return "plan"
+
+
+def test_runtime_reads_as_its_wings():
+    assert {d.name for d in (ROOT / "runtime").iterdir() if (d / "__init__.py").exists()} == {
+        "ipc", "vet", "residency", "hosts"}
+    bad = {}
+    for module, deps in IMPORTS.items():
+        wing = _wing(module)
+        if wing is None:
+            continue
+        above = {d for d in deps if (_wing(d) or wing) in WINGS[WINGS.index(wing) + 1:]}
+        if above:
+            bad[module] = sorted(above)
+    assert not bad, f"a wing reaches up (order {WINGS}): {bad}"
+    assert "qnnrt.runtime.ipc.child" in IMPORTS["qnnrt.runtime.hosts.pd.handle"]   # the scan sees them
+
+
+# each module of the multi-PD host runs on one side of the process boundary
+SIDES = {
+    "runtime/hosts/pd": {"main": {"kind", "placement", "devices", "fleet", "handle", "remote", "segment"},
+                         "worker": {"worker", "worker_segment"},
+                         "shared": {"__init__", "protocol", "channel", "portable"}},
+    "runtime/vet": {"main": {"policy", "watch"}, "child": {"child"}, "shared": {"__init__", "protocol"}},
+}
+
+
+def _reach(module: str) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        for d in IMPORTS[todo.pop()] - seen:
+            seen.add(d)
+            todo.append(d)
+    return seen
+
+
+@pytest.mark.parametrize("folder", sorted(SIDES))
+def test_no_module_runs_on_both_sides(folder):
+    """A file of a host that spans processes is of one side, named in SIDES: a side's modules reach
+    (through every import, lazy ones included) no module of the other side, and the shared ones
+    (protocol, framing) reach neither; outside the folder nothing names a module of the far side
+    but its own spawn command."""
+    sides = SIDES[folder]
+    package = "qnnrt." + folder.replace("/", ".")
+    files = {f.stem for f in (ROOT / folder).glob("*.py")}
+    assert files == set().union(*sides.values()), files ^ set().union(*sides.values())
+    of = {f"{package}.{m}" if m != "__init__" else package: side
+          for side, ms in sides.items() for m in ms}
+    for module, side in of.items():
+        crossing = {d for d in _reach(module) if of.get(d, side) not in (side, "shared")}
+        assert not crossing, (module, side, crossing)
+    far = {m for m, s in of.items() if s not in ("main", "shared")}
+    outside = {n for n, deps in IMPORTS.items() if n not in of and deps & far}
+    assert not outside, outside
+
+
 @pytest.mark.parametrize("module", ["runtime/program.py", "runtime/plan.py", "runtime/steps.py",
                                     "runtime/plan_context.py", "runtime/method.py",
                                     "executorch/plan.py", "executorch/program.py",
                                     "runtime/segments.py", "runtime/hosts/this_process.py"])
 def test_programs_and_plans_name_no_pd_module(module):
-    """They ask hosts (runtime/hosts/): no pd_* module, not even the placement or the budget
+    """They ask hosts (runtime/hosts/): no module of the multi-PD host, not even the placement
     (the kind of host that uses a placement decides it)."""
-    named = {m for m in _modules_imported(ROOT / module) if m.startswith("qnnrt.runtime.pd_")}
+    named = {m for m in _modules_imported(ROOT / module) if m.startswith("qnnrt.runtime.hosts.pd")}
     assert not named, (module, named)
 
 
 def test_the_hosts_registry_names_no_multi_pd_module():
-    """The registry sizes every kind by the PD budget (pd_budget) and knows the kinds by name."""
-    named = {m.split(".")[-1] for m in _modules_imported(ROOT / "runtime/hosts/__init__.py")}
-    assert not named & MULTI_PD_MODULES, named & MULTI_PD_MODULES
+    """The registry sizes every kind by the PD budget (residency/budget.py) and knows the kinds by
+    name only."""
+    named = {m for m in _modules_imported(ROOT / "runtime/hosts/__init__.py")
+             if m.startswith("qnnrt.runtime.hosts.")}
+    assert not named, named
 
 
 def test_a_kind_of_host_is_one_registered_module():
-    """Every module of runtime/hosts/ is a kind of host listed in `hosts.KINDS` with a `KIND` that
-    opens; the one that always holds a program is last; only the PD-process kind opens the
-    multi-PD pool."""
+    """A kind of host is a module of runtime/hosts/ (this_process) or a `kind` module of a folder of
+    it (pd/kind.py), listed in `hosts.KINDS` with a `KIND` that opens; the one that always holds a
+    program is last; only the PD-process kind opens the multi-PD pool."""
     from qnnrt.runtime import hosts
     files = {f"qnnrt.runtime.hosts.{f.stem}" for f in (ROOT / "runtime/hosts").glob("*.py")
              if f.stem != "__init__"}
+    files |= {f"qnnrt.runtime.hosts.{d.parent.name}.kind" for d in (ROOT / "runtime/hosts").glob("*/kind.py")}
     assert files == set(hosts.KINDS)
     assert hosts.KINDS[-1] == "qnnrt.runtime.hosts.this_process"
     assert all(callable(k.open) and k.name for k in hosts.kinds())
-    opening = {str(f.relative_to(ROOT)) for f in ROOT.rglob("*.py")
-               if "qnnrt.runtime.pd_fleet" in _modules_imported(f)}
-    assert opening <= {"runtime/hosts/pd_processes.py"} | {
-        f"runtime/{m}.py" for m in MULTI_PD_MODULES}, opening
+    opening = {n for n, deps in IMPORTS.items() if "qnnrt.runtime.hosts.pd.fleet" in deps}
+    assert opening == {"qnnrt.runtime.hosts.pd.kind"}, opening
 
 
-def test_runtime_modules_stay_small():
-    """No runtime module over ~450 lines: a module that grows past it is two things."""
-    sizes = {str(f.relative_to(ROOT)): len(f.read_text().splitlines())
-             for f in (ROOT / "runtime").rglob("*.py")}
-    assert not {f: n for f, n in sizes.items() if n > 470}, sizes
+def test_modules_stay_small():
+    """No module of qnnrt over ~450 lines: a module that grows past it is two things."""
+    sizes = {str(f.relative_to(ROOT)): len(f.read_text().splitlines()) for f in ROOT.rglob("*.py")}
+    assert not {f: n for f, n in sizes.items() if n > 470}
+
+
+def test_runtime_functions_stay_small():
+    """No function of runtime/ over ~80 lines (the hot path's are there and in core/graph.py)."""
+    long = []
+    for f in [*(ROOT / "runtime").rglob("*.py"), ROOT / "core/call.py", ROOT / "core/binding.py"]:
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > 85:
+                    long.append(f"{f.relative_to(ROOT)}:{node.name} {n}")
+    assert not long, long
 
 
 # ------------------------------------------------------------------------------------ SoC table
@@ -196,6 +351,7 @@ def test_pte_compile_spec_naming_sm8850_is_understood():
 
 # -------------------------------------------------------------------------------- one validation
 def test_program_path_validates_graph_inputs_once(chain12, monkeypatch):
+    import qnnrt.core.binding as binding_mod
     import qnnrt.core.graph as graph_mod
     import qnnrt.core.tensor as tensor_mod
     calls = {"graph": 0}
@@ -206,6 +362,7 @@ def test_program_path_validates_graph_inputs_once(chain12, monkeypatch):
         return real(*a, **k)
 
     monkeypatch.setattr(graph_mod, "prepare_input", counting)
+    monkeypatch.setattr(binding_mod, "prepare_input", counting)
     x = np.linspace(-2, 2, 64, dtype=np.float32)[None]
     with qnnrt.load(chain12.model, residency="lazy") as prog:
         m = prog.method()
@@ -228,6 +385,14 @@ def test_a_subcommand_that_fails_to_import_is_an_error(monkeypatch, capsys):
     monkeypatch.setenv("QNNRT_NO_FORK", "1")
     assert cli_main.main(["inspect", "--help"]) == 1
     assert "failed to import" in capsys.readouterr().err
+
+
+def test_the_public_api_says_its_parameters_and_returns():
+    from qnnrt.runtime.program import Program
+    for f in (qnnrt.load, qnnrt.LoadOptions, Program.run, Program.prepare, Program.run_prepared,
+              Program.close):
+        doc = f.__doc__ or ""
+        assert "Returns\n" in doc and ("Parameters\n" in doc or f is Program.close), f.__qualname__
 
 
 def test_public_api_is_importable_and_typed():
@@ -289,7 +454,8 @@ def test_runtime_names_no_attribute_of_an_executorch_class():
 
 def test_no_module_reads_a_private_attribute_on_the_fast_path():
     """The fast path's modules read no `_private` attribute of another object (only `self._x`)."""
-    files = ["core/graph.py", "runtime/plan.py", "runtime/steps.py", "runtime/program.py",
+    files = ["core/call.py", "core/binding.py", "core/graph.py", "runtime/plan.py", "runtime/steps.py",
+             "runtime/program.py",
              "runtime/method.py", "executorch/plan.py", "executorch/program.py"]
     bad = []
     for rel in files:
@@ -302,8 +468,8 @@ def test_no_module_reads_a_private_attribute_on_the_fast_path():
 
 
 def test_the_wire_between_processes_does_not_pickle():
-    """Messages between qnnrt's processes are typed (runtime/wire.py), a plan segment's steps
-    included (descriptors, runtime/portable.py): no runtime module pickles."""
+    """Messages between qnnrt's processes are typed (runtime/ipc/wire.py), a plan segment's steps
+    included (descriptors, runtime/hosts/pd/portable.py): no runtime module pickles."""
     pickling = {str(f.relative_to(ROOT)) for f in (ROOT / "runtime").rglob("*.py")
                 if "pickle" in {a.name for n in ast.walk(ast.parse(f.read_text()))
                                 if isinstance(n, ast.Import) for a in n.names}}

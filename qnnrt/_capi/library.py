@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes as C
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -54,24 +55,45 @@ def find_library(name: str, explicit: str | os.PathLike | None = None) -> Path:
     return found.path.resolve()
 
 
+native_log = logging.getLogger("qnnrt.qnn")
+
+
+def _flush_c_stdio() -> None:
+    """Flush the C library's stdout buffer: QNN's loaders print through it, and a buffer left to the
+    exit-time flush lands on the host program's stdout long after fd 1 was given back."""
+    if os.name == "nt":
+        return  # the QNN DLLs on Windows print through their own CRT's buffers, not reachable here
+    with contextlib.suppress(OSError, AttributeError):
+        C.CDLL(None).fflush(None)
+
+
 @contextlib.contextmanager
-def _stdout_silenced() -> Iterator[None]:
-    """The QNN libraries print a banner to stdout when loaded; keep our stdout clean (--json)."""
+def _stdout_captured() -> Iterator[None]:
+    """What native code prints to fd 1 meanwhile (QNN's library banners at load) goes to the
+    `qnnrt.qnn` log at DEBUG, never to the host program's stdout (a `--json` reader's, a user's
+    `script.py > out.txt`)."""
     import sys
+    import tempfile
     try:
         sys.stdout.flush()
         saved = os.dup(1)
     except (OSError, ValueError, AttributeError):
         yield
         return
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    sink = tempfile.TemporaryFile()
     try:
-        os.dup2(devnull, 1)
+        os.dup2(sink.fileno(), 1)
         yield
     finally:
+        _flush_c_stdio()
         os.dup2(saved, 1)
         os.close(saved)
-        os.close(devnull)
+        sink.seek(0)
+        printed = sink.read(64 * 1024).decode("utf-8", "replace")
+        sink.close()
+        for line in printed.splitlines():
+            if line.strip():
+                native_log.debug("%s", line.strip())
 
 
 _dll_cache: dict[Path, C.CDLL] = {}
@@ -83,7 +105,7 @@ def load_dll(path: Path) -> C.CDLL:
         dll = _dll_cache.get(path)
         if dll is None:
             try:
-                with _stdout_silenced():
+                with _stdout_captured():
                     dll = C.CDLL(str(path), mode=C.RTLD_LOCAL)
             except OSError as e:
                 raise LibraryNotFoundError(f"cannot load {path}: {e}") from e

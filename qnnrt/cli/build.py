@@ -46,8 +46,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="compile everything, do not use the cache")
     p.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="compile cache (default $QNNRT_CACHE_DIR, $XDG_CACHE_HOME/qnnrt or ~/.cache/qnnrt)")
-    p.add_argument("--progress", dest="progress", action="store_true", default=None,
-                   help="always show the progress bar (default: when stderr is a terminal)")
+    p.add_argument("--progress", dest="progress", action="store_true", default=True,
+                   help="show progress (the default): a bar on a terminal, else a line every "
+                        "$QNNRT_PROGRESS_INTERVAL s (10) with the count and ETA")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.set_defaults(func=run_build)
     return p

@@ -14,7 +14,7 @@ import numpy as np
 from qnnrt._capi.types import LOG_LEVEL_NAMES
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.units import format_bytes
-from qnnrt.cli.run import add_performance_options, add_trace_options, traced
+from qnnrt.cli.run_common import add_performance_options, add_trace_options, traced
 
 
 def add_parser(sub) -> None:
@@ -37,7 +37,8 @@ def add_parser(sub) -> None:
 
 def demo_program(preset: str, rebuild: bool = False) -> Path:
     """The demo program folder in the user's cache, built on first use."""
-    from qnnrt.compiler.builder import build_demo
+    from qnnrt.compiler.builder import BuildOptions, build_demo
+    from qnnrt.compiler.demo import demo_config
     from qnnrt.fileio import default_cache_dir
     from qnnrt.formats.program import read_program
     out = default_cache_dir() / "demo" / preset
@@ -49,7 +50,8 @@ def demo_program(preset: str, rebuild: bool = False) -> Path:
             pass  # damaged: rebuild it
     print(f"building the {preset!r} demo program into {out} (once; later runs reuse it) ...",
           flush=True)
-    report = build_demo(preset, out)
+    # a line every few seconds where stderr is no terminal: the pd preset compiles for minutes
+    report = build_demo(preset, out, options=BuildOptions(cpu_ops=demo_config(preset).cpu_ops, progress=True))
     print(report.format(), flush=True)
     return out
 
@@ -65,9 +67,14 @@ def _reference(program: Path) -> tuple[dict, dict]:
 def next_commands(program: Path, preset: str) -> str:
     """What to run next: the program with every profile that fills `qnnrt plot`'s panels (heap
     timeline, latency histogram, per-graph time), its report plotted, and its trace."""
+    import importlib.util
+    from qnnrt.install import SOURCE_TREE
     iterations = 10 if preset == "tiny" else 2
+    # the plot needs the `plot` extra: where it is missing, the command installs it first
+    install = "" if importlib.util.find_spec("matplotlib") is not None else (
+        f"pip install -e '{SOURCE_TREE}[plot]' && " if SOURCE_TREE is not None else "pip install 'qnnrt[plot]' && ")
     return (f"qnnrt run {program} --iteration {iterations} --heap-profiling-path heap.txt "
-            f"--profile-level basic --report r.json --trace trace.json && qnnrt plot r.json")
+            f"--profile-level basic --report r.json --trace trace.json && {install}qnnrt plot r.json")
 
 
 def run(args) -> int:
@@ -76,7 +83,7 @@ def run(args) -> int:
 
 def _run(args, tracer) -> int:
     from qnnrt.cli.io_files import write_outputs
-    from qnnrt.cli.run import latency_stats, performance_options
+    from qnnrt.cli.run_common import latency_stats, performance_options
     from qnnrt.loader import LoadOptions, load
     preset = args.preset
     iterations = args.iteration if args.iteration is not None else (3 if preset == "tiny" else 2)
@@ -129,7 +136,7 @@ def _run(args, tracer) -> int:
     print(f"\nqnnrt demo ({preset}): {program}")
     print(f"  contexts      {res['contexts_total']} context binaries, one QNN graph call each "
           f"per iteration; {method.describe()['cpu_segments']} CPU segments (ONNX Runtime)")
-    from qnnrt.runtime.pd_budget import SIMULATOR_CAPACITY
+    from qnnrt.runtime.residency.budget import SIMULATOR_CAPACITY
     total = res.get("pd_predicted_total_bytes") or res["pd_estimate_total_bytes"]
     print(f"  PD need       {format_bytes(total)} summed over all contexts (predicted from the binaries, "
           f"{len(res['pd_mismatches'])} differ from QNN's own figure; the simulator's PD budget is "

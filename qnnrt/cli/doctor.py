@@ -186,8 +186,14 @@ def _device(r: Report, lib, bpath: Path) -> Any:
         return None
     d = devs[0]
     what = "x86 HTP simulator" if not device_backend else "device"
+    note = ""
+    if not device_backend:
+        from qnnrt import soc as socs
+        arch = socs.htp_arch_of(socs.parse_soc(socs.DEFAULT))
+        note = (f"; that is the simulator's own default platform: it runs binaries built for any arch, and "
+                f"qnnrt compiles for {socs.DEFAULT} / HTP v{arch} unless --soc says otherwise")
     r.add("device info", "ok", f"{what}: SoC {d.soc_name or '?'} (model {d.soc_model}), HTP v{d.htp_arch}, "
-          f"VTCM {d.vtcm_mb} MB")
+          f"VTCM {d.vtcm_mb} MB{note}")
     if device_backend and d.htp_arch:
         c = platforms.check_skel(h, d.htp_arch, bpath.parent)
         r.data["skel"] = {"arch": d.htp_arch, "path": str(c.path) if c.path else None, "looked": c.looked}
@@ -237,7 +243,7 @@ def _test_binary(r: Report, given: str | None, soc: str | None, dev) -> tuple[An
 def _contexts(r: Report, be, args, dev) -> None:
     from qnnrt.core.device_info import dsp_heap_profiling_offered
     from qnnrt.errors import QnnrtError
-    from qnnrt.runtime import pd_budget
+    from qnnrt.runtime.residency import budget as pd_budget
     identity = pd_budget.backend_identity(be.lib, be.soc_model)
     r.data["pd_identity"] = identity
     binary = None

@@ -23,11 +23,11 @@ def _jsonable(x: Any) -> Any:
 
 def describe_genie(path: Path, backend_lib: str | None = None) -> dict[str, Any]:
     from qnnrt.formats.genie import read_genie_config
-    from qnnrt.llm.genie_layout import genie_layout
+    from qnnrt.llm.genie_layout import genie_layout, genie_notes
     from qnnrt.llm.runner import io_tensor
     from qnnrt.loader import open_for_planning
     from qnnrt.runtime.graph_chain import GraphChainMethod
-    from qnnrt.runtime.genie import graph_window
+    from qnnrt.runtime.genie import context_lengths, graph_window
     config = read_genie_config(path)
     binaries, methods, soc_model, owned, _ = open_for_planning(path, backend_lib)
     try:
@@ -46,8 +46,12 @@ def describe_genie(path: Path, backend_lib: str | None = None) -> dict[str, Any]
             lay = genie_layout(config, {n: ([io_tensor(s) for s in m.inputs], [io_tensor(s) for s in m.outputs])
                                         for n, m in methods.items()})
             out["llm"] = lay.describe()
+            out["notes"] = genie_notes(config, lay.vocab_size)
         except QnnrtError as e:
             out["llm"] = {"error": str(e)}
+            out["notes"] = []
+        out["context_lengths"] = context_lengths(list(binaries), binaries)
+        out["config"]["stop_sequences"] = list(config.stop_sequences)
         for key, b in binaries.items():
             out["binaries"].append({"key": key, "file_size": b.size, "soc_model": b.info.soc_model,
                                     "graphs": [g.name for g in b.graphs],
@@ -70,8 +74,14 @@ def print_genie(d: dict) -> None:
     print(f"{d['path']}: Genie bundle, {len(d['binaries'])} context binaries, "
           f"{len(d['variants'])} variant(s), SoC model {d['soc_model'] or '?'}")
     print(f"  dialog: context {ctx['size']}, vocab {ctx['n_vocab']}, BOS {ctx['bos']}, EOS {list(ctx['eos'])}")
+    pen = smp["penalty"]
     print(f"  sampler: temp {smp['temperature']}, top-k {smp['top_k']}, top-p {smp['top_p']}, seed {smp['seed']}"
-          + (", greedy" if smp["greedy"] else ""))
+          + (", greedy: true" if smp["greedy"] else "")
+          + (f", token-penalty: last {pen['last_n']}, repetition {pen['repetition']:g}, presence "
+             f"{pen['presence']:g}, frequency {pen['frequency']:g}" if pen else ""))
+    stops = ", ".join(repr(x) for x in c["stop_sequences"])
+    print(f"  stops: ids {sorted(set(ctx['eos']) | ({ctx['eot']} if ctx['eot'] is not None else set()))}"
+          + (f", text {stops}" if stops else ""))
     print(f"  tokenizer: {c['tokenizer']}")
     if rope:
         sc = rope["scaling"]
@@ -82,6 +92,11 @@ def print_genie(d: dict) -> None:
         print(f"  backend extensions: SoC {ext['soc_model']}, {ext['dsp_arch']}, perf {ext['perf_profile']}, "
               f"shared buffer {'yes' if ext['shared_buffer'] else 'no'}, weight sharing "
               f"{'yes' if ext['weight_sharing'] else 'no'}")
+    if len(d["context_lengths"]) > 1:
+        print(f"  context lengths compiled: {d['context_lengths']}; qnnrt runs the smallest holding the "
+              f"context size (Genie may switch between them)")
+    for note in d["notes"]:
+        print(f"  note: {note}")
     for v in d["variants"]:
         parts = ", ".join(f"{p['graph']} ({p['binary']})" for p in v["parts"])
         print(f"\n  method {v['name']} (AR {v['ar']}): {len(v['parts'])} part(s): {parts}")

@@ -16,8 +16,8 @@ HEAD = {"non_shared_weights": "weights", "io": "I/O", "runlist": "runlist", "spi
 def describe_pd(path: Path, backend_lib: str | None = None, budget: str | None = None,
                 max_pds: int | None = None) -> dict:
     from qnnrt.loader import open_for_planning
-    from qnnrt.runtime.pd_budget import Budget, backend_identity, resolve_budget
-    from qnnrt.runtime.pd_plan import plan
+    from qnnrt.runtime.residency.budget import Budget, backend_identity, resolve_budget
+    from qnnrt.runtime.hosts.pd.placement import plan
     binaries, methods, soc_model, owned, lib = open_for_planning(path, backend_lib)
     try:
         contexts, notes = [], []
@@ -59,7 +59,8 @@ def describe_pd(path: Path, backend_lib: str | None = None, budget: str | None =
 def _placement(orders: dict, sizes: dict, bud, max_pds: int | None) -> dict | None:
     """The multi-PD placement `auto` (or multi-pd) would use; None when one PD holds everything."""
     from qnnrt.errors import QnnrtError
-    from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS, first_use_order, place
+    from qnnrt.runtime.hosts.pd.placement import first_use_order, place
+    from qnnrt.runtime.residency.budget import DEFAULT_MAX_PDS
     if bud is None or None in sizes.values() or sum(sizes.values()) <= bud.bytes:
         return None
     n = DEFAULT_MAX_PDS if max_pds is None else max_pds

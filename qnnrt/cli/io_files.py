@@ -9,7 +9,7 @@ import numpy as np
 
 from qnnrt.errors import FormatError, InputError
 from qnnrt.fileio import read_text, write_array
-from qnnrt.runtime.method import IOSpec
+from qnnrt.runtime.method_spec import IOSpec
 from qnnrt.units import format_bytes, parse_size
 
 MAX_INPUT_ENV = "QNNRT_MAX_INPUT_BYTES"

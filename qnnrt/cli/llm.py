@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, latency_stats,
+from qnnrt.cli.run_common import (add_profiles, add_runtime_options, check_targets, latency_stats,
                            open_program, traced, print_performance, print_recoveries, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.fileio import check_output_path, read_text, write_atomic
@@ -33,7 +33,8 @@ def add_parser(sub) -> None:
                      help="an interactive multi-turn chat in the terminal through the tokenizer's chat "
                           "template (needs --tokenizer; an empty line or end of input ends it)")
     p.add_argument("--tokenizer", help="a Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json, "
-                                       "chat_template.jinja) or a tokenizer.json (" + INSTALL_HINT + ")")
+                                       "chat_template.jinja) or a tokenizer.json (" + INSTALL_HINT + "); "
+                                       "default for a Genie bundle: its own")
     p.add_argument("--system", help="--chat: the system message")
     p.add_argument("--max-new-tokens", type=int, default=32, help="default 32")
     p.add_argument("--seq-len", type=int, default=0,
@@ -46,6 +47,9 @@ def add_parser(sub) -> None:
                    help="nucleus sampling (1 = off, the default; a Genie bundle: its sampler's)")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (a Genie bundle: its sampler's)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at the EOS token")
+    p.add_argument("--add-bos", action="store_true",
+                   help="prepend the model's BOS to --prompt-tokens, as Genie does to every query (even one "
+                        "that begins with BOS); without it the ids run as given")
     p.add_argument("--score-prefill", type=int, default=None,
                    help="score mode: tokens given to the prefill method (default: as many as fit); "
                         "the rest go through the decode method one at a time")
@@ -142,6 +146,15 @@ def add_floor_cycles(report: dict, profiler) -> None:
         report["accel_cycles_floor_per_decoded_token"] = total / (report["n_generated"] - 1)
 
 
+def tokenizer_source(model: str, given: str | None) -> str | None:
+    """--tokenizer, else a Genie bundle's own tokenizer (the file its config names, with the chat
+    template beside it), else None."""
+    if given is not None:
+        return given
+    from qnnrt.formats.genie import is_genie_bundle, read_genie_config
+    return str(read_genie_config(model).tokenizer) if is_genie_bundle(model) else None
+
+
 def parse_token_ids(text: str, what: str = "--prompt-tokens") -> list[int]:
     """Ids separated by commas / whitespace (brackets allowed), or the name of a file holding them."""
     p = Path(text)
@@ -172,6 +185,7 @@ def _run(args, tracer) -> int:
     from qnnrt.llm.text import TextModel, TextTokenizer
     if args.max_new_tokens < 1:
         raise QnnrtError("--max-new-tokens must be >= 1")
+    args.tokenizer = tokenizer_source(args.path, args.tokenizer)
     if (args.prompt is not None or args.chat) and not args.tokenizer:
         raise QnnrtError(f"{'--chat' if args.chat else '--prompt TEXT'} needs --tokenizer DIR (a Hugging Face "
                          f"tokenizer folder or tokenizer.json), or give --prompt-tokens ids")
@@ -220,17 +234,26 @@ def _run(args, tracer) -> int:
                 ids = text.prompt_ids(args.prompt)
             else:
                 ids = parse_token_ids(args.prompt_tokens)
+                if args.add_bos:
+                    if lay.bos_id is None:
+                        raise QnnrtError("--add-bos: this model has no BOS token (its config gives none)")
+                    ids = [lay.bos_id] + ids
             _check_vocab(ids, lay.vocab_size, "prompt")
             eos = [] if args.ignore_eos else (list(text.stop_ids) if text is not None else None)
+            sampler = Sampler(sampling_options(args, file_sampling(prog)), history=ids)
+            stops = StopText(text, ids, prog.genie.stop_sequences) \
+                if args.prompt is not None and text is not None and prog.genie is not None else None
             res = runner.generate(ids, args.max_new_tokens, sampler=sampler, eos_ids=eos,
-                                  seq_len=args.seq_len or None)
+                                  seq_len=args.seq_len or None, on_token=stops.feed if stops else None)
             report.update(res.report())
             add_floor_cycles(report, profiler)
             report["prompt_token_ids"] = ids
             report["decode_ms"] = ({k: v for k, v in latency_stats([x * 1e3 for x in res.decode_s]).items()
                                     if k != "all"} | {"n": len(res.decode_s)}
                                    if res.decode_s else {"min": None, "median": None, "p90": None, "n": 0})
-            if text is not None:
+            if stops is not None and stops.stopped:
+                report["text"], report["stop_reason"] = stops.text, "stop_sequence"
+            elif text is not None:
                 report["text"] = text.tokenizer.decode(res.tokens)
         report["method_calls"] = dict(runner.calls)
         report["residency"] = prog.pool.summary()
@@ -243,12 +266,39 @@ def _run(args, tracer) -> int:
     return 0
 
 
+class StopText:
+    """A Genie config's stop sequences over the text a generation makes (Genie's text query: the
+    text before the first stop sequence is the answer; token ids in, as GenieDialog_tokenQuery,
+    apply none)."""
+
+    def __init__(self, text, prompt: list[int], stops) -> None:
+        from qnnrt.llm.detokenize import IncrementalDetokenizer, StopMatcher
+        self.detok = IncrementalDetokenizer(text.tokenizer.decode, context=prompt)
+        self.matcher = StopMatcher(list(stops))
+        self.parts: list[str] = []
+
+    @property
+    def stopped(self) -> bool:
+        return self.matcher.stopped
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def feed(self, token: int) -> bool:
+        if self.matcher.stops:
+            self.parts.append(self.matcher.feed(self.detok.add(token)))
+        return self.matcher.stopped
+
+
 def chat(runner, text, sampler, args) -> list[dict]:
     """Read a user message per line, stream the reply; each turn reuses the KV cache of the last."""
     from qnnrt.llm.chat_template import render_chat
     from qnnrt.llm.session import CachedGenerator
     from qnnrt.llm.textgen import generate_text
     gen = CachedGenerator(runner)
+    genie = runner.program.genie
+    stops = list(genie.stop_sequences) if genie is not None else []      # a Genie config's stop-sequence
     messages = [{"role": "system", "content": args.system}] if args.system else []
     turns = []
     tty = sys.stdin.isatty()
@@ -266,7 +316,7 @@ def chat(runner, text, sampler, args) -> list[dict]:
             print(f"qnnrt llm: the conversation is {len(ids)} tokens, more than the {runner.layout.prompt_capacity} "
                   f"that fit this model's context: ending the chat", file=sys.stderr)
             break
-        g = generate_text(gen, text, ids, args.max_new_tokens, sampler=sampler,
+        g = generate_text(gen, text, ids, args.max_new_tokens, sampler=sampler, stops=stops,
                           on_text=lambda chunk, _tok: print(chunk, end="", flush=True))
         print(flush=True)
         messages.append({"role": "assistant", "content": g.text})

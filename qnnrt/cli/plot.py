@@ -189,13 +189,18 @@ def _heap_timeline(ax: Any, heap: dict[str, Any], shift: float, process: str) ->
 
 
 def _checkpoints(heap: dict[str, Any]) -> str:
-    """The two-line file's figures of one process, for its panel's title (never over the data)."""
+    """The two-line file's figures of one process, for its panel's title (never over the data); for
+    this process of a multi-PD run, its own figures, then the file's (every PD summed)."""
     prefix, b, a = heap.get("file_prefix"), heap.get("before_context_created"), heap.get("after_context_freed")
     if not prefix or b is None or a is None:
         return ""
     failed = "  CHECK FAILED" if heap.get("ok") is False else ""
-    if heap.get("processes"):
-        prefix += ", every PD summed"     # the two-line file's figures: this process and its workers
+    own = heap.get("this_process")
+    if isinstance(own, dict) and own.get("before_context_created") is not None:
+        ob, oa = own["before_context_created"], own["after_context_freed"]
+        return (f"\n{prefix}: before {ob / _MIB:.2f} MiB, after {oa / _MIB:.2f} MiB (delta {_delta(oa - ob)})"
+                f"\n{prefix}, every PD summed: before {b / _MIB:.2f} MiB, after {a / _MIB:.2f} MiB"
+                f" (delta {_delta(a - b)}){failed}")
     return f"\n{prefix}: before {b / _MIB:.2f} MiB, after {a / _MIB:.2f} MiB (delta {_delta(a - b)}){failed}"
 
 

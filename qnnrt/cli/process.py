@@ -7,7 +7,7 @@ only waits. That gives:
 - crash isolation: a worker dying of SIGSEGV/SIGBUS/SIGABRT inside a QNN library is exit 1 with a
   message, never a signal; a worker killed from outside (SIGKILL, perhaps the OOM killer) is
   reported as that, not blamed on the input. The worker is also what vets binaries qnnrt did not
-  write (runtime/vet.py, "worker" mode): it notes each risky QNN step (binary info, context
+  write (runtime/vet/policy.py, "worker" mode): it notes each risky QNN step (binary info, context
   creation, a context's first graph run) in a small file this parent creates (QNNRT_VET_STEP_FILE),
   so a crash names the binary and step, and a step silent past its stall timeout stops the worker
   with a message naming it;
@@ -192,7 +192,7 @@ def _report_signal(sig: int, argv: list[str], steps: list) -> int:
     name = signal_name(sig)
     what = " ".join(argv)
     if name in _CRASH_SIGNALS and steps:
-        from qnnrt.runtime.vet_watch import worker_crash_message
+        from qnnrt.runtime.vet.watch import worker_crash_message
         print(f"qnnrt: error: {worker_crash_message(name, steps)}", file=sys.stderr)
         return 1
     if name in _CRASH_SIGNALS:
@@ -250,8 +250,8 @@ def run_in_worker(argv: list[str]) -> int:
             previous[s] = signal.signal(s, forward)
         except (OSError, ValueError):
             pass
-    from qnnrt.runtime.vet import STEP_FILE_ENV
     from qnnrt.fileio import owned_prefix, remove_stale_temps
+    from qnnrt.runtime.vet.policy import STEP_FILE_ENV
     remove_stale_temps(tempfile.gettempdir(), STEP_PREFIX)       # of commands that were SIGKILLed
     fd, step_file = tempfile.mkstemp(prefix=owned_prefix(STEP_PREFIX))
     os.close(fd)
@@ -305,13 +305,13 @@ def run_in_worker(argv: list[str]) -> int:
 
 def _stalled_step(step_file: str) -> str | None:
     """The message for a risky step the worker noted that is past its stall timeout, if any."""
-    from qnnrt.runtime.vet_watch import read_steps, stalled_step, worker_stall_message
+    from qnnrt.runtime.vet.watch import read_steps, stalled_step, worker_stall_message
     step = stalled_step(read_steps(step_file))
     return worker_stall_message(step) if step is not None else None
 
 
 def _read_steps(step_file: str) -> list:
-    from qnnrt.runtime.vet_watch import read_steps
+    from qnnrt.runtime.vet.watch import read_steps
     return read_steps(step_file)
 
 

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from qnnrt.cli.llm import add_speculative_options, cycles_reader, speculative_options
+from qnnrt.cli.llm import add_speculative_options, cycles_reader, speculative_options, tokenizer_source
 from qnnrt.cli.process import Stopped, stop_signals
-from qnnrt.cli.run import (add_profiles, add_runtime_options, check_targets, open_program,
+from qnnrt.cli.run_common import (add_profiles, add_runtime_options, check_targets, open_program,
                            traced, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.install import extra_hint
@@ -26,12 +26,13 @@ API_KEY_ENV = "QNNRT_API_KEY"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("serve", help="serve an ExecuTorch Qualcomm LLM .pte through an OpenAI-compatible "
-                                     f"HTTP API ({SERVE_HINT})")
-    p.add_argument("path", help="the .pte (hybrid prefill_forward + kv_forward, or kv_forward)")
-    p.add_argument("--tokenizer", required=True,
+    p = sub.add_parser("serve", help="serve an ExecuTorch Qualcomm LLM .pte or a Genie bundle through an "
+                                     f"OpenAI-compatible HTTP API ({SERVE_HINT})")
+    p.add_argument("path", help="the .pte (hybrid prefill_forward + kv_forward, or kv_forward) or a Genie bundle "
+                                "folder")
+    p.add_argument("--tokenizer", default=None,
                    help="a Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json, "
-                        "chat_template.jinja) or a tokenizer.json")
+                        "chat_template.jinja) or a tokenizer.json (default for a Genie bundle: its own)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="default 8000 (0: any free port, printed)")
     p.add_argument("--api-key", default=None,
@@ -132,7 +133,11 @@ def _run(args, tracer) -> int:
     from qnnrt.serve.app import Service, ServeSettings, create_app
     from qnnrt.serve.engine import Engine
     from qnnrt.serve.server import listen, run_server
-    tokenizer = TextTokenizer.from_path(args.tokenizer)
+    source = tokenizer_source(args.path, args.tokenizer)
+    if source is None:
+        raise QnnrtError(f"{args.path}: give --tokenizer DIR (a Hugging Face tokenizer folder or tokenizer.json); "
+                         "only a Genie bundle carries its own")
+    tokenizer = TextTokenizer.from_path(source)
     emb_tokenizer = TextTokenizer.from_path(args.embeddings_tokenizer) if args.embeddings_tokenizer else None
     check_targets(args)
     sock = listen(args.host, args.port)          # a taken port fails before the model loads
@@ -170,8 +175,9 @@ def _run(args, tracer) -> int:
         emb_id = (args.embeddings_name or Path(args.embeddings).stem) if embedder is not None else None
         if emb_id == model_id:
             raise QnnrtError(f"the LLM and the embedding model are both named {model_id!r}: give --embeddings-name")
-        settings = ServeSettings(model_id, key, max_body, emb_id, args.max_tokens,
-                                 sampling=serve_sampling(prog), cors_origins=tuple(args.cors_origin))
+        settings = ServeSettings(model_id, key, max_body, emb_id, args.max_tokens, sampling=serve_sampling(prog),
+                                 stops=prog.genie.stop_sequences if prog.genie is not None else (),
+                                 cors_origins=tuple(args.cors_origin))
         service = Service(engine, text, runner.layout, settings, int(time.time()), grammars)
         level = {"verbose": "debug"}.get(args.log_level, args.log_level if args.log_level != "warn" else "warning")
         signum = run_server(create_app(service), engine, sock, log_level=level, stop_signals=stop_signals(),

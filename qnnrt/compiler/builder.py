@@ -22,9 +22,10 @@ import onnx
 
 import qnnrt
 from qnnrt.compiler import partition as P
+from qnnrt.compiler.combine import rename_tensors
 from qnnrt.compiler.compile import (CompileCache, CompileOptions, CompiledUnit, EPNode, compile_unit,
                                  default_cache_dir,
-                                 probe_unsupported, rename_tensors, resolve_soc)
+                                 probe_unsupported, resolve_soc)
 from qnnrt.compiler.program_writer import method_model
 from qnnrt.errors import BuildError
 from qnnrt.progress import ProgressBar
@@ -226,34 +227,33 @@ def build_program(models: Sequence[tuple[str, onnx.ModelProto | str | os.PathLik
         groups = group_partitions(n_parts, options.graphs_per_context, no_input)
 
         (stage / CONTEXT_DIR).mkdir()
-        progress = ProgressBar("compiling", len(groups), options.progress)
-        cached = 0
-        calls: dict[str, dict[int, tuple[str, EPNode]]] = {name: {} for name, _ in plans}
-        contexts: list[ContextEntry] = []
-        t_compile = time.perf_counter()
-        for gi, group in enumerate(groups):
-            members, labels, owners = [], [], []
-            for p in group:
-                for k, (name, plan) in enumerate(plans):
-                    proto = P.partition_model_proto(plan, p, name=f"{name}_p{p:04d}")
-                    if k:
-                        proto = rename_tensors(proto, method_namespace(name), rename_initializers=False)
-                    members.append(proto)
-                    labels.append(f"partition {p} of method {name!r}")
-                    owners.append((name, p))
-            unit: CompiledUnit = compile_unit(members, labels, options.compile, cache, work)
-            ctx_name = f"ctx_{gi:03d}" if len(groups) <= 1000 else f"ctx_{gi:05d}"
-            rel = f"{CONTEXT_DIR}/{ctx_name}.bin"
-            shutil.copyfile(unit.bin_path, stage / rel)
-            for (name, p), eps in zip(owners, unit.members):
-                if len(eps) != 1:
-                    raise BuildError(f"partition {p} of {name!r} compiled into {len(eps)} graphs; expected 1")
-                calls[name][p] = (rel, eps[0])
-            contexts.append(ContextEntry(ctx_name, rel, unit.size, unit.graph_names,
-                                         sha256=file_sha256(stage / rel)))
-            cached += int(unit.cache_hit)
-            progress.update(gi + 1, note=f" ({cached} cached)")
-        progress.done()
+        with ProgressBar("compiling", len(groups), options.progress, unit="contexts") as progress:
+            cached = 0
+            calls: dict[str, dict[int, tuple[str, EPNode]]] = {name: {} for name, _ in plans}
+            contexts: list[ContextEntry] = []
+            t_compile = time.perf_counter()
+            for gi, group in enumerate(groups):
+                members, labels, owners = [], [], []
+                for p in group:
+                    for k, (name, plan) in enumerate(plans):
+                        proto = P.partition_model_proto(plan, p, name=f"{name}_p{p:04d}")
+                        if k:
+                            proto = rename_tensors(proto, method_namespace(name), rename_initializers=False)
+                        members.append(proto)
+                        labels.append(f"partition {p} of method {name!r}")
+                        owners.append((name, p))
+                unit: CompiledUnit = compile_unit(members, labels, options.compile, cache, work)
+                ctx_name = f"ctx_{gi:03d}" if len(groups) <= 1000 else f"ctx_{gi:05d}"
+                rel = f"{CONTEXT_DIR}/{ctx_name}.bin"
+                shutil.copyfile(unit.bin_path, stage / rel)
+                for (name, p), eps in zip(owners, unit.members):
+                    if len(eps) != 1:
+                        raise BuildError(f"partition {p} of {name!r} compiled into {len(eps)} graphs; expected 1")
+                    calls[name][p] = (rel, eps[0])
+                contexts.append(ContextEntry(ctx_name, rel, unit.size, unit.graph_names,
+                                             sha256=file_sha256(stage / rel)))
+                cached += int(unit.cache_hit)
+                progress.update(gi + 1, note=f" ({cached} cached)")
         compile_seconds = time.perf_counter() - t_compile
 
         methods = []

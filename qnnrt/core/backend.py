@@ -119,6 +119,7 @@ class Backend:
         # strong references: a context dropped without close() is still freed by its backend (GC
         # clears weak references before finalizers run, which would leak its PD reservation)
         self._children: list = []
+        self._contexts: weakref.WeakSet[Context] = weakref.WeakSet()   # the children that are contexts
         self._log_cb = make_log_callback(self.log)
         self.log_handle = C.c_void_p()
         self.handle = C.c_void_p()
@@ -218,9 +219,13 @@ class Backend:
         with self._lock:
             return [c for c in self._children if not c.closed]
 
+    def adopt_context(self, context: Context) -> None:
+        """`adopt` for a context (what `live_contexts` lists)."""
+        self.adopt(context)
+        self._contexts.add(context)
+
     def live_contexts(self) -> list[Context]:
-        from qnnrt.core.context import Context
-        return [c for c in self._live_children() if isinstance(c, Context)]
+        return [c for c in self._live_children() if c in self._contexts]
 
     @property
     def closed(self) -> bool:

@@ -36,6 +36,9 @@ def refuse_weight_sharing(binary: ContextBinary) -> None:
 class Context:
     """Owns a QNN context handle. Graphs retrieved from it are invalidated when it is closed.
 
+    No finalizer of its own: a live context is always reachable from its backend (`adopt_context`),
+    which frees it, newest first, when it closes (explicitly, at exit, or when it is collected).
+
     `creation_log` keeps the log lines QNN wrote while creating it (at verbose level they include the
     context's PD size estimate). `dsp_memory_profiling` asks the HTP backend to profile DSP heap use
     (devices only; the simulator refuses it with error 1000).
@@ -83,7 +86,7 @@ class Context:
             group.joined(self)
         with contextlib.ExitStack() as undo:
             undo.callback(self.close)
-            backend.adopt(self)
+            backend.adopt_context(self)
             undo.pop_all()
 
     def track_shared_buffer(self, buf: Registration) -> None:
@@ -144,14 +147,6 @@ class Context:
             self.handle = C.c_void_p()
             if self._group is not None:
                 self._group.left(self)
-
-    def __del__(self) -> None:
-        # dropped without close(): free the context, or its PD reservation is lost to the process
-        try:
-            if not getattr(self, "_closed", True):
-                self.close()
-        except Exception:  # noqa: BLE001 - never raise from a finalizer
-            pass
 
     def __enter__(self) -> Context:
         return self

@@ -1,16 +1,17 @@
-"""The .pte plan's CPU steps as descriptors a PD worker rebuilds (runtime/portable.py): a kernel by
+"""The .pte plan's CPU steps as descriptors a PD worker rebuilds (runtime/hosts/pd/portable.py): a kernel by
 its registered name, a matmul by its weight (by value) and result buffer (in the arena), the output
 conversions, moves and frees by their slots; and the delegate input adapter that reshapes size-1
-dims. Imported by executorch/plan.py, so every process that builds or runs its steps has them."""
+dims. Imported by executorch/program.py, so every process that builds .pte plans has them; a PD
+worker imports it by the descriptors' registered names."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from qnnrt.executorch import kernels as K
-from qnnrt.executorch.plan import (ConvertStep, FreeStep, KernelStep, MatmulStep, MoveStep,
-                                   OutputConversion, Size1Input)
+from qnnrt.executorch.steps import (ConvertStep, FreeStep, KernelStep, MatmulStep, MoveStep,
+                                    OutputConversion, Size1Input)
 from qnnrt.executorch.reader import TensorInfo
-from qnnrt.runtime.portable import ArrayRef, Refs, Resolver, register, register_adapter
+from qnnrt.runtime.hosts.pd.portable import ArrayRef, Refs, Resolver, register, register_adapter
 
 
 @dataclass(frozen=True)
@@ -75,4 +76,4 @@ register(MoveStep, MoveDescriptor, lambda s, refs: MoveDescriptor(s.source, s.ta
          lambda d, r: MoveStep(d.source, d.target))
 register(FreeStep, FreeDescriptor, lambda s, refs: FreeDescriptor(s.slot),
          lambda d, r: FreeStep(d.slot))
-register_adapter(Size1Input)
+register_adapter(Size1Input, __name__)

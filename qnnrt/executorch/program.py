@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,24 +17,17 @@ from qnnrt.executorch.reader import (PteIOSpec, PteMethod, PteProgram, constant_
                                      is_constant_method,
                                      parse_qnn_compile_spec, qnn_context_binary, qnn_graph_io_order,
                                      read_pte)
-from qnnrt.runtime.method import (GraphRunner, Inputs, IOSpec, Method, MethodBuilder, QnnStep,
-                                  UnavailableMethod, validate_inputs)
+from qnnrt.runtime.method import Method, MethodBuilder, UnavailableMethod
+from qnnrt.runtime.method_spec import GraphRunner, Inputs, IOSpec, QnnStep, validate_inputs
+from qnnrt.executorch.delegates import DelegateSite, size1_reshape
 from qnnrt.executorch.interpreter import PteMethodRunner
+from qnnrt.executorch.plan import PreparedPte, pte_plan
+from qnnrt.executorch import portable  # noqa: F401  (the plan's steps as descriptors a PD worker rebuilds)
 from qnnrt.executorch.compile_spec import runtime_options
 
 if TYPE_CHECKING:
     from qnnrt.runtime.plan import CallerArrays, Plan, PreparedRun
     from qnnrt.runtime.plan_context import PlanContext
-
-
-@dataclass(frozen=True)
-class DelegateSite:
-    """How a .pte delegate maps onto its QNN graph: the graph call, and for each DelegateCall
-    input / output (in arg order) its position among the graph's inputs / outputs."""
-    step: QnnStep
-    input_positions: tuple[int, ...]
-    output_positions: tuple[int, ...]
-    input_shapes: tuple[tuple[int, ...], ...]   # the graph's input shapes, in arg order
 
 
 def context_key(blob_key: tuple[str, int]) -> str:
@@ -51,16 +43,6 @@ def _iospecs(specs: Sequence[PteIOSpec], method: str, what: str) -> list[IOSpec]
                               f"qnnrt runs methods whose inputs and outputs are tensors")
         out.append(IOSpec(s.name, tuple(s.shape or ()), np.dtype(s.dtype)))
     return out
-
-
-def size1_reshape(x: np.ndarray, want: tuple) -> np.ndarray:
-    """`x` reshaped to `want` when the shapes differ only by size-1 dimensions (what ExecuTorch
-    accepts, e.g. a 0-d CPU reduction result feeding a [1] graph input); else `x` unchanged, for
-    the graph's own check to reject."""
-    if (None not in want and x.size == int(np.prod(want, dtype=np.int64))
-            and [d for d in x.shape if d != 1] == [d for d in want if d != 1]):
-        return x.reshape(want)
-    return x
 
 
 def _graph_for(binary: ContextBinary, name: str) -> GraphSpec:
@@ -112,12 +94,10 @@ class PteMethodAdapter(Method):
     def plan(self, context: PlanContext) -> Plan:
         """Compiled to named steps when it is straight-line and static (executorch/plan.py), else
         the interpreter with prepared delegate calls."""
-        from qnnrt.executorch.plan import pte_plan
         return pte_plan(context, self)
 
     def prepare(self, context: PlanContext, arrays: CallerArrays) -> PreparedRun:
         """The compiled plan bound once to the caller's arrays (executorch/plan.py `PreparedPte`)."""
-        from qnnrt.executorch.plan import PreparedPte
         return PreparedPte(context, self, arrays)
 
     def _delegate(self, index: int, xs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -184,7 +184,8 @@ def render_chat(template: str | None, messages: Sequence[Mapping[str, Any]], *,
     from) is in every error; rendering stops after ``budget_s`` seconds."""
     if not template:
         raise ChatTemplateError("the tokenizer has no chat template (no chat_template.jinja, none in "
-                                "tokenizer_config.json): use completions with your own prompt text")
+                                "tokenizer_config.json): give the prompt text yourself (qnnrt llm --prompt TEXT, "
+                                "or /v1/completions)")
     try:
         compiled = _compile(template)
     except ChatTemplateError as e:

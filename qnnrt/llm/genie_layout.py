@@ -12,11 +12,12 @@ the config gives the context size, BOS, stop ids and the RoPE settings."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from qnnrt.formats.genie import GenieConfig
+from qnnrt.formats.genie import GenieConfig, SamplerConfig
 from qnnrt.llm.errors import LayoutError
 from qnnrt.llm.layout import FLOAT_MASK_OPEN, IOTensor, LlmLayout, MethodLayout
 from qnnrt.llm.quant import FLOAT_DTYPES, QUANT_DTYPES, QuantParams
@@ -149,9 +150,11 @@ def genie_layout(config: GenieConfig, methods: Mapping[str, tuple[IOList, IOList
         raise LayoutError(f"prompt method: {LOGITS} is {pre.outputs[0].dtype}{list(pre.outputs[0].shape)}; "
                           f"expected {logits.dtype}[1, {pre.ar_len}, {V}]")
     ctx = config.context
-    if ctx.n_vocab != V:
-        raise LayoutError(f"{config.config_path}: dialog.context.n-vocab is {ctx.n_vocab} but the "
-                          f"graphs' logits have {V}; correct the config")
+    for what, ids in (("bos-token", [ctx.bos]), ("eos-token", ctx.eos), ("eot-token", [ctx.eot])):
+        bad = [t for t in ids if t is not None and t >= V]
+        if bad:
+            raise LayoutError(f"{config.config_path}: dialog.context.{what} {bad[0]} is not below the graphs' "
+                              f"{V} logits; correct the config")
     if ctx.size > C:
         raise LayoutError(f"{config.config_path}: dialog.context.size is {ctx.size} but the graphs "
                           f"hold {C} positions (attention_mask's CL); give at most {C}")
@@ -167,8 +170,9 @@ def genie_layout(config: GenieConfig, methods: Mapping[str, tuple[IOList, IOList
                      n_kv_heads=int(H), head_dim=int(D), context_len=int(C), vocab_size=int(V),
                      cache_dtype=np.dtype(cache_dtype), logits_dtype=np.dtype(logits.dtype),
                      logits_quant=logits_quant, k_quant=tuple(kq), v_quant=tuple(vq),
-                     eos_ids=frozenset(ctx.eos), bos_id=ctx.bos, n_bos=0 if ctx.bos is None else 1,
-                     max_seq_len=ctx.size, kv_io_bit_width=None, rope=rope, seq_limit=ctx.size)
+                     eos_ids=stop_ids(config), bos_id=ctx.bos, n_bos=0 if ctx.bos is None else 1,
+                     max_seq_len=ctx.size, kv_io_bit_width=None, rope=rope, seq_limit=ctx.size,
+                     fill_zero_point=True)
 
 
 def _rope_table(config: GenieConfig, m: MethodLayout, C: int) -> RopeTable:
@@ -182,11 +186,55 @@ def _rope_table(config: GenieConfig, m: MethodLayout, C: int) -> RopeTable:
                           f"{cos.shape[3]} columns; give rope-dim {cos.shape[3]} (head_dim / 2)")
     if cos.dtype != sin.dtype:
         raise LayoutError(f"{COS} is {cos.dtype} and {SIN} {sin.dtype}; expected one dtype")
-    return RopeTable.build(config.rope, C, cos.dtype, cos.quant, sin.quant)
+    return RopeTable.build(config.rope, C, cos.dtype, cos.quant, sin.quant, context=config.context.size)
+
+
+def stop_ids(config: GenieConfig) -> frozenset[int]:
+    """eos-token and eot-token: Genie ends a generation at either (and emits neither)."""
+    ctx = config.context
+    return frozenset([*ctx.eos, *([ctx.eot] if ctx.eot is not None else [])])
+
+
+def _greedy(s: SamplerConfig) -> bool:
+    """Genie takes the argmax at temp 0 or top-k 1 (and then applies no token penalty)."""
+    return s.temperature == 0 or s.top_k == 1
 
 
 def genie_sampling(config: GenieConfig) -> SamplingOptions:
-    """The config's sampler as the runner's options (greedy or temp 0: argmax)."""
-    s = config.sampler
-    temp = 0.0 if s.greedy else s.temperature
-    return SamplingOptions(temperature=temp, top_k=s.top_k, top_p=s.top_p, seed=s.seed)
+    """The config's sampler as Genie reads it (measured with libGenie.so, docs/genie.md): temp,
+    top-k, top-p (``greedy`` does not change them); the token penalty over the last
+    ``penalize-last-n`` tokens, prompt included, only where Genie samples (none at 0)."""
+    s, pen = config.sampler, config.sampler.penalty
+    options = SamplingOptions(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed)
+    if pen is None or pen.last_n == 0 or _greedy(s):
+        return options
+    return replace(options, repetition_penalty=pen.repetition, presence_penalty=pen.presence,
+                   frequency_penalty=pen.frequency, penalty_last_n=pen.last_n)
+
+
+def genie_notes(config: GenieConfig, vocab_size: int) -> list[str]:
+    """What of the config Genie (and so qnnrt) leaves unused, and where qnnrt differs: one line each."""
+    s, ctx = config.sampler, config.context
+    notes = []
+    if ctx.n_vocab != vocab_size:
+        notes.append(f"n-vocab {ctx.n_vocab} is not the logits' {vocab_size}: both sample over the logits")
+    if s.greedy and not _greedy(s):
+        notes.append(f"greedy: true is unused: Genie samples at temp {s.temperature:g}, top-k {s.top_k} "
+                     f"(so does qnnrt)")
+    if s.penalty is not None and (s.penalty.last_n == 0 or _greedy(s)):
+        notes.append("token-penalty is unused: " + ("penalize-last-n is 0" if s.penalty.last_n == 0
+                                                    else "Genie applies none when it takes the argmax"))
+    if s.penalty is not None and (s.penalty.presence or s.penalty.frequency) and s.penalty.last_n and not _greedy(s):
+        notes.append("presence / frequency penalties: qnnrt applies them as OpenAI defines them (Genie 2.51 "
+                     "samples the last vocabulary id at every step with them)")
+    if s.seed is not None and not _greedy(s):
+        notes.append(f"seed {s.seed}: qnnrt's random stream is not Genie's (the same seed samples other tokens)")
+    if ctx.bos is not None:
+        notes.append(f"BOS {ctx.bos}: Genie prepends it to every query, even one beginning with it; qnnrt to a "
+                     f"text prompt not beginning with it, to --prompt-tokens with --add-bos")
+    if config.rope is not None and config.rope.note:
+        notes.append(config.rope.note)
+    if config.stop_sequences:
+        notes.append("stop-sequence applies to text prompts (qnnrt llm --prompt, serve); with token ids "
+                     "neither Genie (tokenQuery) nor qnnrt applies it")
+    return notes

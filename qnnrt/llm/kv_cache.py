@@ -41,6 +41,17 @@ def _zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.zeros(shape, dtype)
 
 
+def _clear(ks: Sequence[np.ndarray], vs: Sequence[np.ndarray], fill: tuple[Sequence[int], Sequence[int]],
+           lo: int, hi: int) -> None:
+    """Slots [lo, hi) of every layer's k [1,H,D,S] and v [1,H,S,D] set to that layer's fill."""
+    if lo >= hi:
+        return
+    for k, f in zip(ks, fill[0]):
+        k[..., lo:hi] = f
+    for v, f in zip(vs, fill[1]):
+        v[:, :, lo:hi, :] = f
+
+
 def _layers(alloc: Alloc, fused: bool, n: int, shape: tuple[int, ...], dtype: np.dtype
             ) -> tuple[np.ndarray | None, list[np.ndarray]]:
     """n arrays of `shape`: views of one [n, *shape] array when fused (so one copy writes a slot
@@ -62,7 +73,9 @@ class _Mirror:
         self.slots = slots
         self.k_all, self.k = _layers(cache.alloc, cache.fused, L, (1, H, D, slots), lay.cache_dtype)
         self.v_all, self.v = _layers(cache.alloc, cache.fused, L, (1, H, slots, D), lay.cache_dtype)
-        # slots [lo, hi) that may differ from the logical caches (both are zero where never written)
+        if any(cache.fill[0]) or any(cache.fill[1]):
+            _clear(self.k, self.v, cache.fill, 0, slots)
+        # slots [lo, hi) that may differ from the logical caches (both hold the fill where never written)
         self.dirty = (0, min(cache.written, slots))
 
     def wrote(self, lo: int, hi: int) -> None:
@@ -86,28 +99,27 @@ class KVCache:
     graph call); a method with a wider window reads a mirror of its first C - T slots (`arrays`).
     `alloc` makes the arrays (the runner gives `Program.buffer`: the shared arena under multi-PD,
     rpcmem with shared buffers); `fused` keeps each kind in one array (`k_all`, `v_all`, layers
-    its views), so a token's new entries are one copy per kind."""
+    its views), so a token's new entries are one copy per kind. A never-written slot holds
+    `layout.cache_fill()` (0.0 of a quantized cache is its zero point, which is how Genie clears
+    one; graphs that do not zero the columns the mask closes read it)."""
 
-    def __init__(self, layout: LlmLayout, fill=0, alloc: Alloc | None = None, fused: bool = True):
+    def __init__(self, layout: LlmLayout, alloc: Alloc | None = None, fused: bool = True):
         self.layout = layout
         self.alloc, self.fused = alloc or _zeros, fused
+        self.fill = layout.cache_fill()
         L, H, D, Cm = layout.n_layers, layout.n_kv_heads, layout.head_dim, layout.max_cache_len
         self.k_all, self.k = _layers(self.alloc, fused, L, (1, H, D, Cm), layout.cache_dtype)
         self.v_all, self.v = _layers(self.alloc, fused, L, (1, H, Cm, D), layout.cache_dtype)
-        if fill:
-            for a in self.k + self.v:
-                a[...] = fill
+        if any(self.fill[0]) or any(self.fill[1]):     # the arrays come zeroed
+            _clear(self.k, self.v, self.fill, 0, Cm)
         self.n_past = 0
-        self.written = Cm if fill else 0   # slots [0, written) may hold non-zero entries
+        self.written = 0   # slots [0, written) may hold entries other than the fill
         self._mirrors: dict[str, _Mirror] = {}
 
     def reset(self) -> None:
-        """Every slot zero (only those ever written are touched), n_past 0."""
+        """Every slot back to the fill (only those ever written are touched), n_past 0."""
         w = self.written
-        for a in self.k:
-            a[..., :w] = 0
-        for a in self.v:
-            a[:, :, :w, :] = 0
+        _clear(self.k, self.v, self.fill, 0, w)
         for m in self._mirrors.values():
             m.wrote(0, w)
         self.written = 0

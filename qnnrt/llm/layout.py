@@ -114,6 +114,8 @@ class LlmLayout:
     constants: Mapping[str, Any] = field(default_factory=dict, repr=False)
     rope: RopeTable | None = field(default=None, repr=False)   # RoPE rows when positions are cos / sin
     seq_limit: int | None = None       # a sequence limit below the graphs' (a Genie config's context size)
+    fill_zero_point: bool = False      # never-written cache slots hold 0.0 (a quantized cache: its zero
+    #                                    point, as Genie clears it); False: byte 0 (ExecuTorch's runner)
 
     @property
     def max_cache_len(self) -> int:
@@ -157,7 +159,16 @@ class LlmLayout:
                 [self.logits_quant.scale, self.logits_quant.zero_point],
                 "eos_ids": sorted(self.eos_ids), "bos_id": self.bos_id, "max_seq_len": self.max_seq_len,
                 "prompt_capacity": self.prompt_capacity,
-                "positions": "rope" if self.rope is not None else "ids"}
+                "positions": "rope" if self.rope is not None else "ids",
+                "cache_fill": "zero point" if self.fill_zero_point else "0"}
+
+    def cache_fill(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(k, v) per layer: what a never-written cache slot holds (the stored code)."""
+        def zp(qs: tuple[QuantParams | None, ...], layer: int) -> int:
+            q = qs[layer] if layer < len(qs) else None
+            return int(q.zero_point) if self.fill_zero_point and q is not None else 0
+        L = range(self.n_layers)
+        return tuple(zp(self.k_quant, i) for i in L), tuple(zp(self.v_quant, i) for i in L)
 
     # --------------------------------------------------------------------------------------------
     @classmethod

@@ -34,8 +34,10 @@ class QuantParams:
         if self.qmax is None:
             object.__setattr__(self, "qmax", int(info.max))
 
-    def quantize(self, x) -> np.ndarray:
-        q = np.rint(np.asarray(x, dtype=np.float64) / self.scale) + self.zero_point
+    def quantize(self, x, floor: bool = False) -> np.ndarray:
+        """`x` to the nearest code; `floor`: the code at or below (Genie's RoPE tables are floored)."""
+        v = np.asarray(x, dtype=np.float64) / self.scale
+        q = (np.floor(v) if floor else np.rint(v)) + self.zero_point
         return np.clip(q, self.qmin, self.qmax).astype(self.dtype)
 
     def dequantize(self, q) -> np.ndarray:

@@ -17,7 +17,8 @@ from qnnrt.llm.prepared import PreparedSteps
 from qnnrt.llm.sampling import Sampler
 from qnnrt.llm.speculative import SpeculativeOptions, strategy_for
 from qnnrt.llm.quant import QuantParams
-from qnnrt.runtime.method import IOSpec, UnavailableMethod
+from qnnrt.runtime.method import UnavailableMethod
+from qnnrt.runtime.method_spec import IOSpec
 from qnnrt.runtime.plan import NotPreparable
 from qnnrt.runtime.program import Program
 

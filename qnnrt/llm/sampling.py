@@ -8,7 +8,8 @@ then the choice. Penalties count the tokens this sampler chose (OpenAI's "the te
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Protocol
+from collections import Counter, deque
+from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -40,6 +41,8 @@ class SamplingOptions:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: Mapping[int, float] = field(default_factory=dict)
+    penalty_last_n: int = 0      # 0: penalties count the tokens this sampler chose (OpenAI's); n: the last n
+    #                              tokens of the sequence, prompt included, each counted (Genie's penalize-last-n)
 
     def __post_init__(self) -> None:
         if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
@@ -48,6 +51,8 @@ class SamplingOptions:
             raise InputError("0 <= min_p <= 1 required")
         if self.repetition_penalty <= 0:
             raise InputError("repetition_penalty > 0 required")
+        if self.penalty_last_n < 0:
+            raise InputError("penalty_last_n >= 0 required")
 
     def for_choice(self, index: int) -> SamplingOptions:
         """The options of choice ``index`` of a request: the same knobs, a seed of its own derived
@@ -84,13 +89,19 @@ def apply_penalties(x: np.ndarray, counts: Mapping[int, int], *, repetition: flo
 
 class Sampler:
     """Chooses one token from a logits row; remembers what it chose (for the penalties) and tells
-    the constraint. A new sampler per generation."""
+    the constraint. A new sampler per generation; `history` is the sequence before it (the prompt),
+    which a `penalty_last_n` window counts."""
 
-    def __init__(self, options: SamplingOptions | None = None, constraint: TokenConstraint | None = None):
+    def __init__(self, options: SamplingOptions | None = None, constraint: TokenConstraint | None = None,
+                 history: Sequence[int] = ()):
         self.options = options or SamplingOptions()
         self.constraint = constraint
         self.rng = np.random.default_rng(None if self.options.seed is None else self.options.seed % SEED_MODULUS)
         self.counts: dict[int, int] = {}
+        n = self.options.penalty_last_n
+        self.window: deque[int] | None = deque((int(t) for t in history[-n:]), maxlen=n) if n else None
+        if self.window is not None:
+            self.counts = dict(Counter(self.window))
 
     def adjusted(self, logits: np.ndarray) -> np.ndarray:
         """The logits after bias, penalties and the constraint's mask (float64, a copy), none past
@@ -147,6 +158,13 @@ class Sampler:
         return x
 
     def _took(self, tok: int) -> int:
+        if self.window is not None:
+            if len(self.window) == self.window.maxlen:
+                old = self.window[0]
+                self.counts[old] -= 1
+                if not self.counts[old]:
+                    del self.counts[old]
+            self.window.append(tok)
         self.counts[tok] = self.counts.get(tok, 0) + 1
         if self.constraint is not None:
             self.constraint.accept(tok)

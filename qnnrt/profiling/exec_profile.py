@@ -354,7 +354,7 @@ class ExecutionProfiler:
                 lines.append(f"  {_short(o['op'], 28):<28} {_short(o['graph'], 40):<40} {o['executions']:>5} "
                              f"{_f(o['total'], 1, 0):>12} {_f(o['mean'], 1, 1):>10} {share:>6}")
         if data["contexts"]:
-            lines.append(f"Context creation: {t['context_creates']} create(s), QNN load binary "
+            lines.append(f"Context creation in this process: {t['context_creates']} create(s), QNN load binary "
                          f"{_ms(t['qnn_load_us'])} total")
         return "\n".join(lines)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from qnnrt.profiling.heap import DspHeapSource, HeapProfiler
+from qnnrt.profiling.heap import HeapProfiler
+from qnnrt.profiling.heap_sources import DspHeapSource
 from qnnrt.profiling.trace import PoolTrace, Tracer
 
 __all__ = ["PoolObservers", "pool_hooks"]

@@ -15,7 +15,8 @@ import numpy as np
 from qnnrt.core.binary import GraphSpec
 from qnnrt.core.tensor import TensorSpec
 from qnnrt.errors import FormatError
-from qnnrt.runtime.method import IOSpec, Method, QnnStep
+from qnnrt.runtime.method import Method
+from qnnrt.runtime.method_spec import IOSpec, QnnStep
 from qnnrt.runtime.plan import CallerArrays, MethodPlan, NotPreparable, Plan, RunTiming
 
 if TYPE_CHECKING:

@@ -3,9 +3,8 @@ segments) over named tensors; its graph call order is known ahead, which the res
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Sequence, Union
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import onnx
@@ -13,62 +12,17 @@ from onnx import helper, numpy_helper
 
 from qnnrt.core import ContextBinary
 from qnnrt.core.binary import GraphSpec
-from qnnrt.core.tensor import TensorSpec, order_inputs, prepare_input
-from qnnrt.errors import FormatError, QnnrtError
+from qnnrt.core.tensor import TensorSpec
+from qnnrt.errors import FormatError
 from qnnrt.formats.epcontext import EPContextModel, EPContextNode, is_epcontext
 from qnnrt.formats.onnx_graph import Dims, node_reads, tensor_type
 from qnnrt.runtime.cpu_segment import CpuSegment
+from qnnrt.runtime.method_spec import CpuStep, GraphRunner, Inputs, IOSpec, QnnStep, validate_inputs
+from qnnrt.runtime.plan import MethodPlan, NotPreparable
 
 if TYPE_CHECKING:
     from qnnrt.runtime.plan import CallerArrays, Plan, PreparedRun
     from qnnrt.runtime.plan_context import PlanContext
-
-
-@dataclass(frozen=True)
-class IOSpec:
-    """A method input or output: name, shape (None for a free dimension) and numpy dtype."""
-    name: str
-    shape: tuple
-    dtype: np.dtype
-    tensor: TensorSpec | None = None  # the QNN tensor behind it, for fixed-point quantization
-
-    @property
-    def is_fixed_point(self) -> bool:
-        return self.tensor is not None and self.tensor.is_fixed_point
-
-    def quantize(self, x: np.ndarray) -> np.ndarray:
-        if self.tensor is None:
-            raise QnnrtError(f"{self.name}: no QNN tensor behind this {self.dtype} I/O to quantize with")
-        return self.tensor.quantize(x)
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "dtype": str(self.dtype)}
-
-
-@dataclass
-class QnnStep:
-    key: str                 # context key in the program's pool
-    graph: str               # graph name inside that context binary
-    inputs: list[str]        # tensor names, in the graph's input order
-    outputs: list[str]       # tensor names, in the graph's output order
-    dequantize: "bool | tuple[bool, ...]" = True  # fixed-point outputs -> float32, per output
-
-
-@dataclass
-class CpuStep:
-    segment: CpuSegment
-
-
-# a function that executes graph `step.graph` of context `step.key` (the program wires residency in)
-GraphRunner = Callable[[QnnStep, int, list[np.ndarray]], list[np.ndarray]]
-# a method's inputs: a dict by name, a sequence in order, or one array (core.tensor.order_inputs)
-Inputs = Union[Mapping[str, object], Sequence[object], np.ndarray]
-
-
-def validate_inputs(specs: Sequence[IOSpec], inputs: Inputs, where: str) -> dict[str, np.ndarray]:
-    """Inputs by name (mapping) or in order (sequence) -> validated arrays by name."""
-    values = order_inputs([s.name for s in specs], inputs, where)
-    return {s.name: prepare_input(s, v, where) for s, v in zip(specs, values)}
 
 
 class Method:
@@ -83,13 +37,11 @@ class Method:
     def plan(self, context: PlanContext) -> Plan:
         """The plan a program runs this method with (runtime/plan.py), built at its first run
         with the program's `PlanContext`."""
-        from qnnrt.runtime.plan import MethodPlan
         return MethodPlan(context, self)
 
     def prepare(self, context: PlanContext, arrays: CallerArrays) -> PreparedRun:
         """This method's plan bound once to `arrays` (runtime/plan.py `PreparedRun`); only the
         .pte methods the planner compiles can be (NotPreparable otherwise)."""
-        from qnnrt.runtime.plan import NotPreparable
         raise NotPreparable(f"method {self.name!r} ({type(self).__name__}) cannot be bound to "
                             f"caller arrays: run it with Program.run")
 

@@ -33,16 +33,20 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from qnnrt.core import Profile
-from qnnrt.core.graph import BoundCall, GraphBinding, ProfileSink
+from qnnrt.core.binding import GraphBinding, ProfileSink
+from qnnrt.core.call import BoundCall
 from qnnrt.core.tensor import order_inputs, prepare_input
 from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder, Tracing
-from qnnrt.runtime.method import CpuStep, Inputs, Method, QnnStep
+from qnnrt.runtime.method_spec import CpuStep, Inputs, QnnStep
 from qnnrt.runtime.ort_step import Kind, Shape, ort_step, static_shape
+from qnnrt.runtime.segments import cut
 from qnnrt.runtime.steps import (CPU, GRAPH, SEGMENT, Call, GraphStep, SegmentStep, Step,
                                  loop_call)
+from qnnrt.runtime.tracing import traced_steps
 
 if TYPE_CHECKING:
+    from qnnrt.runtime.method import Method
     from qnnrt.runtime.plan_context import PlanContext
     from qnnrt.runtime.recovery import Recovery
     from qnnrt.runtime.residency import ContextSource, LiveContext
@@ -235,13 +239,11 @@ class StepPlan:
     def cut_by_host(self, template: list, outputs: Sequence[int]) -> None:
         """Runs of steps whose graphs live in another host become one step each, which that host
         runs on one request (runtime/segments.py); `outputs`: the slots the plan returns."""
-        from qnnrt.runtime.segments import cut
         context = self.context
         hosts = context.hosts
         self.steps = cut(self.steps, hosts.host_of, outputs,
                          lambda seg: hosts.segment_step(seg, template, context))
         if context.tracer is not None:   # each CPU step this process runs, a slice
-            from qnnrt.runtime.tracing import traced_steps
             self.steps = traced_steps(self.steps, context.tracer)
 
     def run_steps(self, values: list) -> None:
@@ -438,7 +440,7 @@ class ReferencePlan:
 
     def _execute(self, ctx: LiveContext, step: QnnStep,
                  arrays: list[np.ndarray]) -> list[np.ndarray]:
-        """`ctx`: a live Context, or a PD worker's (pd_remote.RemoteContext): both give graphs of
+        """`ctx`: a live Context, or a PD worker's (hosts/pd/remote.py RemoteContext): both give graphs of
         one protocol (`core.graph.LiveGraph`), executed by name, checked."""
         g = ctx.graph(step.graph)
         out = g.execute(arrays, dequantize=step.dequantize, shared=self.context.shared_memory)

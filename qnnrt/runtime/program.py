@@ -20,18 +20,20 @@ from qnnrt.formats.genie import GenieConfig
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.runtime.hooks import ExecutionRecorder
 from qnnrt.profiling.heap import HeapProfiler
-from qnnrt.runtime.method import Inputs, Method, MethodBuilder, UnavailableMethod
+from qnnrt.runtime.method import Method, MethodBuilder, UnavailableMethod
+from qnnrt.runtime.method_spec import Inputs
 from qnnrt.profiling.trace import Tracer
 from qnnrt.runtime.plan import CallObservers, CallerArrays, Plan, PreparedRun, ReferencePlan, RunTiming
 from qnnrt.runtime.plan_context import Counters, PlanContext
 from qnnrt.runtime.performance import Performance
 from qnnrt.runtime.recovery import DEFAULT_MAX_RECOVERIES, Recovery
-from qnnrt.runtime.hosts import DEFAULT_MAX_PDS, HostRequest, Hosts, Pool, PoolOptions, open_hosts
+from qnnrt.runtime.hosts import DEFAULT_MAX_PDS, HostRequest, Hosts, Pool, open_hosts
+from qnnrt.runtime.residency.groups import PoolOptions
 from qnnrt.runtime.hosts.this_process import ThisProcess
 from qnnrt.runtime.residency import Residency
 from qnnrt.runtime.teardown import Closable, Holdings, close_all
-from qnnrt.runtime.vet import VetReport
-from qnnrt.runtime.vet_watch import StepWatch
+from qnnrt.runtime.vet.policy import VetReport
+from qnnrt.runtime.vet.watch import StepWatch
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,20 @@ class Program:
 
     def run(self, method: str | int | None = None, inputs: Inputs | None = None,
             **named: np.ndarray) -> dict[str, np.ndarray]:
-        """Run a method: inputs as a dict by name, a sequence in order, or keyword arguments."""
+        """Run a method once (thread-safe: runs of one program take turns).
+
+        Parameters
+        ----------
+        method : the method's name or index; None: the only one (or ``forward``).
+        inputs : a dict by input name, a sequence in input order, or one array; checked and
+            converted once (dtype, shape) at entry, a bad one is an `InputError` naming it.
+        **named : the inputs as keyword arguments, when `inputs` is not given.
+
+        Returns
+        -------
+        dict[str, np.ndarray]
+            Each output by name: fresh arrays, never aliased by a later run.
+        """
         if inputs is None:
             inputs = named
         m = self.method(method)
@@ -255,9 +270,21 @@ class Program:
             return [k for k in dict.fromkeys(order) if k in self.pool.live_keys]
 
     def prepare(self, method: str | int | None, arrays: CallerArrays) -> PreparedMethod:
-        """`method` bound once to arrays the caller owns (runtime/plan.py `CallerArrays`): each
-        `run()` of the result reads and writes them in place. A plan of its own (the one `run`
-        uses is untouched); NotPreparable when the method cannot be bound."""
+        """Bind `method` once to arrays the caller owns, for runs without per-call allocation.
+
+        Parameters
+        ----------
+        method : the method's name or index; None: the only one.
+        arrays : `CallerArrays` (runtime/plan.py): the input and output arrays by name, each
+            exactly the dtype and shape the method declares, C-contiguous and writeable.
+
+        Returns
+        -------
+        PreparedMethod
+            Its `run()` reads the inputs and writes the outputs in place (through
+            `run_prepared`). It has a plan of its own: the one `run` uses is untouched. Raises
+            `NotPreparable` when the method cannot be bound (only compiled .pte methods can).
+        """
         m = self.method(method)
         with self._lock:
             if self._closed:
@@ -265,7 +292,17 @@ class Program:
             return PreparedMethod(self, m.prepare(self.context(self._timed), arrays))
 
     def run_prepared(self, prepared: PreparedRun) -> None:
-        """One run of a prepared method, under the program's lock (as `run`)."""
+        """One run of a prepared method, under the program's lock (as `run`).
+
+        Parameters
+        ----------
+        prepared : what `prepare` bound (its `PreparedRun`), of this program.
+
+        Returns
+        -------
+        None
+            The outputs are in the caller's arrays; `timing` holds this run's figures.
+        """
         with self._lock:
             if self._closed:
                 raise QnnrtError("program is closed")
@@ -292,7 +329,13 @@ class Program:
 
     # -- lifetime ----------------------------------------------------------------------------
     def close(self) -> None:
-        """Free every context, then the backend; write the heap profile. Idempotent."""
+        """Free every context, then the backend; write the heap profile and the trace. Waits for a
+        run in progress on another thread; idempotent; a later `run` is a `QnnrtError`.
+
+        Returns
+        -------
+        None
+        """
         with self._lock:  # waits for a run in progress on another thread
             if self._closed:
                 return

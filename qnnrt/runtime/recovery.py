@@ -77,7 +77,7 @@ class RecoveryRecord:
 
 
 class RecoverablePool(Protocol):
-    """What recovery asks of a pool: a ContextPool, or the multi-PD pool (runtime/pd_fleet.py),
+    """What recovery asks of a pool: a ContextPool, or the multi-PD pool (runtime/hosts/pd/fleet.py),
     which re-creates in the PD that holds the context, and for a DSP restart in every PD on that
     HTP device."""
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from qnnrt.runtime.plan import GraphStep, SegmentStep, Step
+from qnnrt.runtime.steps import GraphStep, SegmentStep, Step
 
 
 @runtime_checkable

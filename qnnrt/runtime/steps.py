@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from qnnrt.core.graph import GraphBinding
+from qnnrt.core.binding import GraphBinding
 
 if TYPE_CHECKING:
     from qnnrt.runtime.residency import LiveContext

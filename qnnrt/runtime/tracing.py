@@ -4,12 +4,9 @@ the program traces: an untraced plan's steps are the plain ones, so tracing off 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from qnnrt.runtime.hooks import Tracing
-
-if TYPE_CHECKING:
-    from qnnrt.runtime.plan import Step
+from qnnrt.runtime.steps import GraphStep, SegmentStep, Step
 
 
 class TracedStep:
@@ -37,7 +34,6 @@ def step_label(step: object) -> str | None:
 def traced_steps(steps: Sequence[Step], tracer: Tracing) -> list[Step]:
     """`steps` with each labelled CPU step timed (graph steps and other hosts' segments as they
     are: observed elsewhere)."""
-    from qnnrt.runtime.plan import GraphStep, SegmentStep
     out: list[Step] = []
     for s in steps:
         label = None if isinstance(s, (GraphStep, SegmentStep)) else step_label(s)

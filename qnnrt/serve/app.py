@@ -61,6 +61,7 @@ class ServeSettings:
     embeddings_id: str | None = None
     max_tokens: int | None = None          # the most tokens one choice generates (None: to the context's end)
     sampling: SamplingOptions = rq.OPENAI_SAMPLING   # what a request leaves out (a Genie bundle: its sampler)
+    stops: tuple[str, ...] = ()            # stop strings of a request that gives none (a Genie bundle's stop-sequence)
     cors_origins: tuple[str, ...] = ()     # browser origins allowed to call the API (none: CORS off)
 
 
@@ -169,7 +170,7 @@ class Service:
 
     def prepare_chat(self, data: bytes) -> tuple[rq.Params, list[int], Grammar | None, ToolRequest | None]:
         req = self.decode(data, s.ChatRequest)
-        params = rq.params(req, self.layout.vocab_size, self.settings.sampling)
+        params = rq.params(req, self.layout.vocab_size, self.settings.sampling, self.settings.stops)
         tools = parse_tools(req)
         ids = self.prompts.encode(self.prompts.render(rq.chat_messages(req), tools), "messages")
         return params, ids, self.prompts.grammar(tools, params.response_format), tools
@@ -181,7 +182,7 @@ class Service:
 
     def prepare_completion(self, data: bytes) -> tuple[rq.Params, list[int], Grammar | None]:
         req = self.decode(data, s.CompletionRequest)
-        params = rq.params(req, self.layout.vocab_size, self.settings.sampling)
+        params = rq.params(req, self.layout.vocab_size, self.settings.sampling, self.settings.stops)
         p = rq.completion_prompt(req, self.layout.vocab_size)
         if isinstance(p, list):
             self.prompts.check_fits(p, "prompt")
@@ -203,7 +204,7 @@ class Service:
     def prepare_responses(self, data: bytes) -> tuple[rs.ResponsesRequest, rq.Params, list[int], Grammar | None,
                                                        ToolRequest | None]:
         req = self.decode(data, rs.ResponsesRequest)
-        params = responses.params(req, self.settings.sampling)
+        params = responses.params(req, self.settings.sampling, self.settings.stops)
         tools = responses.tools(req)
         ids = self.prompts.encode(self.prompts.render(responses.messages(req), tools, "input"), "input")
         return req, params, ids, self.prompts.grammar(tools, params.response_format), tools

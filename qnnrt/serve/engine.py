@@ -319,7 +319,7 @@ class Engine:
         constraint: TokenConstraint | None = job.grammar.matcher() if job.grammar is not None else None
         if constraint is not None and self.tracer is not None:
             constraint = TracedConstraint(constraint, self.tracer)
-        sampler = Sampler(job.sampling.for_choice(index), constraint)
+        sampler = Sampler(job.sampling.for_choice(index), constraint, history=job.prompt)
         lp = LogprobSampler(sampler, job.top_logprobs) if job.top_logprobs is not None else None
 
         def on_text(chunk: str, token: int | None) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Sequence, TypeVar
 
 import msgspec
 
@@ -110,16 +110,17 @@ OPENAI_SAMPLING = SamplingOptions(temperature=1.0)   # what a request leaves out
 
 
 def params(req: s.ChatRequest | s.CompletionRequest, vocab_size: int,
-           defaults: SamplingOptions = OPENAI_SAMPLING) -> Params:
-    """`defaults`: temperature, top_k, top_p and seed where the request gives none (a Genie
-    bundle's sampler; else OpenAI's)."""
+           defaults: SamplingOptions = OPENAI_SAMPLING, default_stops: Sequence[str] = ()) -> Params:
+    """`defaults`: temperature, top_k, top_p, seed and the penalties where the request gives none
+    (a Genie bundle's sampler; else OpenAI's); `default_stops`: the stop strings of a request
+    without ``stop`` (a Genie bundle's stop-sequence)."""
     if isinstance(req, s.ChatRequest):
         max_tokens = req.max_completion_tokens or req.max_tokens
         top = (req.top_logprobs or 0) if req.logprobs else None
     else:
         max_tokens = req.max_tokens or 16         # the completions API's default
         top = req.logprobs
-    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    stops = list(default_stops) if req.stop is None else [req.stop] if isinstance(req.stop, str) else list(req.stop)
     return Params(max_tokens=max_tokens, sampling=_sampling(req, vocab_size, defaults), n=req.n or 1,
                   stops=[x for x in stops if x], top_logprobs=top, stream=bool(req.stream),
                   include_usage=bool(req.stream_options and req.stream_options.include_usage),
@@ -138,10 +139,11 @@ def _sampling(req: s.GenerationRequest, vocab_size: int, d: SamplingOptions) -> 
         top_k=d.top_k if req.top_k is None else req.top_k,
         top_p=d.top_p if req.top_p is None else req.top_p,
         seed=d.seed if req.seed is None else req.seed % (1 << 64),
-        min_p=req.min_p or 0.0, presence_penalty=req.presence_penalty or 0.0,
-        frequency_penalty=req.frequency_penalty or 0.0,
-        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
-        logit_bias={int(k): float(v) for k, v in bias.items()})
+        min_p=req.min_p or 0.0,
+        presence_penalty=d.presence_penalty if req.presence_penalty is None else req.presence_penalty,
+        frequency_penalty=d.frequency_penalty if req.frequency_penalty is None else req.frequency_penalty,
+        repetition_penalty=d.repetition_penalty if req.repetition_penalty is None else req.repetition_penalty,
+        penalty_last_n=d.penalty_last_n, logit_bias={int(k): float(v) for k, v in bias.items()})
 
 
 def _text(content: s.Content | None) -> str:

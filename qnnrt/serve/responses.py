@@ -5,7 +5,8 @@ choice; tool calls and `text.format` go through the same constrained decoding as
 from __future__ import annotations
 
 import json
-from typing import Any, cast
+from dataclasses import replace
+from typing import Any, Sequence, cast
 
 from qnnrt.llm.sampling import SamplingOptions
 from qnnrt.serve import openai_api as api
@@ -80,12 +81,14 @@ def response_format(req: r.ResponsesRequest) -> s.ResponseFormat | None:
     return None
 
 
-def params(req: r.ResponsesRequest, defaults: SamplingOptions) -> rq.Params:
-    sampling = SamplingOptions(temperature=defaults.temperature if req.temperature is None else req.temperature,
-                               top_k=defaults.top_k, top_p=defaults.top_p if req.top_p is None else req.top_p,
-                               seed=defaults.seed)
-    return rq.Params(max_tokens=req.max_output_tokens, sampling=sampling, n=1, stops=[], top_logprobs=None,
-                     stream=bool(req.stream), include_usage=False, response_format=response_format(req))
+def params(req: r.ResponsesRequest, defaults: SamplingOptions, default_stops: Sequence[str] = ()) -> rq.Params:
+    """`defaults` (a Genie bundle's sampler, else OpenAI's) with the request's temperature and top_p;
+    `default_stops` (a Genie bundle's stop-sequence: the Responses API has no stop field)."""
+    sampling = replace(defaults, temperature=defaults.temperature if req.temperature is None else req.temperature,
+                       top_p=defaults.top_p if req.top_p is None else req.top_p)
+    return rq.Params(max_tokens=req.max_output_tokens, sampling=sampling, n=1, stops=[x for x in default_stops if x],
+                     top_logprobs=None, stream=bool(req.stream), include_usage=False,
+                     response_format=response_format(req))
 
 
 # -- the reply ----------------------------------------------------------------------------------------

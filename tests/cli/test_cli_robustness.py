@@ -9,7 +9,7 @@ import pytest
 from onnx import helper
 
 from qnnrt.cli.io_files import read_input_list, write_outputs
-from qnnrt.runtime.method import IOSpec
+from qnnrt.runtime.method_spec import IOSpec
 from tests.helpers.data import CORRUPT_PTE
 from tests.helpers.cli_helpers import qnnrt
 from tests.helpers.program_fixtures import epcontext_node, save_model

@@ -10,7 +10,7 @@ import pytest
 
 from qnnrt._capi import platforms
 from qnnrt.cli import doctor
-from qnnrt.runtime.pd_budget import SIMULATOR_CAPACITY
+from qnnrt.runtime.residency.budget import SIMULATOR_CAPACITY
 from tests.helpers.cli_helpers import qnnrt
 
 
@@ -55,6 +55,8 @@ def test_doctor_table_and_probe_pd(tmp_path):
     r = qnnrt("doctor", "--probe-pd")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "runs would work" in r.stdout and "what to do" not in r.stdout
+    # the simulator reports its own platform (SM8350 / v68); the table says why builds target SM8550 / v73
+    assert "the simulator's own default platform" in r.stdout and "compiles for SM8550 / HTP v73" in r.stdout
     assert "capacity 3,650,722,201 B" in r.stdout and "learned on this backend" in r.stdout
     learned = json.loads((tmp_path / "pd_budget.json").read_text())   # the test's private cache
     assert [v["capacity_bytes"] for v in learned.values()] == [SIMULATOR_CAPACITY]

@@ -77,7 +77,7 @@ def test_stop_signal_stops_every_pd_worker(chain12, sig, in_process):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and len(workers) < 2:
             time.sleep(0.2)
-            workers = {p: c for p, c in _descendants(proc.pid).items() if "pd_worker" in c}
+            workers = {p: c for p, c in _descendants(proc.pid).items() if "hosts.pd.worker" in c}
         assert len(workers) == 2, "the PD workers did not start"
         time.sleep(1.0)  # running iterations now
         proc.send_signal(sig)

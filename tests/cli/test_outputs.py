@@ -17,7 +17,7 @@ import qnnrt
 from qnnrt import fileio
 from qnnrt.cli import io_files
 from qnnrt.errors import FormatError, InputError, QnnrtError
-from qnnrt.runtime.method import IOSpec
+from qnnrt.runtime.method_spec import IOSpec
 from tests.helpers.data import CORRUPT_PTE
 from tests.helpers.cli_helpers import qnnrt as cli
 from tests.helpers.program_fixtures import epcontext_node, save_model

@@ -173,6 +173,22 @@ def test_a_multi_pd_report_draws_every_pds_heap_timeline():
     assert "PD 2 (this process)" not in " ".join(titles)
 
 
+def test_pd_0s_panel_shows_its_own_checkpoints_and_the_sum_apart():
+    needs_matplotlib()
+    report = multi_pd_report(2)
+    heap = report["heap"]
+    own_b, own_a = heap["before_context_created"], heap["after_context_freed"]
+    worker = heap["processes"]["pd1"]
+    heap["this_process"] = {"before_context_created": own_b, "after_context_freed": own_a}
+    heap["before_context_created"] = own_b + worker["before_context_created"]   # as heap.py sums them
+    heap["after_context_freed"] = own_a + worker["after_context_freed"]
+    title = next(ax.get_title() for ax in _drawn(report).axes if "PD 0 (this process)" in ax.get_title())
+    own_line, sum_line = title.splitlines()[1:3]
+    assert own_line.startswith("HOST: ") and f"before {own_b / 2**20:.2f} MiB" in own_line
+    assert sum_line.startswith("HOST, every PD summed: ")
+    assert f"before {heap['before_context_created'] / 2**20:.2f} MiB" in sum_line
+
+
 def test_legends_sit_outside_the_data_and_count_ticks_are_whole():
     needs_matplotlib()
     fig = _drawn(multi_pd_report(2))

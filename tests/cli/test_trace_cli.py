@@ -8,6 +8,7 @@ import shlex
 import pytest
 
 from tests.helpers.cli_helpers import qnnrt
+from tests.helpers.data import executorch_pte
 from tests.helpers.trace_check import check_trace
 
 MULTI = ("--residency", "multi-pd:2", "--pd-budget", "64MiB")   # PD 0 here, 1 worker
@@ -63,3 +64,10 @@ def test_the_demos_next_commands_fill_every_panel(built_tiny_program, tmp_path, 
     shown = qnnrt("inspect", program)
     assert shown.returncode == 0 and "SoC SM8550 (model 43), HTP v73" in shown.stdout
     assert "66 graph(s)" in shown.stdout and "input " in shown.stdout
+
+
+def test_no_trace_after_an_input_refused_before_any_work(tmp_path):
+    r = qnnrt("run", executorch_pte("add_relu_mul_fp16"), "--inputs", tmp_path / "missing.npy",
+              "--trace", tmp_path / "t.json")
+    assert r.returncode == 1 and "does not exist" in r.stderr
+    assert not (tmp_path / "t.json").exists() and "trace:" not in r.stdout

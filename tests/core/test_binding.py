@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from qnnrt.core import Backend, Context, ContextBinary
-from qnnrt.core.graph import BoundCall, GraphBinding
+from qnnrt.core.binding import GraphBinding
+from qnnrt.core.call import BoundCall
 from qnnrt.errors import QnnrtError
 from tests.helpers.qnn_fixtures import WIDTH
 
@@ -102,7 +103,7 @@ def test_the_graph_handle_is_passed_as_its_address(live):
     """BoundCall passes the handle as a ready pointer argument: its address, NULL as None."""
     import ctypes as C
 
-    from qnnrt.core.graph import pointer_arg
+    from qnnrt.core.call import pointer_arg
     backend, graph = live
     assert pointer_arg(None) is None and pointer_arg(C.c_void_p()) is None
     arg = pointer_arg(C.c_void_p(0x1234560))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qnnrt.core.graph import Dequantizer
+from qnnrt.core.binding import Dequantizer
 from qnnrt.core.tensor import Quantization, TensorSpec
 from qnnrt.errors import QnnrtError
 

@@ -16,12 +16,24 @@ def references() -> list[dict]:
     return json.loads((GENIE_F32 / "references.json").read_text())["references"]
 
 
+@pytest.fixture(scope="session")
+def genie_library() -> None:
+    """Skip where the onnxruntime-qnn wheel has no libGenie.so."""
+    import onnxruntime_qnn
+    if not (Path(onnxruntime_qnn.__file__).parent / "libGenie.so").is_file():
+        pytest.skip("libGenie.so is not in this onnxruntime-qnn wheel (its Linux x86_64 2.7 wheel has it)")
+
+
 @pytest.fixture
 def bundle_copy(tmp_path: Path) -> Path:
-    """A copy of the tiny bundle (2 MB; copied, not linked: a bundle's links may not lead out of it)."""
-    out = tmp_path / "bundle"
+    """A copy of the tiny bundle (a test changes its JSON files)."""
+    return copy_bundle(GENIE_F32, tmp_path / "bundle")
+
+
+def copy_bundle(src: Path, out: Path) -> Path:
+    """`src` copied to `out` (copied, not linked: a bundle's files may not lead out of its folder)."""
     out.mkdir()
-    for f in GENIE_F32.iterdir():
+    for f in src.iterdir():
         shutil.copy(f, out / f.name)
     return out
 
@@ -32,3 +44,12 @@ def edit_config(bundle: Path, change) -> None:
     d = json.loads(p.read_text())
     change(d)
     p.write_text(json.dumps(d, indent=2))
+
+
+def positional_encoding(item):
+    """A config change putting `item` as the model's positional-encoding (QnnHtp's RoPE keys removed)."""
+    def change(d):
+        htp = d["dialog"]["engine"]["backend"]["QnnHtp"]
+        htp.pop("rope-theta"), htp.pop("pos-id-dim")
+        d["dialog"]["engine"]["model"]["positional-encoding"] = item
+    return change

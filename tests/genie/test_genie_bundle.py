@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from qnnrt.core.binary import ContextBinary
-from tests.helpers.data import GENIE_F32, GENIE_F32_SHARED, GENIE_W8A16
+from tests.helpers.data import GENIE_AIHUB_F32, GENIE_AIHUB_W8A16, GENIE_F32, GENIE_F32_SHARED, GENIE_W8A16
 from tests.helpers.genie_bundle import GENIE_RUNNER, Bundle, fixture_module
+from tests.helpers.genie_bundle import run_genie as _genie
 
 GRAPH = re.compile(r"(prompt|token)_ar(\d+)_cl(\d+)_(\d+)_of_(\d+)")
 
@@ -56,7 +57,8 @@ def _dtype(bundle: Bundle, name: str) -> type:
     return np.uint8 if name.startswith("past_") else np.uint16
 
 
-@pytest.mark.parametrize("root", [GENIE_F32, GENIE_F32_SHARED, GENIE_W8A16], ids=["f32", "f32_shared", "w8a16"])
+@pytest.mark.parametrize("root", [GENIE_F32, GENIE_F32_SHARED, GENIE_W8A16, GENIE_AIHUB_F32, GENIE_AIHUB_W8A16],
+                         ids=["f32", "f32_shared", "w8a16", "aihub_f32", "aihub_w8a16"])
 def test_bundle_is_what_its_config_says(root: Path) -> None:
     bundle = Bundle.load(root)
     spec, cfg = bundle.spec, bundle.config["dialog"]
@@ -123,18 +125,6 @@ def test_part_graphs_reproduce_the_reference_on_the_cpu(f32: Bundle) -> None:
         got = M.run_bundle(spec, call, r["prompt_ids"], f32.meta["max_new_tokens"], ar, f32.meta["eos"],
                            unwritten=float("nan"))
         assert got == r["tokens"]
-
-
-def _genie(bundle: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(GENIE_RUNNER), str(bundle), *args, "--json"],
-                          capture_output=True, text=True, timeout=120, env=dict(os.environ))
-
-
-@pytest.fixture(scope="module")
-def genie_library() -> None:
-    import onnxruntime_qnn
-    if not (Path(onnxruntime_qnn.__file__).parent / "libGenie.so").is_file():
-        pytest.skip("libGenie.so is not in this onnxruntime-qnn wheel (its Linux x86_64 2.7 wheel has it)")
 
 
 @pytest.mark.parametrize("index", [0, 3])

@@ -12,7 +12,7 @@ import pytest
 import qnnrt
 from tests.genie.conftest import edit_config
 from tests.helpers.cli_helpers import qnnrt as qnnrt_cli
-from tests.helpers.data import GENIE_F32, GENIE_F32_SHARED, GENIE_W8A16
+from tests.helpers.data import GENIE_F32, GENIE_F32_SHARED, GENIE_W8A16, executorch_pte
 
 
 def _ids(xs) -> str:
@@ -46,15 +46,23 @@ def test_llm_generates_the_float_references_tokens(references, tmp_path):
     assert d["layout"]["prefill_method"] == "prompt" and d["layout"]["eos_ids"] == [1]
 
 
-def test_llm_text_in_text_out_with_the_bundles_tokenizer(references, tmp_path):
+@pytest.mark.parametrize("given", [True, False], ids=["--tokenizer", "its own"])
+def test_llm_text_in_text_out_with_the_bundles_tokenizer(references, tmp_path, given):
+    """Text in and out through the bundle's tokenizer, named or (a bundle carries one) not."""
     ref = references[1]
     report = tmp_path / "r.json"
-    r = qnnrt_cli("llm", GENIE_F32, "--prompt", ref["prompt"], "--tokenizer", GENIE_F32,
+    r = qnnrt_cli("llm", GENIE_F32, "--prompt", ref["prompt"], *(["--tokenizer", GENIE_F32] if given else []),
                   "--max-new-tokens", str(len(ref["tokens"])), "--ignore-eos", "--report", report)
     assert r.returncode == 0, r.stderr
     d = json.loads(report.read_text())
     assert d["prompt_token_ids"] == ref["prompt_ids"]    # the config's BOS prepended
     assert d["generated_tokens"] == ref["tokens"] and d["text"] == ref["text"]
+
+
+def test_serve_asks_a_pte_for_its_tokenizer():
+    r = qnnrt_cli("serve", executorch_pte("add_relu_mul_fp16"), "--port", "0")
+    assert r.returncode == 1
+    assert "give --tokenizer DIR" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_speculative_prompt_lookup_verifies_with_the_prompt_graph(references, tmp_path):
@@ -111,7 +119,7 @@ def test_a_weight_shared_bundle_is_refused_on_the_simulator_in_one_line():
 
 
 @pytest.mark.parametrize("field, value, says", [
-    ("n-vocab", 500, "dialog.context.n-vocab is 500 but the graphs' logits have 384"),
+    ("eos-token", 500, "dialog.context.eos-token 500 is not below the graphs' 384 logits"),
     ("size", 256, "dialog.context.size is 256 but the graphs hold 128 positions"),
 ])
 def test_a_config_that_does_not_fit_the_graphs_is_refused_clearly(bundle_copy, field, value, says):
@@ -148,3 +156,33 @@ def test_the_quantized_bundle_gives_its_graphs_tokens(tmp_path):
     d = json.loads(report.read_text())
     assert d["generated_tokens"] == ref["quantized_tokens"][:n]
     assert (d["layout"]["cache_dtype"], d["layout"]["mask_dtype"]) == ("uint8", "uint16")
+
+
+def test_inspect_states_what_genie_leaves_unused_and_where_qnnrt_differs(bundle_copy):
+    """n-vocab beside the logits, greedy: true beside a temperature, the penalty window, BOS, the seed."""
+    def change(d):
+        d["dialog"]["context"]["n-vocab"] = 500
+        d["dialog"]["sampler"].update({"greedy": True, "temp": 0.7, "top-k": 0, "token-penalty": {
+            "version": 1, "penalize-last-n": 0, "repetition-penalty": 1.2}})
+        d["dialog"]["stop-sequence"] = [" and"]
+    edit_config(bundle_copy, change)
+    r = qnnrt_cli("inspect", bundle_copy)
+    assert r.returncode == 0, r.stderr
+    notes = [x.strip()[len("note: "):] for x in r.stdout.splitlines() if x.strip().startswith("note: ")]
+    assert notes[:4] == ["n-vocab 500 is not the logits' 384: both sample over the logits",
+                         "greedy: true is unused: Genie samples at temp 0.7, top-k 0 (so does qnnrt)",
+                         "token-penalty is unused: penalize-last-n is 0",
+                         "seed 42: qnnrt's random stream is not Genie's (the same seed samples other tokens)"]
+    assert any(n.startswith("BOS 0: Genie prepends it to every query") for n in notes)
+    assert "stops: ids [1], text ' and'" in r.stdout
+
+
+def test_add_bos_prepends_it_as_genie_does(references, tmp_path):
+    """--prompt-tokens run as given; --add-bos prepends the config's BOS (Genie's query)."""
+    ref = references[0]
+    report = tmp_path / "r.json"
+    r = qnnrt_cli("llm", GENIE_F32, "--prompt-tokens", _ids(ref["prompt_ids"][1:]), "--add-bos",
+                  "--max-new-tokens", "8", "--ignore-eos", "--report", report)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(report.read_text())
+    assert d["prompt_token_ids"] == ref["prompt_ids"] and d["generated_tokens"] == ref["tokens"][:8]

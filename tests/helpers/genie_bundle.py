@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,3 +52,9 @@ class Bundle:
         import numpy as np
         with np.load(self.root / "weights.npz") as z:
             return {k: z[k] for k in z.files}
+
+
+def run_genie(bundle: Path, *args: str) -> subprocess.CompletedProcess:
+    """tools/genie_reference.py (libGenie.so) on `bundle` with `args`, its result as JSON on stdout."""
+    return subprocess.run([sys.executable, str(GENIE_RUNNER), str(bundle), *args, "--json"],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ))

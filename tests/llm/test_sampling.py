@@ -144,3 +144,15 @@ def test_a_logit_past_the_largest_float_is_cut_to_it_and_stays_the_best():
     x = s.adjusted(logits)
     assert x[1] == np.finfo(np.float64).max and x[3] == -np.inf and x[0] == 1.0
     assert s(logits) == 1 and Sampler()(logits) == 1
+
+
+def test_a_penalty_window_counts_the_last_n_tokens_of_the_sequence():
+    """penalty_last_n (a Genie config's penalize-last-n): the prompt's tokens count, and a token
+    leaves the window n tokens later."""
+    s = Sampler(SamplingOptions(repetition_penalty=2.0, penalty_last_n=3), history=[4, 5, 1, 2])
+    assert s.counts == {5: 1, 1: 1, 2: 1}
+    row = np.zeros(8)
+    row[5], row[6] = 1.0, 0.9
+    assert s(row) == 6                  # 5 is in the window (1.0 / 2 < 0.9)
+    assert s(row) == 5 and s.counts == {2: 1, 6: 1, 5: 1}    # 5 left it; 6 is in it
+    assert Sampler(SamplingOptions(repetition_penalty=2.0), history=[5])(row) == 5   # 0: the sampler's own

@@ -200,7 +200,7 @@ def test_summary_table_lists_top_graphs_and_ops():
     assert "Top 3 ops by accelerator cycles" in table
     op_section = table.split("Top 3 ops")[1]
     assert "Mul2" in op_section and "Input" not in op_section   # only the top 3
-    assert "Context creation: 2 create(s)" in table
+    assert "Context creation in this process: 2 create(s)" in table
 
 
 def test_summary_table_when_nothing_was_recorded():

@@ -12,8 +12,9 @@ import pytest
 from qnnrt._capi.libc import MallInfo
 from qnnrt import fileio as fileio_mod
 from qnnrt.errors import QnnrtError
-from qnnrt.profiling.heap import (DSP_AFTER_EVENT, DSP_BEFORE_EVENT, DspHeapSource, HeapProfiler,
-                                  HostHeapSource, PdEstimateSource)
+from qnnrt.profiling.heap import HeapProfiler
+from qnnrt.profiling.heap_sources import (DSP_AFTER_EVENT, DSP_BEFORE_EVENT, DspHeapSource, HostHeapSource,
+                                          PdEstimateSource)
 from qnnrt.fileio import check_output_path, write_atomic
 from qnnrt.profiling.pd_log import parse_pd_estimate, pd_estimate_from_log
 

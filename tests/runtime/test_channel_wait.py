@@ -1,4 +1,4 @@
-"""How a side of a child channel waits (runtime/child.py): the doorbell page counts frames so a poll
+"""How a side of a child channel waits (runtime/ipc/child.py): the doorbell page counts frames so a poll
 reads memory, not the pipe; a poll is bounded by what the work is expected to take and by the cap,
 then the pipe read blocks, so a stuck or dead peer costs no core; and a multi-PD program's worker
 reads the clock only when the main process's plan does."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import qnnrt
-from qnnrt.runtime import child
+from qnnrt.runtime.ipc import child
 from tests.helpers.qnn_fixtures import WIDTH
 
 posix = pytest.mark.skipif(not child.use_pipes(), reason="the doorbell comes with the pipe transport")
@@ -47,7 +47,7 @@ def test_the_doorbell_says_a_frame_arrived_before_it_is_read():
 
 @posix
 def test_a_spawned_child_gets_the_doorbell_and_answers_through_it():
-    script = ("import sys; from qnnrt.runtime import child as c; end = c.child_end(sys.argv[1:]); "
+    script = ("import sys; from qnnrt.runtime.ipc import child as c; end = c.child_end(sys.argv[1:]); "
               "assert end.bell is not None; w = c.SpinWait()\n"
               "for _ in range(50): end.send(w.recv(end))\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))

@@ -212,7 +212,7 @@ def test_interpreted_pte_plan_bit_identical(name):
 def test_matmul_step_is_bit_identical_to_np_matmul(m, k, n):
     """MatmulStep computes aten::mm as ndarray.dot (cheaper per call than the matmul ufunc); the
     reference path's kernel uses np.matmul: for 2-d float32 both make the same BLAS call."""
-    from qnnrt.executorch.plan import MatmulStep
+    from qnnrt.executorch.steps import MatmulStep
     rng = np.random.default_rng(m * 1000 + k * 10 + n)
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
@@ -229,7 +229,7 @@ def test_matmul_step_is_bit_identical_to_np_matmul(m, k, n):
 def test_untimed_by_default_timed_when_asked(chain12):
     """A program does not read the clock per step unless timed; timed and untimed plans of a method
     give the same bits, each built once."""
-    from qnnrt.executorch.plan import FreeStep, MatmulStep
+    from qnnrt.executorch.steps import FreeStep, MatmulStep
     from qnnrt.runtime.steps import CPU, TimedStep, loop_call
     x = {"x": np.random.default_rng(7).standard_normal((1, WIDTH)).astype(np.float32)}
     with qnnrt.load(chain12.model, residency="eager") as p:

@@ -10,7 +10,7 @@ import pytest
 
 import qnnrt
 from qnnrt.core import GraphSpec
-from qnnrt.core.graph import PreparedCall
+from qnnrt.core.call import PreparedCall
 from qnnrt.runtime import hosts
 from qnnrt.runtime.hosts import HostRequest, OpenedHosts, Sizing
 from qnnrt.runtime.hosts.this_process import KIND as THIS_PROCESS, ThisProcess

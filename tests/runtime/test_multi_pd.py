@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import qnnrt
-from qnnrt.runtime.pd_fleet import MultiPdPool
-from qnnrt.runtime.pd_host import PdWorkerError
-from qnnrt.runtime.pd_remote import RemoteCall
+from qnnrt.runtime.hosts.pd.fleet import MultiPdPool
+from qnnrt.runtime.hosts.pd.handle import PdWorkerError
+from qnnrt.runtime.hosts.pd.remote import RemoteCall
 from tests.helpers.data import EXECUTORCH
 from tests.helpers.qnn_fixtures import WIDTH
 
@@ -46,6 +46,18 @@ def _gone_soon(pids: list[int]) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def test_load_progress_counts_contexts_over_every_pd(chain12):
+    """Loading over two PDs reports contexts created of all 12 (this process's one by one, the
+    worker's when it has started), not PDs of 2."""
+    seen: list[tuple[int, int]] = []
+    with qnnrt.load(chain12.model, residency="multi-pd:2",
+                    options=_opts(progress=lambda done, total: seen.append((done, total)))):
+        pass
+    assert seen and {total for _, total in seen} == {12}
+    assert seen[-1] == (12, 12) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert len(seen) > 2                               # PD 0's contexts one by one
 
 
 def test_multi_pd_bit_identical_to_one_pd_and_never_creates_again(chain12):
@@ -210,6 +222,9 @@ def test_heap_profile_covers_every_pd(chain12, tmp_path):
     worker = d["processes"]["pd1"]["before_context_created"]
     assert before == d["before_context_created"] > worker > 0   # this process's plus the worker's
     assert "summed over this process and 1 PD worker" in d["file_source"]
+    own = d["this_process"]                    # PD 0's own figures, kept beside the sum (the plot's PD 0 panel)
+    assert own["before_context_created"] + worker == before
+    assert own["after_context_freed"] + d["processes"]["pd1"]["after_context_freed"] == d["after_context_freed"]
 
 
 def test_beyond_max_pds_each_pd_evicts(chain12):
@@ -231,7 +246,7 @@ def test_beyond_max_pds_each_pd_evicts(chain12):
 
 def test_portable_channel_gives_the_same_outputs(chain12, monkeypatch):
     """The fallback transport (a multiprocessing connection, what Windows uses) on this machine."""
-    from qnnrt.runtime import child
+    from qnnrt.runtime.ipc import child
     x = _x(7)
     with qnnrt.load(chain12.model, residency="lazy") as p:
         ref = p.run(None, x)
@@ -260,7 +275,7 @@ def test_arena_buffers_pass_between_pds_without_a_copy(chain12):
     """Graph calls bound to arena buffers (`Program.buffer`): each worker writes its output where
     the next graph, on another PD, reads it; nothing is staged in this process. Compared with the
     same graphs chained in this process (the program's CPU ops left out on both sides)."""
-    from qnnrt.runtime.method import QnnStep
+    from qnnrt.runtime.method_spec import QnnStep
     x = _x(11)["x"]
     with qnnrt.load(chain12.model, residency="lazy") as p:
         steps = [s for s in p.method(None).steps if isinstance(s, QnnStep)]

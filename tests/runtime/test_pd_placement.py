@@ -1,10 +1,10 @@
-"""Multi-PD placement (runtime/pd_plan.place): deterministic, consecutive, balanced, under budget."""
+"""Multi-PD placement (runtime/hosts/pd/placement.py `place`): deterministic, consecutive, balanced, under budget."""
 from __future__ import annotations
 
 import pytest
 
 from qnnrt.errors import QnnrtError
-from qnnrt.runtime.pd_plan import first_use_order, place
+from qnnrt.runtime.hosts.pd.placement import first_use_order, place
 from qnnrt.runtime.residency import Residency
 from qnnrt.runtime.residency.policies.multi_pd import MultiPd
 from tests.helpers.qnn_fixtures import WIDTH
@@ -74,7 +74,7 @@ def _dev(i: int, cores: int = 1):
 
 
 def test_pds_go_round_robin_over_the_htp_devices_reported():
-    from qnnrt.runtime.pd_devices import place_on_devices
+    from qnnrt.runtime.hosts.pd.devices import place_on_devices
     two = place_on_devices(3, [_dev(0), _dev(1)])
     assert two.devices == (0, 1, 0) and two.cores_reported == 2
     assert "2 HTP devices" in two.note and "PD 1 on device 1" in two.note

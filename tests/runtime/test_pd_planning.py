@@ -9,8 +9,8 @@ import numpy as np
 import qnnrt
 from qnnrt.core import Backend, ContextBinary
 from qnnrt.profiling.pd_log import pd_available_from_log, pd_estimate_from_log, pd_reserved_from_log
-from qnnrt.runtime.pd_budget import SIMULATOR_CAPACITY, cache_file
-from qnnrt.runtime.pd_plan import belady_creations, plan
+from qnnrt.runtime.residency.budget import SIMULATOR_CAPACITY, cache_file
+from qnnrt.runtime.hosts.pd.placement import belady_creations, plan
 from qnnrt.runtime.residency import ContextPool
 from tests.helpers.qnn_fixtures import WIDTH
 
@@ -26,7 +26,7 @@ def run(model, residency="auto", iterations=2, **options):
 
 def _a_device(monkeypatch) -> None:
     """The backend's PD budget is not known before a run (as on a device)."""
-    from qnnrt.runtime import pd_budget
+    from qnnrt.runtime.residency import budget as pd_budget
     monkeypatch.setattr(pd_budget, "known_budget", lambda identity: None)
 
 

@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from qnnrt.runtime import pd_channel as ch
-from qnnrt.runtime import pd_protocol as proto
-from qnnrt.runtime.pd_worker import Worker
+from qnnrt.runtime.hosts.pd import channel as ch
+from qnnrt.runtime.hosts.pd import protocol as proto
+from qnnrt.runtime.hosts.pd.worker import Worker
 from qnnrt.runtime.performance import Choice
 
 
@@ -140,7 +140,7 @@ def test_an_unknown_request_is_a_failure_reply_with_its_id():
 
 def test_a_failure_rebuilds_a_qnn_error():
     from qnnrt.errors import QnnError
-    from qnnrt.runtime.pd_host import PdQnnError, PdWorker
+    from qnnrt.runtime.hosts.pd.handle import PdQnnError, PdWorker
     e = QnnError("graphExecute", 1100, "QNN_GRAPH_ERROR_GENERAL", "", ["<E> dma failed"], "retry", "")
     frame = _message(ch.ERROR, 1, proto.Failure.of(e, "tb"))
     array, block = ch.Arena().alloc((1,), proto.STATUS_DTYPE)

@@ -1,4 +1,4 @@
-"""A plan segment's steps travel as descriptors (runtime/portable.py) and are rebuilt, not pickled:
+"""A plan segment's steps travel as descriptors (runtime/hosts/pd/portable.py) and are rebuilt, not pickled:
 the rebuilt step computes what the original does, over the same arena memory, and a step or adapter
 no kind registered is refused by name."""
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qnnrt.executorch.plan import FreeStep, MatmulStep, MoveStep
-from qnnrt.runtime import pd_channel as ch
-from qnnrt.runtime.portable import ArenaArray, Refs, Resolver, StepDescriptor, describe, rebuild
+from qnnrt.executorch.steps import FreeStep, MatmulStep, MoveStep
+from qnnrt.runtime.hosts.pd import channel as ch
+from qnnrt.runtime.hosts.pd.portable import ArenaArray, Refs, Resolver, StepDescriptor, describe, rebuild
 
 
 def _sides():

@@ -11,7 +11,7 @@ import pytest
 
 import qnnrt
 from qnnrt.errors import QnnrtError
-from qnnrt.runtime.pd_plan import belady_creations
+from qnnrt.runtime.hosts.pd.placement import belady_creations
 from qnnrt.runtime.residency import Bound, CallOrder, Residency, farthest_next_use, register
 from qnnrt.runtime.residency.policy import whole_number
 from tests.helpers.qnn_fixtures import WIDTH
@@ -167,8 +167,9 @@ def _optimal_misses(n: int, k: int, iterations: int) -> list[int]:
 
 @pytest.mark.parametrize("n, k", [(12, 3), (12, 4), (12, 6), (5, 2)])
 def test_the_planner_evicts_as_belady_does(n, k):
-    """pd_plan's simulation evicts by the same function: with equal sizes it is Belady's optimum,
-    run by run (the horizon of the scan is far enough past the runs compared)."""
+    """The placement's simulation (hosts/pd/placement.py) evicts by the same function: with equal
+    sizes it is Belady's optimum, run by run (the horizon of the scan is far enough past the runs
+    compared)."""
     order = [f"c{i}" for i in range(n)]
     optimal = _optimal_misses(n, k, iterations=8)
     for runs in (1, 2, 3, 4):

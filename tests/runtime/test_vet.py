@@ -13,7 +13,7 @@ import pytest
 import qnnrt
 from qnnrt.errors import FormatError, QnnrtError
 from qnnrt.loader import LoadOptions
-from qnnrt.runtime.vet import STEP_FILE_ENV, vet_mode
+from qnnrt.runtime.vet.policy import STEP_FILE_ENV, vet_mode
 from tests.helpers.data import DATA
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The typed wire (runtime/wire.py): messages round-trip by their declared types, without pickle,
+"""The typed wire (runtime/ipc/wire.py): messages round-trip by their declared types, without pickle,
 and anything that does not fit its declaration is refused on either side."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from qnnrt.profiling.trace_events import Mark, Sample, Span, TraceBatch
-from qnnrt.runtime.wire import Wire, WireError
+from qnnrt.runtime.ipc.wire import Wire, WireError
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,9 @@ def test_no_message_between_processes_declares_any():
     import typing
 
     import qnnrt.executorch.plan  # noqa: F401 - registers the .pte steps' descriptors
-    from qnnrt.runtime import pd_protocol, portable, vet_protocol
+    from qnnrt.runtime.hosts.pd import protocol as pd_protocol
+    from qnnrt.runtime.hosts.pd import portable
+    from qnnrt.runtime.vet import protocol as vet_protocol
     classes = [*pd_protocol.WIRE.messages, *vet_protocol.WIRE.messages,
                *portable.descriptors()]
     seen, todo, bad = set(), list(classes), []

@@ -60,13 +60,19 @@ def _pump(stream, sink: list[str], ready: threading.Event | None) -> None:
 def start_server(tokenizer: Path, report: Path, *extra: str, model: Path = FIX / "model.pte",
                  model_id: str = MODEL_ID) -> Server:
     """`python -m qnnrt.cli serve` on port 0; returns once it listens (the port it prints)."""
+    return launch(["serve", str(model), "--tokenizer", str(tokenizer), "--port", "0", "--model-name", model_id,
+                   "--report", str(report), *extra], report)
+
+
+def launch(argv: list[str], report: Path) -> Server:
+    """`python -m qnnrt.cli ARGV` from the repository's root (argv must listen on port 0); returns once
+    it listens (the port it prints)."""
     pytest.importorskip("starlette", reason="needs the ASGI stack (pip install -e '.[test]')")
     pytest.importorskip("uvicorn", reason="needs the ASGI stack (pip install -e '.[test]')")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                QNNRT_DEBUG_WORKER="1")
-    proc = subprocess.Popen([sys.executable, "-m", "qnnrt.cli", "serve", str(model), "--tokenizer",
-                             str(tokenizer), "--port", "0", "--model-name", model_id, "--report", str(report),
-                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "qnnrt.cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     ready = threading.Event()
     server = Server(proc, 0, report)
     threading.Thread(target=_pump, args=(proc.stdout, server.out, ready), daemon=True).start()

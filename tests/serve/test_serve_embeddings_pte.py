@@ -14,20 +14,23 @@ import pytest
 from tests.helpers.cli_helpers import ROOT
 from tests.helpers.data import TINY_BERT
 from tests.helpers.llm_text import text_folder  # noqa: F401
-from tests.serve.conftest import API_KEY, FIX, start_server
+from tests.helpers.readme import shell_command
+from tests.serve.conftest import API_KEY, FIX, launch
 from tests.serve.test_serve import client
 
 openai = pytest.importorskip("openai", reason="needs the openai client (pip install -e '.[test]')")
 pytestmark = pytest.mark.slow
 TINY = TINY_BERT
-EMB_ID = "tiny-bert"
+EMB_ID = "model"          # the --embeddings file's stem: the docs' command names none
 
 
 @pytest.fixture(scope="module")
-def server(text_folder, tmp_path_factory):  # noqa: F811
-    s = start_server(text_folder, tmp_path_factory.mktemp("serve") / "report.json", "--api-key", API_KEY,
-                     "--embeddings", str(TINY / "model.pte"), "--embeddings-tokenizer", str(TINY / "tokenizer"),
-                     "--embeddings-name", EMB_ID)
+def server(tmp_path_factory):
+    """docs/serving.md's embeddings command as written (the clone's chat bundle and tiny_bert), on a free
+    port, with a key and a report."""
+    argv = shell_command("qnnrt serve tests/data/genie/tiny_llama_f32 --model-name tiny --embeddings")
+    report = tmp_path_factory.mktemp("serve") / "report.json"
+    s = launch([*argv[1:], "--port", "0", "--api-key", API_KEY, "--report", str(report)], report)
     yield s
     if s.proc.poll() is None:
         s.stop()

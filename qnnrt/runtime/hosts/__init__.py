@@ -6,7 +6,7 @@ plan as one step. `Program` and the plans know only this interface.
 
 A kind of host is one module of this package with a `KIND` (a `HostKind`), listed in `KINDS`:
 `open_hosts` asks each in turn whether it holds the program (the multi-PD kind when its placement
-spreads the contexts, runtime/hosts/pd_processes.py), the last (this process alone,
+spreads the contexts, runtime/hosts/pd/kind.py), the last (this process alone,
 runtime/hosts/this_process.py) always does. The PD budget and each context's predicted PD need,
 which every kind sizes its pools by, are resolved here, once.
 """
@@ -21,20 +21,15 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from qnnrt.core import Backend, ContextBinary, GraphSpec
-from qnnrt.core.graph import PreparedCall
-from qnnrt.core.spill_fill import SpillFillGroup
+from qnnrt.core.call import PreparedCall
 from qnnrt.errors import FormatError, QnnrtError
-from qnnrt.profiling.heap import HeapProfiler
-from qnnrt.profiling.trace import Tracer
-from qnnrt.runtime.pd_budget import Budget, backend_identity, remember_budget, resolve_budget
-from qnnrt.runtime.pd_plan import DEFAULT_MAX_PDS
-from qnnrt.runtime.hooks import CreationProfiler
-from qnnrt.runtime.performance import Performance
+from qnnrt.runtime.residency.budget import (DEFAULT_MAX_PDS, Budget, backend_identity, remember_budget,
+                                           resolve_budget)
 from qnnrt.runtime.recovery import RecoverablePool
 from qnnrt.runtime.residency import ContextSource, Residency
+from qnnrt.runtime.residency.groups import PoolOptions
 from qnnrt.runtime.segments import Segment
 from qnnrt.runtime.steps import SegmentStep
-from qnnrt.runtime.vet_watch import StepWatch
 
 if TYPE_CHECKING:
     from qnnrt.runtime.plan_context import PlanContext
@@ -67,20 +62,6 @@ class Pool(ContextSource, RecoverablePool, Protocol):
     def summary(self) -> dict: ...
 
     def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class PoolOptions:
-    """How the contexts are created and observed, whichever kind of host holds them."""
-    residency: Residency
-    log_level: str = "warn"
-    heap: HeapProfiler | None = None
-    profiler: CreationProfiler | None = None   # per-creation QNN profiles
-    watch: StepWatch | None = None        # vetting's step watch
-    spill_fill_group: SpillFillGroup | None = None
-    performance: Performance | None = None
-    progress: Callable[[int, int], None] | None = None
-    tracer: Tracer | None = None          # the run's trace (each PD worker traces into its own)
 
 
 @dataclass(frozen=True)
@@ -120,7 +101,7 @@ class HostKind(Protocol):
 
 
 # the kinds, tried in order; the last always holds the program
-KINDS = ("qnnrt.runtime.hosts.pd_processes", "qnnrt.runtime.hosts.this_process")
+KINDS = ("qnnrt.runtime.hosts.pd.kind", "qnnrt.runtime.hosts.this_process")
 
 
 def kinds() -> list[HostKind]:

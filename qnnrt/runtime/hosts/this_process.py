@@ -8,7 +8,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from qnnrt.core import Backend, GraphSpec
-from qnnrt.core.graph import BoundCall
+from qnnrt.core.call import BoundCall
 from qnnrt.core.shared_buffer import SharedMemory
 from qnnrt.errors import QnnrtError
 from qnnrt.profiling.observers import pool_hooks

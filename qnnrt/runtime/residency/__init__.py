@@ -12,7 +12,7 @@ policies/ holds the built-in ones, one module each:
               context's predicted PD need (core/pd_need.py) it evicts before creating, by bytes, so it
               never fails a creation; without one, until a creation fails for lack of PD / memory:
               then the capacity is QNN's "available space" + the live reservations (exact), evict, retry
-- multi-pd[:N] every context resident over N PD worker processes (runtime/pd_fleet.py)
+- multi-pd[:N] every context resident over N PD worker processes (runtime/hosts/pd/fleet.py)
 
 pool.py is the ContextPool that applies a policy; order.py the call order and farthest-next-use.
 """

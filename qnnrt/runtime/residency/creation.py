@@ -17,7 +17,7 @@ from qnnrt.errors import QnnError
 from qnnrt.runtime.hooks import CreationProfiler, DspProbe, PoolHooks, ProfileEvents
 
 if TYPE_CHECKING:
-    from qnnrt.runtime.vet_watch import StepWatch
+    from qnnrt.runtime.vet.watch import StepWatch
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class ContextMaker:
     def _watched(self, key: str, profile: Profile | None) -> Context:
         """With "worker" vetting, a watched context's creation is a risky step."""
         if self._watch is not None and key in self._watch.keys:
-            from qnnrt.runtime.vet import describe_step, stall_seconds
+            from qnnrt.runtime.vet.policy import describe_step, stall_seconds
             b = self.binaries[key]
             with self._watch.step("create", describe_step("create", b.where), stall_seconds(b.size)):
                 return self._new_context(key, profile)
@@ -147,7 +147,7 @@ class FirstRuns:
     def begin(self, key: str) -> None:
         if self._watch is None or key in self._tokens:
             return
-        from qnnrt.runtime.vet import describe_step, run_stall_seconds
+        from qnnrt.runtime.vet.policy import describe_step, run_stall_seconds
         b = self.binaries[key]
         graphs = b.info.graphs
         what = describe_step("first-run", b.where, graphs[0].name if len(graphs) == 1 else "")

@@ -2,7 +2,7 @@
 
 A method's graph calls go to contexts in an order known before it runs, and the next run repeats
 it, so the order is cyclic. Evicting the context whose next use is farthest away is Belady's
-optimum for equal sizes; the pool (policies' `victim`) and the planner (pd_plan.belady_creations)
+optimum for equal sizes; the pool (policies' `victim`) and the planner (hosts/pd/placement.py `belady_creations`)
 both evict by `farthest_next_use`, so what the planner predicts is what a run does."""
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ class Bound:
 
 @dataclass(frozen=True)
 class Spread:
-    """Contexts may go to several PDs, one per process (runtime/pd_plan.place): always (`forced`),
+    """Contexts may go to several PDs, one per process (runtime/hosts/pd/placement.py `place`): always (`forced`),
     or only when one PD cannot hold them; `pds` asks for exactly that many."""
     forced: bool
     pds: int | None = None

@@ -26,7 +26,7 @@ from qnnrt.runtime.residency.policy import Residency
 from qnnrt.runtime.residency.sources import LiveContexts
 
 if TYPE_CHECKING:
-    from qnnrt.runtime.vet_watch import StepWatch
+    from qnnrt.runtime.vet.watch import StepWatch
 
 
 class ContextPool:

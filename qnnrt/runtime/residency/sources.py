@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from qnnrt.core.graph import LiveGraph
+from qnnrt.core.call import LiveGraph
 
 
 class LiveContext(Protocol):
@@ -25,7 +25,7 @@ class LiveContexts:
 
 
 class ContextSource(Protocol):
-    """What plans ask of a pool (`ContextPool`, or the multi-PD pool of runtime/pd_fleet.py)."""
+    """What plans ask of a pool (`ContextPool`, or the multi-PD pool of runtime/hosts/pd/fleet.py)."""
 
     @property
     def generation(self) -> int:

@@ -1,7 +1,7 @@
 """auto (the default): lazy plus prefetch, kept within this backend's PD budget by predicted bytes
 (given, learned or the simulator's), so it evicts before a creation would fail; without a budget it
 learns one from the first creation that fails for lack of PD, then evicts and retries. A program
-that one PD cannot hold is spread over PD worker processes instead (runtime/pd_plan.place)."""
+that one PD cannot hold is spread over PD worker processes instead (runtime/hosts/pd/placement.py `place`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,5 @@
 """multi-pd[:N]: every context resident, spread over N PDs (as many as the placement needs without
-N), one per process: runtime/pd_plan.place splits them, runtime/pd_fleet.py runs them. Parsed and
+N), one per process: runtime/hosts/pd/placement.py `place` splits them, runtime/hosts/pd/fleet.py runs them. Parsed and
 registered like every policy; in a single pool it keeps the lazy defaults."""
 from __future__ import annotations
 
