@@ -267,33 +267,29 @@ class CompletionRequest(GenerationRequest, kw_only=True, frozen=True):
 
 
 EmbeddingItem = str | TokenId | Annotated[list[TokenId], Meta(min_length=1)]
+_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+_MANY = {"minItems": 1, "maxItems": MAX_EMBEDDING_INPUTS}
 
 
 class EmbeddingsRequest(Body, frozen=True):
     model: str
-    input: Annotated[str | Annotated[list[EmbeddingItem], Meta(min_length=1, max_length=MAX_EMBEDDING_INPUTS)], Meta(
+    input: Annotated[str | Annotated[list[EmbeddingItem], Meta(min_length=1)], Meta(
         description="a text, texts, token ids (one input) or lists of token ids, as OpenAI's API takes them",
-        extra_json_schema={"oneOf": [
-            {"type": "string"},
-            {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_EMBEDDING_INPUTS},
-            {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
-            {"type": "array", "items": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
-             "minItems": 1, "maxItems": MAX_EMBEDDING_INPUTS}]})]
+        extra_json_schema={"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}} | _MANY, _IDS,
+                                     {"type": "array", "items": _IDS} | _MANY]})]
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: Annotated[int, Meta(ge=1, description="only the model's own")] | None = None
-    truncate: Annotated[bool, Meta(description="cut an input longer than the model's sequence (as Hugging Face's "
-                                               "text-embeddings-inference takes it); else such an input is a 400")] \
-        | None = None
+    truncate: Annotated[bool, Meta(description="cut an input past the model's sequence (text-embeddings-inference's "
+                                               "name); else such an input is a 400")] | None = None
     user: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.input, list):       # the schema's oneOf, which the decoded type is wider than
-            kinds = {type(x) for x in self.input}
-            if len(kinds) > 1:
-                raise ValueError("input: expected a string, strings, token ids, or lists of token ids")
-            if kinds == {int} and len(self.input) > MAX_EMBEDDING_INPUTS * 64:
-                raise ValueError("input: too many token ids")
+        kinds = {type(x) for x in self.input} if isinstance(self.input, list) else {int}   # the schema's oneOf:
+        if len(kinds) > 1:
+            raise ValueError("input: expected a string, strings, token ids, or lists of token ids")
+        if kinds != {int} and len(self.input) > MAX_EMBEDDING_INPUTS:      # token ids are one input
+            raise ValueError(f"input: more than {MAX_EMBEDDING_INPUTS} inputs")
 
 
 # -- responses (published; the shapers build them) ---------------------------------------------------
