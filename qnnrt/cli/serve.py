@@ -83,7 +83,8 @@ def require_stack() -> None:
             from None
 
 
-def _check_args(args) -> tuple[str | None, int]:
+def check_args(args) -> tuple[str | None, int]:
+    """The flags checked before anything loads; the API key (flag or environment) and body limit."""
     if not 0 <= args.port <= 65535:
         raise QnnrtError(f"--port {args.port}: expected 0..65535")
     if args.max_queue < 0:
@@ -124,7 +125,7 @@ def run(args) -> int:
 
 def _run(args, tracer) -> int:
     require_stack()
-    key, max_body = _check_args(args)
+    key, max_body = check_args(args)
     from qnnrt.llm import LlmRunner, layout_of
     from qnnrt.llm.embedding import EmbeddingModel, Pooling
     from qnnrt.llm.grammar import GrammarCompiler
