@@ -35,6 +35,49 @@ def remove_temps_of(pid: int, folders: Sequence[str | os.PathLike]) -> list[str]
     return removed
 
 
+def owned_prefix(kind: str) -> str:
+    """A temp name prefix that says whose it is (`kind` + this pid + '-'): `remove_stale_temps`
+    can then tell the leftovers of a dead process (SIGKILL, OOM) from a live one's."""
+    return f"{kind}{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, OverflowError):
+        return True          # someone else's, or cannot tell: keep
+    return True
+
+
+def remove_stale_temps(folder: str | os.PathLike, kind: str) -> list[str]:
+    """Remove what a dead process left in `folder` under `owned_prefix(kind)` names (files and
+    folders; links never followed). A live process's, or a name without a pid, is kept."""
+    import re
+    import shutil
+    removed: list[str] = []
+    pattern = re.compile(re.escape(kind) + r"(\d+)-")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        m = pattern.match(name)
+        if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
+            continue
+        p = os.path.join(os.fspath(folder), name)
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
+            removed.append(p)
+        except OSError:
+            pass
+    return removed
+
+
 def default_cache_dir() -> Path:
     """The user cache folder: $QNNRT_CACHE_DIR, else $XDG_CACHE_HOME/qnnrt, else ~/.cache/qnnrt."""
     env = os.environ.get("QNNRT_CACHE_DIR")
@@ -313,17 +356,39 @@ def loads_json(text: str | bytes, where: str, *, max_depth: int = JSON_MAX_DEPTH
 def read_json(path: str | os.PathLike, what: str = "JSON file", **limits):
     """`loads_json` of a file: size checked before reading; OSError becomes a FormatError."""
     p = os.fspath(path)
-    max_bytes = limits.get("max_bytes", JSON_MAX_BYTES)
+    return loads_json(read_bytes(p, what, limits.get("max_bytes", JSON_MAX_BYTES)), p, **limits)
+
+
+TEXT_MAX_BYTES = 16 << 20     # a chat template or prompt file is kilobytes
+
+
+def read_bytes(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:
+    """A file's bytes, its size checked before reading (and the read capped: it may grow); any
+    problem is a FormatError naming the file."""
+    p = os.fspath(path)
     try:
         size = os.stat(p).st_size
         if size > max_bytes:
             raise FormatError(f"{p}: the {what} is {size} bytes, more than the {max_bytes} allowed; "
-                              f"this is not a file qnnrt wrote.")
+                              f"this is not a {what} of a model qnnrt can use.")
         with open(p, "rb") as f:
             data = f.read(max_bytes + 1)
     except OSError as e:
         raise FormatError(f"{p}: cannot read the {what}: {e.strerror or e}") from None
-    return loads_json(data, p, **limits)
+    if len(data) > max_bytes:
+        raise FormatError(f"{p}: the {what} grew past the {max_bytes} bytes allowed while it was read")
+    return data
+
+
+def read_text(path: str | os.PathLike, what: str = "text file", max_bytes: int = TEXT_MAX_BYTES) -> str:
+    """A UTF-8 text file (a chat template, a prompt), bounded like `read_json`; not UTF-8 is a
+    FormatError naming the file and the byte."""
+    data = read_bytes(path, what, max_bytes)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(f"{os.fspath(path)}: the {what} is not UTF-8 text (byte {e.start}: {e.reason}); "
+                          f"save it as UTF-8.") from None
 
 
 def file_sha256(path: str | os.PathLike) -> str:

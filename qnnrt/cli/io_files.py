@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from qnnrt.errors import InputError
-from qnnrt.fileio import write_array
+from qnnrt.errors import FormatError, InputError
+from qnnrt.fileio import read_text, write_array
 from qnnrt.runtime.method_spec import IOSpec
 from qnnrt.units import format_bytes, parse_size
 
@@ -129,7 +129,11 @@ def read_input_list(path: str | Path, specs: list[IOSpec]) -> list[dict[str, np.
     if not path.is_file():
         raise InputError(f"input list {path} does not exist")
     feeds = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    try:
+        text = read_text(path, "input list")
+    except FormatError as e:
+        raise InputError(str(e)) from None
+    for lineno, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue

@@ -15,7 +15,7 @@ import numpy as np
 from qnnrt.cli.run_common import (add_profiles, add_runtime_options, check_targets, latency_stats,
                            open_program, traced, print_performance, print_recoveries, write_report)
 from qnnrt.errors import QnnrtError
-from qnnrt.fileio import check_output_path, write_atomic
+from qnnrt.fileio import check_output_path, read_text, write_atomic
 from qnnrt.llm.text import INSTALL_HINT
 from qnnrt.units import format_bytes
 
@@ -159,7 +159,7 @@ def parse_token_ids(text: str, what: str = "--prompt-tokens") -> list[int]:
     """Ids separated by commas / whitespace (brackets allowed), or the name of a file holding them."""
     p = Path(text)
     if not re.fullmatch(r"[\s\d,\[\]]+", text) and p.is_file():
-        text = p.read_text()
+        text = read_text(p, "token id file")
     elif not re.fullmatch(r"[\s\d,\[\]]+", text):
         raise QnnrtError(f"{what}: {text!r} is neither token ids (e.g. 1,15,493) nor a file of them")
     items = [t for t in re.split(r"[\s,\[\]]+", text) if t]

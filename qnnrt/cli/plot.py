@@ -11,12 +11,12 @@ here, through the object API (no pyplot global state, no GUI backend).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import textwrap
 from typing import Any
 
-from qnnrt.errors import QnnrtError
+from qnnrt.errors import FormatError, QnnrtError
+from qnnrt.fileio import read_json
 from qnnrt.install import extra_hint
 
 __all__ = ["plot_report", "build_figure", "add_parser", "run_plot"]
@@ -50,16 +50,16 @@ def _figure_class() -> Any:
     return Figure
 
 
+REPORT_MAX_BYTES = 1 << 30     # a report of a very long run with its timelines; far past it is not one
+
+
 def _load(path: str) -> dict[str, Any]:
+    if not os.path.exists(path):
+        raise QnnrtError(f"report {path!r} does not exist; write one with `qnnrt run ... --report {path}`")
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError as e:
-        raise QnnrtError(f"report {path!r} does not exist; write one with `qnnrt run ... --report {path}`") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise QnnrtError(f"cannot read report {path!r}: {e}") from e
-    except json.JSONDecodeError as e:
-        raise QnnrtError(f"report {path!r} is not valid JSON ({e}); pass the file written by --report") from e
+        data = read_json(path, "report", max_bytes=REPORT_MAX_BYTES)
+    except FormatError as e:
+        raise QnnrtError(f"{e} (pass the file written by --report)") from None
     if not isinstance(data, dict):
         raise QnnrtError(f"report {path!r} is not a qnnrt run report (expected a JSON object)")
     if not any(k in data for k in _REPORT_KEYS):

@@ -36,6 +36,7 @@ WORKER_ENV = "QNNRT_WORKER_PARENT"   # set in the worker's environment: the pare
 GRACE_S = 0.8                        # a signalled worker still alive after this is killed
 # ... except a server, which lets in-flight requests end at their next token and writes its report
 GRACE_S_BY_COMMAND = {"serve": 15.0}
+STEP_PREFIX = "qnnrt-steps-"            # + pid: the worker's step notes (fileio.owned_prefix)
 _CRASH_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT", "SIGSYS", "SIGTRAP"}
 
 
@@ -249,8 +250,10 @@ def run_in_worker(argv: list[str]) -> int:
             previous[s] = signal.signal(s, forward)
         except (OSError, ValueError):
             pass
+    from qnnrt.fileio import owned_prefix, remove_stale_temps
     from qnnrt.runtime.vet.policy import STEP_FILE_ENV
-    fd, step_file = tempfile.mkstemp(prefix="qnnrt-steps-")
+    remove_stale_temps(tempfile.gettempdir(), STEP_PREFIX)       # of commands that were SIGKILLed
+    fd, step_file = tempfile.mkstemp(prefix=owned_prefix(STEP_PREFIX))
     os.close(fd)
     env = dict(os.environ, **{WORKER_ENV: str(os.getpid()), STEP_FILE_ENV: step_file})
     stalled: str | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -16,8 +17,10 @@ from qnnrt.cli.run_common import (add_profiles, add_runtime_options, check_targe
                            traced, write_report)
 from qnnrt.errors import QnnrtError
 from qnnrt.install import extra_hint
+from qnnrt.serve.options import ConnectionOptions
 from qnnrt.units import parse_size
 
+_ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+$")
 SERVE_HINT = extra_hint("serve", "starlette uvicorn tokenizers jinja2 llguidance msgspec")
 API_KEY_ENV = "QNNRT_API_KEY"
 
@@ -34,10 +37,21 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, default=8000, help="default 8000 (0: any free port, printed)")
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' (401 otherwise); also ${API_KEY_ENV}")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages of ORIGIN (e.g. http://localhost:3000) call the API from a browser: CORS "
+                        "headers and preflight answers (repeatable; '*' any origin, warned about with --api-key); "
+                        "default: none")
     p.add_argument("--model-name", default=None, help="the model id clients use (default: the file's stem)")
     p.add_argument("--max-queue", type=int, default=16,
                    help="requests waiting behind the running one; more are answered 429 (default 16)")
     p.add_argument("--max-body-bytes", default="4MiB", help="largest request body (default 4MiB)")
+    p.add_argument("--max-connections", type=int, default=ConnectionOptions.max_connections, metavar="N",
+                   help="connections open at once; past it the one waiting longest for a request header is "
+                        f"closed (default {ConnectionOptions.max_connections})")
+    p.add_argument("--header-timeout", type=float, default=ConnectionOptions.header_timeout_s, metavar="S",
+                   help="seconds a connection has to send a whole request header (after it opens, or after the "
+                        f"previous response); a body may pause {ConnectionOptions.body_timeout_s:g} s at most "
+                        f"(default {ConnectionOptions.header_timeout_s:g})")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="the most tokens one choice of a request generates (a larger max_tokens is cut to it, "
                         "finish_reason length; default: up to the end of the context)")
@@ -69,11 +83,16 @@ def require_stack() -> None:
             from None
 
 
-def _check_args(args) -> tuple[str | None, int]:
+def check_args(args) -> tuple[str | None, int]:
+    """The flags checked before anything loads; the API key (flag or environment) and body limit."""
     if not 0 <= args.port <= 65535:
         raise QnnrtError(f"--port {args.port}: expected 0..65535")
     if args.max_queue < 0:
         raise QnnrtError("--max-queue must be >= 0")
+    if args.max_connections < 1:
+        raise QnnrtError(f"--max-connections {args.max_connections}: at least 1")
+    if not 0 < args.header_timeout <= 3600:
+        raise QnnrtError(f"--header-timeout {args.header_timeout}: expected seconds in (0, 3600]")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise QnnrtError(f"--max-tokens {args.max_tokens}: at least 1")
     try:
@@ -90,6 +109,13 @@ def _check_args(args) -> tuple[str | None, int]:
     key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if key is not None and not key.isprintable():
         raise QnnrtError("--api-key: printable characters only")
+    for origin in args.cors_origin:
+        if origin != "*" and not _ORIGIN.match(origin):
+            raise QnnrtError(f"--cors-origin {origin[:100]!r}: expected an origin as browsers send it, "
+                             f"scheme://host[:port] without a path (e.g. http://localhost:3000), or '*'")
+    if "*" in args.cors_origin and key is not None:
+        print("qnnrt serve: warning: --cors-origin '*' with --api-key: any web page a key holder visits can "
+              "use the key it is given; name the origins instead", file=sys.stderr)
     return key, max_body
 
 
@@ -99,7 +125,7 @@ def run(args) -> int:
 
 def _run(args, tracer) -> int:
     require_stack()
-    key, max_body = _check_args(args)
+    key, max_body = check_args(args)
     from qnnrt.llm import LlmRunner, layout_of
     from qnnrt.llm.embedding import EmbeddingModel, Pooling
     from qnnrt.llm.grammar import GrammarCompiler
@@ -151,11 +177,13 @@ def _run(args, tracer) -> int:
         if emb_id == model_id:
             raise QnnrtError(f"the LLM and the embedding model are both named {model_id!r}: give --embeddings-name")
         settings = ServeSettings(model_id, key, max_body, emb_id, args.max_tokens, sampling=serve_sampling(prog),
-                                 stops=prog.genie.stop_sequences if prog.genie is not None else ())
+                                 stops=prog.genie.stop_sequences if prog.genie is not None else (),
+                                 cors_origins=tuple(args.cors_origin))
         service = Service(engine, text, runner.layout, settings, int(time.time()), grammars)
         level = {"verbose": "debug"}.get(args.log_level, args.log_level if args.log_level != "warn" else "warning")
         signum = run_server(create_app(service), engine, sock, log_level=level, stop_signals=stop_signals(),
-                            max_connections=args.max_queue + 64)
+                            connections=ConnectionOptions(header_timeout_s=args.header_timeout,
+                                                          max_connections=args.max_connections))
     finally:
         if engine is not None:
             engine.stop()
@@ -202,6 +230,7 @@ def _pd_in_use(*progs) -> int | None:
 def _print_summary(r: dict) -> None:
     t = r.get("totals") or {}
     print(f"qnnrt serve: {int(t.get('completed', 0))} request(s) completed, {int(t.get('cancelled', 0))} cancelled, "
-          f"{int(t.get('failed', 0))} failed, {int(t.get('rejected_queue_full', 0))} refused (queue full); "
+          f"{int(t.get('failed', 0))} failed, {int(t.get('rejected_queue_full', 0))} refused (queue full), "
+          f"{int(t.get('rejected_shutting_down', 0))} refused (queued at shutdown); "
           f"{int(t.get('completion_tokens', 0))} tokens generated, {int(t.get('cached_tokens', 0))} prompt "
           f"tokens reused from the KV cache", flush=True)

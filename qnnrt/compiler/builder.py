@@ -30,7 +30,7 @@ from qnnrt.compiler.program_writer import method_model
 from qnnrt.errors import BuildError
 from qnnrt.progress import ProgressBar
 from qnnrt.units import format_bytes
-from qnnrt.fileio import file_sha256
+from qnnrt.fileio import file_sha256, owned_prefix, remove_stale_temps
 from qnnrt.formats.program import MANIFEST, ContextEntry, MethodEntry, ProgramManifest, write_program
 
 CONTEXT_DIR = "contexts"
@@ -166,7 +166,8 @@ def _prepare_out(out: Path) -> Path:
         raise BuildError(f"{out}: folder is not empty and holds no qnnrt program; choose another -o "
                          "(qnnrt only replaces folders it wrote)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    remove_stale_temps(out.parent, f".{out.name}.building-")      # of builds that were SIGKILLed
+    return Path(tempfile.mkdtemp(prefix=owned_prefix(f".{out.name}.building-"), dir=out.parent))
 
 
 def build_program(models: Sequence[tuple[str, onnx.ModelProto | str | os.PathLike]], out: str | os.PathLike,
@@ -189,7 +190,8 @@ def build_program(models: Sequence[tuple[str, onnx.ModelProto | str | os.PathLik
     cache = CompileCache(Path(options.cache_dir) if options.cache_dir else default_cache_dir(),
                          enabled=options.use_cache)
     stage = _prepare_out(out)
-    work = Path(tempfile.mkdtemp(prefix="qnnrt-build-"))
+    remove_stale_temps(tempfile.gettempdir(), "qnnrt-build-")
+    work = Path(tempfile.mkdtemp(prefix=owned_prefix("qnnrt-build-")))
     try:
         loaded = []
         for name, src in models:

@@ -263,12 +263,13 @@ class ContextBinary:
     def graphs(self) -> tuple[GraphSpec, ...]:
         return self.info.graphs
 
-    def sha256(self) -> str:
+    def sha256(self, fresh: bool = False) -> str:
         """Hex sha256 of the bytes: hashed once per object, and not at all while the load cache
-        holds it for an unchanged file."""
-        if self._sha256 is None:
+        holds it for an unchanged file. ``fresh``: hash the bytes again (and rewrite the cache
+        entry), for a value that did not match."""
+        if self._sha256 is None or fresh:
             from qnnrt.fileio import buffer_sha256
-            self._sha256 = load_cache.sha256(self.origin, lambda: buffer_sha256(self.buffer))
+            self._sha256 = load_cache.sha256(self.origin, lambda: buffer_sha256(self.buffer), fresh)
         return self._sha256
 
     def pd_need(self) -> PdNeed:

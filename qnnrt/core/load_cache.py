@@ -123,13 +123,13 @@ def _store(origin: Origin, facts: dict[str, Any]) -> None:
 
 
 def _fact(origin: Origin | None, name: str, compute: Callable[[], T],
-          encode: Callable[[T], Any], decode: Callable[[Any], T]) -> T:
-    """`name` of the bytes at `origin`: from the cache when present and well formed, else computed
-    and stored beside the other facts of the entry."""
+          encode: Callable[[T], Any], decode: Callable[[Any], T], fresh: bool = False) -> T:
+    """`name` of the bytes at `origin`: from the cache when present and well formed, else (or when
+    `fresh`: the cached value is doubted) computed and stored beside the other facts of the entry."""
     if origin is None or not enabled():
         return compute()
     facts = _read(origin)
-    if name in facts:
+    if name in facts and not fresh:
         try:
             value = decode(facts[name])
         except (TypeError, ValueError, KeyError, IndexError):
@@ -171,9 +171,10 @@ def _decode_headers(raw: Any) -> list[PickleHeader]:
     return out
 
 
-def sha256(origin: Origin | None, compute: Callable[[], str]) -> str:
-    """The hex sha256 of the bytes at `origin` (`compute` hashes them on a miss)."""
-    return _fact(origin, "sha256", compute, lambda s: s, _decode_sha)
+def sha256(origin: Origin | None, compute: Callable[[], str], fresh: bool = False) -> str:
+    """The hex sha256 of the bytes at `origin` (`compute` hashes them on a miss, or when `fresh`:
+    the entry is then rewritten, so a wrong entry heals)."""
+    return _fact(origin, "sha256", compute, lambda s: s, _decode_sha, fresh)
 
 
 def pickle_headers(origin: Origin | None,

@@ -9,13 +9,13 @@ RoPE settings are ``engine.model.positional-encoding`` (``rope-dim`` = head_dim 
 ``QnnHtp.pos-id-dim``; paths are relative to the config's folder."""
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from qnnrt.errors import FormatError
+from qnnrt.fileio import read_json
 
 CONFIG_NAME = "genie_config.json"
 
@@ -216,24 +216,30 @@ class _Fields:
 
 
 def _existing(name: str, place: str, file: Path, folder: Path) -> Path:
-    p = Path(name)
-    p = p if p.is_absolute() else folder / p
-    if not p.is_file():
+    """`folder/name`, an existing regular file inside the bundle folder once symbolic links are
+    resolved (as program.json's paths are): a bundle never makes qnnrt read outside itself."""
+    p = folder / name
+    try:
+        root = folder.resolve(strict=True)
+        resolved = p.resolve(strict=True)
+    except FileNotFoundError:
         raise FormatError(f"{file}: {place} names {name!r}, but {p} does not exist; put the file "
-                          f"in the bundle or correct the path")
+                          f"in the bundle or correct the path") from None
+    except (OSError, RuntimeError, ValueError) as e:         # RuntimeError: a symbolic link loop
+        raise FormatError(f"{file}: {place} names {name!r}, which cannot be resolved ({type(e).__name__}: {e}); "
+                          f"replace the links with the files") from None
+    if root not in resolved.parents:
+        raise FormatError(f"{file}: {place} names {name!r}, which is {resolved}, outside the bundle folder "
+                          f"{root}; a Genie bundle must hold its files: name them relative to its folder "
+                          f"(no absolute path, no '..', no link out of it)")
+    if not resolved.is_file():
+        raise FormatError(f"{file}: {place} names {name!r}, which is not a regular file")
     return p
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise FormatError(f"{path}: cannot read ({e})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise FormatError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
-                          f"fix or regenerate the file") from None
+    """Through qnnrt's one bounded JSON reader (size, depth, numbers, UTF-8), errors naming the file."""
+    return read_json(path, path.name)
 
 
 def _context(f: _Fields) -> DialogContext:

@@ -6,14 +6,15 @@ the program's sequence, one run per text; a program that outputs token embedding
 folder's sentence-transformers modules say (modules.json, 1_Pooling/config.json)."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from qnnrt.llm.errors import LayoutError, TokenizerError
+from qnnrt.errors import FormatError
+from qnnrt.fileio import read_json
+from qnnrt.llm.errors import ContextLengthError, LayoutError, TokenizerError
 from qnnrt.llm.text import TextTokenizer
 
 IDS, MASK, TYPES = "input_ids", "attention_mask", "token_type_ids"
@@ -71,12 +72,13 @@ class Pooling:
 
 
 def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    """A sentence-transformers config file through qnnrt's one bounded JSON reader (None: absent)."""
+    if not path.exists():
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise LayoutError(f"{path}: not readable JSON ({e})") from None
+    try:
+        return read_json(path, path.name)
+    except FormatError as e:
+        raise LayoutError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,16 @@ class Embedding:
     tokens: int                        # tokens of the text that were embedded (after truncation)
 
 
+@dataclass(frozen=True)
+class EmbedInput:
+    """One input as the program takes it (padded to its sequence): prepared off the thread that runs
+    the program (serve: the preparing threads)."""
+    ids: list[int]
+    mask: list[int]
+    types: list[int]
+    tokens: int                        # the real (unpadded) ones
+
+
 class EmbeddingModel:
     """A loaded embedding program and its tokenizer (the HTTP side never touches either: the
     engine thread calls ``embed``)."""
@@ -172,6 +184,8 @@ class EmbeddingModel:
         pad = tokenizer.special_tokens.get("pad_token")
         pad_id = tokenizer.token_id(pad) if pad else None
         self._tok.enable_padding(length=self.layout.seq_len, pad_id=pad_id or 0, pad_token=pad or "[PAD]")
+        self._pad_id = pad_id or 0
+        self._specials = self._special_ids()
 
     def describe(self) -> dict[str, Any]:
         lay = self.layout
@@ -181,28 +195,69 @@ class EmbeddingModel:
             out["pooling"] = {"mode": p.mode, "normalize": p.normalize, "from": p.source}
         return out
 
-    def _encode(self, text: str) -> Any:
-        try:
-            return self._tok.encode(text, add_special_tokens=True)
-        except Exception as e:  # noqa: BLE001 - the tokenizers package raises plain Exceptions
-            raise TokenizerError(f"cannot tokenize the text: {e}") from None
+    def prepare(self, item: str | Sequence[int], truncate: bool = True, where: str = "the input") -> EmbedInput:
+        """``item`` (a text, or token ids without special tokens) as the program's sequence: the
+        special tokens added, padded; longer than the sequence is a ContextLengthError naming
+        ``where`` unless ``truncate``."""
+        seq = self.layout.seq_len
+        if isinstance(item, str):
+            try:
+                enc = self._tok.encode(item, add_special_tokens=True)
+                if enc.overflowing and not truncate:
+                    n = len(self.tokenizer.tokenizer.encode(item, add_special_tokens=True).ids)
+                    raise ContextLengthError(f"{where}: {n} tokens, more than the embedding model's sequence of "
+                                             f"{seq}: send shorter input, or \"truncate\": true to cut it")
+            except ContextLengthError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the tokenizers package raises plain Exceptions
+                raise TokenizerError(f"{where}: cannot tokenize the text: {e}") from None
+            return EmbedInput(list(enc.ids), list(enc.attention_mask), list(enc.type_ids),
+                              int(sum(enc.attention_mask)))
+        head, tail = self._specials
+        ids = [int(t) for t in item]
+        vocab = self.tokenizer.vocab_size
+        if any(not 0 <= t < vocab for t in ids):
+            raise TokenizerError(f"{where}: token id(s) outside the embedding model's vocabulary of {vocab}")
+        room = seq - len(head) - len(tail)
+        if len(ids) > room:
+            if not truncate:
+                raise ContextLengthError(f"{where}: {len(ids) + len(head) + len(tail)} tokens with the special "
+                                         f"ones, more than the embedding model's sequence of {seq}: send shorter "
+                                         f"input, or \"truncate\": true to cut it")
+            ids = ids[:max(room, 0)]
+        full = (head + ids + tail)[:seq]
+        pad = seq - len(full)
+        return EmbedInput(full + [self._pad_id] * pad, [1] * len(full) + [0] * pad, [0] * seq, len(full))
 
-    def _feed(self, enc: Any) -> dict[str, np.ndarray]:
-        values = {IDS: enc.ids, MASK: enc.attention_mask, TYPES: enc.type_ids}
+    def _special_ids(self) -> tuple[list[int], list[int]]:
+        """The ids the tokenizer adds before and after a text's own (BERT: [CLS], [SEP])."""
+        tok = self.tokenizer.tokenizer
+        plain = list(tok.encode("a", add_special_tokens=False).ids)
+        full = list(tok.encode("a", add_special_tokens=True).ids)
+        for i in range(len(full) - len(plain) + 1):
+            if full[i:i + len(plain)] == plain:
+                return full[:i], full[i + len(plain):]
+        return [], []
+
+    def _feed(self, inp: EmbedInput) -> dict[str, np.ndarray]:
+        values = {IDS: inp.ids, MASK: inp.mask, TYPES: inp.types}
         dtypes = self.layout.input_dtypes
         return {name: np.asarray([values[role]]).astype(dtypes[name]) for name, role in self.layout.feeds}
 
     def inputs(self, text: str) -> tuple[dict[str, np.ndarray], int]:
-        """The program's inputs for ``text`` and how many of its tokens they hold."""
-        enc = self._encode(text)
-        return self._feed(enc), int(sum(enc.attention_mask))
+        """The program's inputs for ``text`` (truncated) and how many of its tokens they hold."""
+        inp = self.prepare(text)
+        return self._feed(inp), inp.tokens
+
+    def run(self, inp: EmbedInput) -> Embedding:
+        """One run of the program on a prepared input."""
+        lay = self.layout
+        out = np.asarray(self.program.run(lay.method, self._feed(inp))[lay.output], dtype=np.float32)
+        vector = self.pooling(out[0], np.asarray(inp.mask)) if lay.token_output else out.reshape(-1)
+        return Embedding(vector, inp.tokens)
 
     def embed(self, text: str) -> Embedding:
-        enc = self._encode(text)
-        lay = self.layout
-        out = np.asarray(self.program.run(lay.method, self._feed(enc))[lay.output], dtype=np.float32)
-        vector = self.pooling(out[0], np.asarray(enc.attention_mask)) if lay.token_output else out.reshape(-1)
-        return Embedding(vector, int(sum(enc.attention_mask)))
+        return self.run(self.prepare(text))
 
     def embed_all(self, texts: Sequence[str]) -> list[Embedding]:
         """One run per text, in order (the program's batch is one)."""

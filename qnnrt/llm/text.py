@@ -3,11 +3,12 @@ chat_template.jinja, generation_config.json, as model folders ship them) read wi
 package; BOS / EOS / stop ids from it and from the .pte's constant methods."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from qnnrt.errors import FormatError
+from qnnrt.fileio import read_json, read_text
 from qnnrt.install import extra_hint
 from qnnrt.llm.errors import TokenizerError
 from qnnrt.llm.layout import LlmLayout
@@ -15,13 +16,17 @@ from qnnrt.llm.layout import LlmLayout
 INSTALL_HINT = extra_hint("llm", "tokenizers jinja2")
 
 
+TOKENIZER_MAX_BYTES = 256 << 20    # tokenizer.json of the largest vocabularies is tens of MB
+
+
 def _read_json(path: Path) -> dict[str, Any]:
+    """A tokenizer folder's config file through qnnrt's one bounded JSON reader."""
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TokenizerError(f"{path}: not readable JSON ({e})") from None
+        data = read_json(path, path.name)
+    except FormatError as e:
+        raise TokenizerError(str(e)) from None
     if not isinstance(data, dict):
         raise TokenizerError(f"{path}: expected a JSON object")
     return data
@@ -36,16 +41,20 @@ def _token_text(value: Any) -> str | None:
     return None
 
 
-def _chat_template(folder: Path | None, config: dict[str, Any]) -> str | None:
+def _chat_template(folder: Path | None, base: Path, config: dict[str, Any]) -> tuple[str | None, str]:
     """chat_template.jinja wins over tokenizer_config.json's chat_template (string, or a list of
-    named templates of which "default" is used)."""
+    named templates of which "default" is used); and where it came from, for errors."""
     if folder is not None and (folder / "chat_template.jinja").is_file():
-        return (folder / "chat_template.jinja").read_text(encoding="utf-8")
+        path = folder / "chat_template.jinja"
+        try:
+            return read_text(path, "chat template"), f"the chat template {path}"
+        except FormatError as e:
+            raise TokenizerError(str(e)) from None
     t = config.get("chat_template")
     if isinstance(t, list):
         named = {d.get("name"): d.get("template") for d in t if isinstance(d, dict)}
         t = named.get("default")
-    return t if isinstance(t, str) else None
+    return (t if isinstance(t, str) else None), f"the chat template of {base / 'tokenizer_config.json'}"
 
 
 @dataclass
@@ -57,6 +66,7 @@ class TextTokenizer:
     special_tokens: dict[str, str] = field(default_factory=dict)   # bos_token, eos_token, ... -> text
     chat_template: str | None = None
     eos_ids: list[int] = field(default_factory=list)               # config + generation_config
+    template_source: str = "the chat template"                     # where it came from (in its errors)
 
     @classmethod
     def from_path(cls, path: str | Path) -> TextTokenizer:
@@ -72,14 +82,17 @@ class TextTokenizer:
             raise TokenizerError(f"{path}: no tokenizer.json there (give a Hugging Face tokenizer "
                                  f"folder or its tokenizer.json)")
         try:
-            tok = Tokenizer.from_file(str(file))
+            tok = Tokenizer.from_str(read_text(file, "tokenizer", TOKENIZER_MAX_BYTES))
+        except FormatError as e:
+            raise TokenizerError(str(e)) from None
         except Exception as e:  # noqa: BLE001 - the tokenizers package raises plain Exceptions
             raise TokenizerError(f"{file}: not a Hugging Face tokenizer ({e})") from None
         base = folder or file.parent
         config = _read_json(base / "tokenizer_config.json")
         specials = {k: t for k in ("bos_token", "eos_token", "unk_token", "pad_token")
                     if (t := _token_text(config.get(k))) is not None}
-        self = cls(tok, str(file), specials, _chat_template(folder or base, config))
+        template, where = _chat_template(folder or base, base, config)
+        self = cls(tok, str(file), specials, template, template_source=where)
         self.eos_ids = self._config_eos_ids(_read_json(base / "generation_config.json"))
         return self
 

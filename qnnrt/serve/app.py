@@ -10,34 +10,37 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse as StarletteJSON
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from qnnrt.llm.chat_template import render_chat
 from qnnrt.llm.sampling import SamplingOptions
-from qnnrt.llm.errors import ChatTemplateError, GrammarError, TokenizerError
+from qnnrt.llm.embedding import EmbedInput
+from qnnrt.llm.errors import ContextLengthError, TokenizerError
 from qnnrt.llm.grammar import Grammar, GrammarCompiler
 from qnnrt.llm.layout import LlmLayout
 from qnnrt.llm.text import TextModel
 from qnnrt.serve import openai_api as api
 from qnnrt.serve import requests as rq
+from qnnrt.serve import responses
 from qnnrt.serve import schema as s
+from qnnrt.serve import schema_responses as rs
 from qnnrt.serve.openapi import openapi_document
+from qnnrt.serve.prepare import Preparer, Prompts
 from qnnrt.serve.engine import DoneEvent, EmbeddingsEvent, EmbedJob, Engine, ErrorEvent, Event, Job, QueueFull, \
     ShuttingDown
+from qnnrt.serve.responses import ResponsesShaper
 from qnnrt.serve.shapers import ChatShaper, CompletionShaper, Shaper
-from qnnrt.serve.tools import ToolRequest, forced_call_lark, messages_for_plain_template, parse_tools, \
-    template_renders_tools
+from qnnrt.serve.tools import ToolRequest, parse_tools
 
 log = logging.getLogger("qnnrt.serve")
-T = TypeVar("T", s.ChatRequest, s.CompletionRequest, s.EmbeddingsRequest)
+T = TypeVar("T", s.ChatRequest, s.CompletionRequest, s.EmbeddingsRequest, rs.ResponsesRequest)
 RETRY_AFTER_S = 1           # a 429's Retry-After: about one short request's time on the model
 _JSON_TYPE = re.compile(r"^\s*application/json\s*(;\s*charset\s*=\s*\"?utf-8\"?\s*)?$", re.IGNORECASE)
 
@@ -59,6 +62,7 @@ class ServeSettings:
     max_tokens: int | None = None          # the most tokens one choice generates (None: to the context's end)
     sampling: SamplingOptions = rq.OPENAI_SAMPLING   # what a request leaves out (a Genie bundle: its sampler)
     stops: tuple[str, ...] = ()            # stop strings of a request that gives none (a Genie bundle's stop-sequence)
+    cors_origins: tuple[str, ...] = ()     # browser origins allowed to call the API (none: CORS off)
 
 
 class Service:
@@ -67,7 +71,8 @@ class Service:
     def __init__(self, engine: Engine, text: TextModel, layout: LlmLayout, settings: ServeSettings,
                  created: int, grammars: GrammarCompiler | None = None):
         self.engine, self.text, self.layout, self.settings, self.created = engine, text, layout, settings, created
-        self.grammars = grammars
+        self.prompts = Prompts(text, layout, grammars)
+        self.prep = Preparer(engine.max_queue)
         self.openapi_doc = openapi_document(settings.model_id, layout.vocab_size, settings.embeddings_id,
                                             engine.embedder.layout.dim if engine.embedder is not None else None,
                                             authorized=settings.api_key is not None)
@@ -83,9 +88,8 @@ class Service:
             raise api.ApiError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>' with the "
                                     "key given to qnnrt serve --api-key", code="invalid_api_key")
 
-    async def read(self, request: Request, schema: type[T], model_id: str | None = None) -> T:
-        """The body as a ``schema`` (serve/requests.py: one bounded parse, a 400 naming the field); its
-        model must be ``model_id`` (default: the LLM's)."""
+    async def body(self, request: Request) -> bytes:
+        """The body's bytes, within --max-body-bytes (413 past it) and sent as JSON (415 otherwise)."""
         kind = request.headers.get("content-type")
         if kind is not None and not _JSON_TYPE.match(kind):
             raise api.ApiError(415, f"Content-Type {kind[:100]!r}: send the body as JSON with 'Content-Type: "
@@ -104,25 +108,17 @@ class Service:
                                             f"(qnnrt serve --max-body-bytes)", code="request_too_large")
         except ClientDisconnect:
             raise api.ApiError(400, "the client left before sending the whole body", code="incomplete_body") from None
-        body = rq.decode(bytes(data), schema)
+        return bytes(data)
+
+    def decode(self, data: bytes, schema: type[T], model_id: str | None = None) -> T:
+        """The body as a ``schema`` (serve/requests.py: one bounded parse, a 400 naming the field); its
+        model must be ``model_id`` (default: the LLM's). On the preparing threads."""
+        body = rq.decode(data, schema)
         model_id = model_id or self.settings.model_id
         if body.model != model_id:
             raise api.ApiError(404, f"The model '{body.model[:100]}' does not exist here; this endpoint serves "
                                     f"'{model_id}'", param="model", code="model_not_found")
         return body
-
-    def encode(self, text: str, param: str) -> list[int]:
-        try:
-            return self.text.prompt_ids(text)
-        except TokenizerError as e:
-            raise api.ApiError(400, str(e), param=param, code="invalid_value") from None
-
-    def check_fits(self, ids: list[int]) -> None:
-        cap = self.layout.prompt_capacity
-        if len(ids) > cap:
-            raise api.ApiError(400, f"the prompt has {len(ids)} tokens; at most {cap} fit this model (context "
-                                    f"{self.layout.context_len} tokens, prefill window {self.layout.prefill.ar_len})",
-                               param="messages", code="context_length_exceeded")
 
     # -- endpoints -----------------------------------------------------------------------------
     def model_ids(self) -> list[str]:
@@ -144,7 +140,7 @@ class Service:
     async def metrics(self, request: Request) -> Response:
         t, e = self.engine.totals, self.engine
         lines = [f'qnnrt_requests_total{{status="{k}"}} {int(t[k])}'
-                 for k in ("completed", "cancelled", "failed", "rejected_queue_full")]
+                 for k in ("completed", "cancelled", "failed", "rejected_queue_full", "rejected_shutting_down")]
         lines += [f"qnnrt_requests_received_total {int(t['requests'])}",
                   f"qnnrt_queue_depth {e.queue_depth}", f"qnnrt_busy {int(e.busy)}",
                   f"qnnrt_prompt_tokens_total {int(t['prompt_tokens'])}",
@@ -168,56 +164,94 @@ class Service:
         return JSONResponse(self.openapi_doc)
 
     async def chat(self, request: Request) -> Response:
-        req = await self.read(request, s.ChatRequest)
+        data = await self.body(request)
+        params, ids, grammar, tools = await self.prep.run(self.prepare_chat, data, size=len(data))
+        return await self.generate(request, "chat", ids, params, grammar, tools)
+
+    def prepare_chat(self, data: bytes) -> tuple[rq.Params, list[int], Grammar | None, ToolRequest | None]:
+        req = self.decode(data, s.ChatRequest)
         params = rq.params(req, self.layout.vocab_size, self.settings.sampling, self.settings.stops)
-        messages = rq.chat_messages(req)
         tools = parse_tools(req)
-        prompt = self.render(messages, tools)
-        # compiled off the event loop: the first grammar walks the whole vocabulary
-        grammar = await asyncio.to_thread(self.tool_grammar, tools) if tools is not None and tools.constrained \
-            else await asyncio.to_thread(self.format_grammar, params.response_format)
-        return await self.generate(request, "chat", self.encode(prompt, "messages"), params, grammar, tools)
+        ids = self.prompts.encode(self.prompts.render(rq.chat_messages(req), tools), "messages")
+        return params, ids, self.prompts.grammar(tools, params.response_format), tools
 
     async def completions(self, request: Request) -> Response:
-        req = await self.read(request, s.CompletionRequest)
+        data = await self.body(request)
+        params, ids, grammar = await self.prep.run(self.prepare_completion, data, size=len(data))
+        return await self.generate(request, "completion", ids, params, grammar)
+
+    def prepare_completion(self, data: bytes) -> tuple[rq.Params, list[int], Grammar | None]:
+        req = self.decode(data, s.CompletionRequest)
         params = rq.params(req, self.layout.vocab_size, self.settings.sampling, self.settings.stops)
         p = rq.completion_prompt(req, self.layout.vocab_size)
-        ids = p if isinstance(p, list) else self.encode(p, "prompt")
-        grammar = await asyncio.to_thread(self.format_grammar, params.response_format)
-        return await self.generate(request, "completion", ids, params, grammar)
+        if isinstance(p, list):
+            self.prompts.check_fits(p, "prompt")
+            ids = p
+        else:
+            ids = self.prompts.encode(p, "prompt")
+        return params, ids, self.prompts.format_grammar(params.response_format)
+
+    async def responses(self, request: Request) -> Response:
+        """OpenAI's Responses API on the chat pipeline (serve/responses.py)."""
+        data = await self.body(request)
+        req, params, ids, grammar, tools = await self.prep.run(self.prepare_responses, data, size=len(data))
+        model_id, tok = self.settings.model_id, self.text.tokenizer
+
+        def shaper(job: Job, p: rq.Params, t: ToolRequest | None) -> Shaper:
+            return ResponsesShaper(model_id, tok, job, p, t, req)
+        return await self.generate(request, "responses", ids, params, grammar, tools, shaper_of=shaper)
+
+    def prepare_responses(self, data: bytes) -> tuple[rs.ResponsesRequest, rq.Params, list[int], Grammar | None,
+                                                       ToolRequest | None]:
+        req = self.decode(data, rs.ResponsesRequest)
+        params = responses.params(req, self.settings.sampling, self.settings.stops)
+        tools = responses.tools(req)
+        ids = self.prompts.encode(self.prompts.render(responses.messages(req), tools, "input"), "input")
+        return req, params, ids, self.prompts.grammar(tools, params.response_format), tools
 
     async def embeddings(self, request: Request) -> Response:
         emb = self.engine.embedder
         if emb is None or self.settings.embeddings_id is None:
             raise api.ApiError(404, "this server has no embedding model: start qnnrt serve with --embeddings MODEL "
                                     "--embeddings-tokenizer DIR", code="not_found")
-        job = rq.embeddings(await self.read(request, s.EmbeddingsRequest, self.settings.embeddings_id),
-                            emb.layout.dim)
-        ev = await self.run_job(request, lambda emit: EmbedJob(api.new_id("emb"), job.texts, emit))
+        data = await self.body(request)
+        job, inputs = await self.prep.run(self.prepare_embeddings, data, size=len(data))
+        ev = await self.run_job(request, lambda emit: EmbedJob(api.new_id("emb"), inputs, emit))
         if ev is None:
             return Response(status_code=499)   # the client left: nobody reads it
         assert isinstance(ev, EmbeddingsEvent)
         return JSONResponse(api.embeddings_body(self.settings.embeddings_id, ev.vectors, ev.prompt_tokens,
                                                 job.base64))
 
+    def prepare_embeddings(self, data: bytes) -> tuple[rq.EmbeddingsJob, list[EmbedInput]]:
+        """The inputs tokenized and padded here (not on the engine thread): one longer than the
+        model's sequence is a 400 unless the request says truncate."""
+        emb = self.engine.embedder
+        assert emb is not None
+        job = rq.embeddings(self.decode(data, s.EmbeddingsRequest, self.settings.embeddings_id), emb.layout.dim)
+        many = len(job.items) > 1
+        inputs = []
+        for i, item in enumerate(job.items):
+            where = f"input[{i}]" if many else "input"
+            try:
+                inputs.append(emb.prepare(item, job.truncate, where))
+            except ContextLengthError as e:
+                raise api.ApiError(400, str(e), param=where, code="context_length_exceeded") from None
+            except TokenizerError as e:
+                raise api.ApiError(400, str(e), param=where, code="invalid_value") from None
+        return job, inputs
+
     async def run_job(self, request: Request, make: Callable[[Callable[[Event], None]], EmbedJob]) -> Event | None:
         """Submit a one-answer job and wait for its answer (an ErrorEvent is raised; None: the client
         left, and the job is cancelled)."""
         events: asyncio.Queue[Event] = asyncio.Queue()
-        emit = _emitter(events)
-
-        job = make(emit)
+        job = make(_emitter(events))
         self.submit(job)
         gone = asyncio.ensure_future(_disconnected(request))
-        get = asyncio.ensure_future(events.get())
         try:
-            done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if get not in done:
-                return None
-            ev = get.result()
+            ev = await _next(job, events, gone)
         finally:
             gone.cancel()
-            get.cancel()
             job.cancel()
         if isinstance(ev, ErrorEvent):
             raise api.ApiError(ev.status, ev.message, code=ev.code)
@@ -232,104 +266,89 @@ class Service:
         except ShuttingDown as e:
             raise api.ApiError(503, str(e), code="server_shutting_down") from None
 
-    def render(self, messages: list[dict[str, Any]], tools: ToolRequest | None) -> str:
-        """The prompt: the template renders the offered tools itself when it can, else they go into
-        the system message (and earlier calls into the assistant's text)."""
-        tok = self.text.tokenizer
-        offered = tools.offered if tools is not None else ()
-        native = template_renders_tools(tok.chat_template)
-        if not native:
-            messages = messages_for_plain_template(messages, offered)
-        try:
-            return render_chat(tok.chat_template, messages, special_tokens=tok.special_tokens,
-                               tools=[t.as_template_tool() for t in offered] if native and offered else None)
-        except ChatTemplateError as e:
-            raise api.ApiError(400, str(e), param="messages", code="chat_template_error") from None
-
-    def compile(self, what: str, make: Callable[[GrammarCompiler], Grammar]) -> Grammar:
-        if self.grammars is None:
-            raise api.ApiError(400, f"{what}: constrained decoding needs an end-of-sequence id, and this model "
-                                    f"and tokenizer have none", param=what, code="unsupported_parameter")
-        try:
-            return make(self.grammars)
-        except GrammarError as e:
-            raise api.ApiError(400, f"{what}: the grammar library cannot compile it: {e}", param=what,
-                               code="invalid_schema") from None
-
-    def format_grammar(self, rf: s.ResponseFormat | None) -> Grammar | None:
-        if isinstance(rf, s.JsonObjectFormat):
-            return self.compile("response_format", lambda g: g.json_schema({"type": "object"}))
-        if isinstance(rf, s.JsonSchemaFormat):
-            schema = rf.json_schema.schema if rf.json_schema.schema is not None else {"type": "object"}
-            return self.compile("response_format.json_schema.schema", lambda g: g.json_schema(schema))
-        return None
-
-    def tool_grammar(self, tools: ToolRequest) -> Grammar:
-        """The grammar of a forced or required call; each tool's parameters are checked on their
-        own first, so a bad one is named."""
-        for i, t in enumerate(tools.tools):
-            if t in tools.offered:
-                check = partial(GrammarCompiler.json_schema, schema=t.parameters)
-                self.compile(f"tools[{i}].function.parameters", check)
-        return self.compile("tools", lambda g: g.lark(forced_call_lark(tools)))
-
     # -- one generation ------------------------------------------------------------------------
     async def generate(self, request: Request, kind: str, ids: list[int], params: rq.Params,
-                       grammar: Grammar | None = None, tools: ToolRequest | None = None) -> Response:
-        self.check_fits(ids)
+                       grammar: Grammar | None = None, tools: ToolRequest | None = None,
+                       shaper_of: ShaperFactory | None = None) -> Response:
+        """Queue the job; answer once its first event comes: an error then (a queued request at a stop
+        signal: 503) is a plain error response, never a stream's first byte."""
         events: asyncio.Queue[Event] = asyncio.Queue()
         emit = _emitter(events)
 
         room = min(self.layout.context_len - len(ids), self.settings.max_tokens or self.layout.context_len)
-        job = Job(api.new_id("chatcmpl" if kind == "chat" else "cmpl"), kind, ids,
-                  min(params.max_tokens or room, room), params.sampling, emit, params.stops, params.top_logprobs,
-                  n=params.n, grammar=grammar)
+        prefix = {"chat": "chatcmpl", "completion": "cmpl"}.get(kind, "resp")
+        job = Job(api.new_id(prefix), kind, ids, min(params.max_tokens or room, room), params.sampling, emit,
+                  params.stops, params.top_logprobs, n=params.n, grammar=grammar)
         self.submit(job)
-        model_id, tok = self.settings.model_id, self.text.tokenizer
-        shaper = ChatShaper(model_id, tok, job, params, tools) if kind == "chat" \
-            else CompletionShaper(model_id, tok, job, params)
-        if params.stream:
-            return StreamingResponse(self._stream(job, events, shaper), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        return await self._collect(request, job, events, shaper)
+        shaper = (shaper_of or self.shaper)(job, params, tools)
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            first = await _next(job, events, gone)
+            if first is None:
+                return Response(status_code=499)   # the client left while it waited: nobody reads it
+            if isinstance(first, ErrorEvent):
+                raise api.ApiError(first.status, first.message, code=first.code)
+            if params.stream:
+                gone.cancel()                       # the streaming response watches for the client itself
+                return StreamingResponse(self._stream(job, first, events, shaper), media_type="text/event-stream",
+                                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return await self._collect(job, first, events, shaper, gone)
+        except BaseException:
+            job.cancel()
+            raise
+        finally:
+            gone.cancel()
 
-    async def _stream(self, job: Job, events: asyncio.Queue[Event], shaper: Shaper) -> AsyncIterator[str]:
+    def shaper(self, job: Job, params: rq.Params, tools: ToolRequest | None) -> Shaper:
+        model_id, tok = self.settings.model_id, self.text.tokenizer
+        return ChatShaper(model_id, tok, job, params, tools) if job.endpoint == "chat" \
+            else CompletionShaper(model_id, tok, job, params)
+
+    async def _stream(self, job: Job, first: Event, events: asyncio.Queue[Event],
+                      shaper: Shaper) -> AsyncIterator[str]:
         """Server-sent events; a client that leaves cancels the task (Starlette), and with it the job."""
         try:
             for chunk in shaper.stream_start():
-                yield _sse(chunk)
+                yield shaper.sse(chunk)
+            ev = first
             while True:
-                ev = await events.get()
                 if isinstance(ev, ErrorEvent):
-                    yield _sse(api.ApiError(ev.status, ev.message, code=ev.code).body())
+                    for chunk in shaper.stream_error(api.ApiError(ev.status, ev.message, code=ev.code)):
+                        yield shaper.sse(chunk)
                     return
                 for chunk in shaper.stream_event(ev):
-                    yield _sse(chunk)
+                    yield shaper.sse(chunk)
                 if isinstance(ev, DoneEvent):
-                    yield "data: [DONE]\n\n"
+                    for line in shaper.stream_end():
+                        yield line
                     return
+                ev = await events.get()
         finally:
             job.cancel()    # no-op when it finished; stops it at the next token when the client left
 
-    async def _collect(self, request: Request, job: Job, events: asyncio.Queue[Event], shaper: Shaper) -> Response:
-        gone = asyncio.ensure_future(_disconnected(request))
-        try:
-            while True:
-                get = asyncio.ensure_future(events.get())
-                done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if get not in done:
-                    get.cancel()
-                    job.cancel()
-                    return Response(status_code=499)   # nobody reads it
-                ev = get.result()
-                if isinstance(ev, ErrorEvent):
-                    raise api.ApiError(ev.status, ev.message, code=ev.code)
-                shaper.collect(ev)
-                if isinstance(ev, DoneEvent):
-                    return JSONResponse(shaper.body(ev))
-        finally:
-            gone.cancel()
-            job.cancel()
+    async def _collect(self, job: Job, first: Event, events: asyncio.Queue[Event], shaper: Shaper,
+                       gone: asyncio.Future[None]) -> Response:
+        ev: Event | None = first
+        while ev is not None:
+            if isinstance(ev, ErrorEvent):
+                raise api.ApiError(ev.status, ev.message, code=ev.code)
+            shaper.collect(ev)
+            if isinstance(ev, DoneEvent):
+                return JSONResponse(shaper.body(ev))
+            ev = await _next(job, events, gone)
+        return Response(status_code=499)   # the client left: nobody reads it
+
+
+async def _next(job: Job | EmbedJob, events: asyncio.Queue[Event], gone: asyncio.Future[None]) -> Event | None:
+    """The job's next event, or None when the client left first (the job is cancelled)."""
+    get = asyncio.ensure_future(events.get())
+    waiting: set[asyncio.Future[Any]] = {get, gone}
+    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    if get not in done:
+        get.cancel()
+        job.cancel()
+        return None
+    return get.result()
 
 
 async def _disconnected(request: Request) -> None:
@@ -337,11 +356,8 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-def _sse(obj: dict[str, Any]) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
 Handler = Callable[[Request], Awaitable[Response]]
+ShaperFactory = Callable[[Job, rq.Params, "ToolRequest | None"], Shaper]
 
 
 def _guarded(service: Service, handler: Handler, *, public: bool = False) -> Handler:
@@ -377,11 +393,19 @@ def create_app(service: Service) -> Starlette:
               Route("/v1/models/{name:path}", g(service.model), methods=["GET"]),
               Route("/v1/chat/completions", g(service.chat), methods=["POST"]),
               Route("/v1/completions", g(service.completions), methods=["POST"]),
+              Route("/v1/responses", g(service.responses), methods=["POST"]),
               Route("/v1/embeddings", g(service.embeddings), methods=["POST"]),
               Route("/health", g(service.health, public=True), methods=["GET"]),
               Route("/openapi.json", g(service.openapi), methods=["GET"]),
               Route("/metrics", g(service.metrics), methods=["GET"])]
-    return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    if service.settings.cors_origins:
+        # answers preflight requests (OPTIONS with Origin and Access-Control-Request-Method) itself,
+        # before routing and the API key, as browsers send them without credentials
+        app.add_middleware(CORSMiddleware, allow_origins=list(service.settings.cors_origins),
+                           allow_methods=["GET", "POST"], allow_headers=["Authorization", "Content-Type"],
+                           max_age=600)
+    return app
 
 
 def _emitter(events: asyncio.Queue[Event]) -> Callable[[Event], None]:

@@ -13,7 +13,7 @@ from typing import Any, Callable, TypeVar
 import numpy as np
 
 from qnnrt.errors import QnnrtError
-from qnnrt.llm.embedding import EmbeddingModel
+from qnnrt.llm.embedding import EmbedInput, EmbeddingModel
 from qnnrt.llm.errors import ContextLengthError
 from qnnrt.llm.grammar import Grammar
 from qnnrt.llm.sampling import Sampler, SamplingOptions, TokenConstraint, log_softmax
@@ -107,9 +107,10 @@ class Job:
 
 @dataclass
 class EmbedJob:
-    """Texts to embed, one run each, on the engine thread (the programs share it)."""
+    """Inputs to embed (tokenized and padded already), one run each, on the engine thread (the
+    programs share it)."""
     request_id: str
-    texts: list[str]
+    inputs: list[EmbedInput]
     emit: Callable[[Event], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
     submitted: float = field(default_factory=time.perf_counter)
@@ -164,7 +165,8 @@ class Engine:
         self._thread = threading.Thread(target=self._loop, name="qnnrt-serve-engine", daemon=True)
         self.records: deque[dict[str, Any]] = deque(maxlen=RECORDS_KEPT)   # the latest requests' figures
         self.totals: dict[str, float] = {"requests": 0, "completed": 0, "cancelled": 0, "failed": 0,
-                                         "rejected_queue_full": 0, "prompt_tokens": 0, "cached_tokens": 0,
+                                         "rejected_queue_full": 0, "rejected_shutting_down": 0, "prompt_tokens": 0,
+                                         "cached_tokens": 0,
                                          "completion_tokens": 0, "generated_tokens": 0, "ttft_s_sum": 0.0,
                                          "decode_s_sum": 0.0, "decode_tokens": 0, "decode_forwards": 0,
                                          "draft_verifications": 0, "draft_tokens_accepted": 0,
@@ -216,6 +218,10 @@ class Engine:
             if self._running is not None:
                 self._running.cancel()
             self._cond.notify_all()
+            for job in waiting:           # each in the report: its client is told 503
+                self.totals["rejected_shutting_down"] += 1
+                self._record(job, "refused: the server is shutting down (it was queued)",
+                             {"queue_wait_s": time.perf_counter() - job.submitted})
         for job in waiting:
             job.emit(ErrorEvent(503, "the server is shutting down", "server_shutting_down"))
 
@@ -331,7 +337,7 @@ class Engine:
         assert self.embedder is not None
         started = time.perf_counter()
         embedder = self.embedder
-        done = self._attempt(job, "embedding", lambda: embedder.embed_all(job.texts))
+        done = self._attempt(job, "embedding", lambda: [embedder.run(x) for x in job.inputs])
         if done is None:
             return
         tokens = sum(e.tokens for e in done)

@@ -8,13 +8,15 @@ from typing import Any
 import msgspec
 
 from qnnrt.serve import schema as s
+from qnnrt.serve import schema_responses as rs
 
 ERRORS = {400: "invalid request: `error.param` names the field", 401: "missing or wrong API key",
           404: "no such model or path", 413: "body over --max-body-bytes", 415: "body not sent as application/json",
           429: "the queue is full (--max-queue): retry after Retry-After seconds",
           500: "the model failed (a bug, or a QNN error)", 503: "the server is shutting down"}
 COMPONENTS = [s.ChatRequest, s.CompletionRequest, s.EmbeddingsRequest, s.ChatCompletion, s.ChatCompletionChunk,
-              s.Completion, s.EmbeddingsList, s.ModelList, s.Model, s.Health, s.ErrorBody]
+              s.Completion, s.EmbeddingsList, s.ModelList, s.Model, s.Health, s.ErrorBody, rs.ResponsesRequest,
+              rs.Response, rs.ResponseEvent]
 
 
 def decimal_at_most(m: int) -> str:
@@ -47,6 +49,7 @@ def _with_server_facts(c: dict[str, Any], model_id: str, vocab_size: int, embedd
     for cls in (s.ChatRequest, s.CompletionRequest):
         c[cls.__name__]["allOf"] = [r.json_schema() for r in cls.rules]
     last = vocab_size - 1
+    c["ResponsesRequest"]["properties"]["model"] = {"type": "string", "enum": [model_id]}
     for name in ("ChatRequest", "CompletionRequest"):
         props = c[name]["properties"]
         props["model"] = {"type": "string", "enum": [model_id]}
@@ -83,8 +86,9 @@ def _operation(summary: str, ok: dict[str, Any], errors: list[int], *, body: str
 
 
 def _generation(summary: str, request: str, whole: str, chunk: str, auth: list[int]) -> dict[str, Any]:
-    event = {"type": "object", "description": f"one server-sent event: `data: <a {chunk}>` (or an ErrorBody), the "
-                                              "last one `data: [DONE]`",
+    last = "the last one `data: [DONE]`" if chunk != "ResponseEvent" else \
+        "`event:` its type, the last one response.completed or response.incomplete"
+    event = {"type": "object", "description": f"one server-sent event: `data: <a {chunk}>` (or an ErrorBody), {last}",
              "properties": {"event": {"type": "string"}, "id": {"type": "string"}, "retry": {"type": "integer"},
                             "data": {"anyOf": [{"const": "[DONE]"},
                                                {"type": "string", "contentMediaType": "application/json",
@@ -105,6 +109,8 @@ def openapi_document(model_id: str, vocab_size: int, embeddings_id: str | None =
         "/v1/chat/completions": _generation("a chat reply", "ChatRequest", "ChatCompletion", "ChatCompletionChunk",
                                             auth),
         "/v1/completions": _generation("a text completion", "CompletionRequest", "Completion", "Completion", auth),
+        "/v1/responses": _generation("a response (OpenAI's Responses API; nothing is stored)", "ResponsesRequest",
+                                     "Response", "ResponseEvent", auth),
         "/v1/models": {"get": _operation("the models served", _json("ModelList", "the models"), auth)},
         "/v1/models/{name}": {"get": _operation("one model", _json("Model", "the model"), [*auth, 404]) | {
             "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]}},

@@ -25,6 +25,7 @@ UNSERVED = {
     "modalities": "this server answers text only",
     "audio": "this server answers text only",
     "store": "this server stores no completions",
+    "previous_response_id": "this server stores no responses: send the whole conversation in input",
 }
 
 _TOO_DEEP = object()
@@ -189,13 +190,21 @@ def completion_prompt(req: s.CompletionRequest, vocab_size: int) -> str | list[i
 # -- embeddings --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EmbeddingsJob:
-    texts: list[str]
+    items: list[str | list[int]]       # texts, or token ids (without special tokens)
     base64: bool
+    truncate: bool
 
 
 def embeddings(req: s.EmbeddingsRequest, dim: int) -> EmbeddingsJob:
     if req.dimensions is not None and req.dimensions != dim:
         raise bad("dimensions", f"dimensions={req.dimensions} {s.UNSUPPORTED} (this model gives {dim})",
                   "unsupported_parameter")
-    return EmbeddingsJob([req.input] if isinstance(req.input, str) else list(req.input),
-                         req.encoding_format == "base64")
+    inp = req.input
+    items: list[str | list[int]]
+    if isinstance(inp, str):
+        items = [inp]
+    elif all(isinstance(x, int) for x in inp):
+        items = [[int(x) for x in inp]]          # type: ignore[arg-type]  # one input of token ids
+    else:
+        items = [x if isinstance(x, str) else list(x) for x in inp]  # type: ignore[arg-type]
+    return EmbeddingsJob(items, req.encoding_format == "base64", bool(req.truncate))

@@ -266,12 +266,30 @@ class CompletionRequest(GenerationRequest, kw_only=True, frozen=True):
                 raise ValueError("prompt: expected a string, a list of one string, or a list of token ids")
 
 
+EmbeddingItem = str | TokenId | Annotated[list[TokenId], Meta(min_length=1)]
+_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+_MANY = {"minItems": 1, "maxItems": MAX_EMBEDDING_INPUTS}
+
+
 class EmbeddingsRequest(Body, frozen=True):
     model: str
-    input: str | Annotated[list[str], Meta(min_length=1, max_length=MAX_EMBEDDING_INPUTS)]
+    input: Annotated[str | Annotated[list[EmbeddingItem], Meta(min_length=1)], Meta(
+        description="a text, texts, token ids (one input) or lists of token ids, as OpenAI's API takes them",
+        extra_json_schema={"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}} | _MANY, _IDS,
+                                     {"type": "array", "items": _IDS} | _MANY]})]
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: Annotated[int, Meta(ge=1, description="only the model's own")] | None = None
+    truncate: Annotated[bool, Meta(description="cut an input past the model's sequence (text-embeddings-inference's "
+                                               "name); else such an input is a 400")] | None = None
     user: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        kinds = {type(x) for x in self.input} if isinstance(self.input, list) else {int}   # the schema's oneOf:
+        if len(kinds) > 1:
+            raise ValueError("input: expected a string, strings, token ids, or lists of token ids")
+        if kinds != {int} and len(self.input) > MAX_EMBEDDING_INPUTS:      # token ids are one input
+            raise ValueError(f"input: more than {MAX_EMBEDDING_INPUTS} inputs")
 
 
 # -- responses (published; the shapers build them) ---------------------------------------------------

@@ -14,9 +14,12 @@ from typing import Any, Callable, Iterator
 import uvicorn
 
 from qnnrt.errors import QnnrtError
+from qnnrt.serve.connections import guarded_protocol
+from qnnrt.serve.options import ConnectionOptions
 from qnnrt.serve.engine import Engine
 
 SHUTDOWN_GRACE_S = 5     # connections still open this long after a stop signal are closed
+BACKLOG = 1024           # connections the kernel holds before they are accepted
 
 
 class _Server(uvicorn.Server):
@@ -55,14 +58,14 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             host, port = self.servers[0].sockets[0].getsockname()[:2]
-            self.on_listening(host, port)
+            self.on_listening(f"[{host}]" if ":" in host else host, port)
 
 
 def listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound here so that a taken port or a bad address is a clear error."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        sock = socket.create_server((host, port), family=family, backlog=128)
+        sock = socket.create_server((host, port), family=family, backlog=BACKLOG)
     except (OSError, OverflowError) as e:
         raise QnnrtError(f"cannot listen on {host}:{port}: {e.strerror if isinstance(e, OSError) else e} "
                          f"(choose another --port, or --host)") from None
@@ -75,14 +78,16 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def run_server(app: Any, engine: Engine, sock: socket.socket, *, log_level: str, stop_signals: list[int],
-               max_connections: int) -> int | None:
-    """Serve on ``sock`` until a stop signal; the signal."""
+               connections: ConnectionOptions) -> int | None:
+    """Serve on ``sock`` until a stop signal; the signal. Connections are guarded by ``connections``
+    (serve/connections.py), not by uvicorn's limit_concurrency."""
     def listening(h: str, p: int) -> None:
         print(f"qnnrt serve: listening on http://{h}:{p}/v1", flush=True)
 
     config = uvicorn.Config(app, log_level=log_level, access_log=log_level == "info",
                             lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-                            limit_concurrency=max_connections, server_header=False)
+                            http=guarded_protocol(connections), timeout_keep_alive=connections.keep_alive_s,
+                            server_header=False, backlog=BACKLOG)
     server = _Server(config, engine, stop_signals, listening)
     server.run(sockets=[sock])
     sys.stdout.flush()

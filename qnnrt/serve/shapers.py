@@ -2,6 +2,7 @@
 ``n`` choices; a chat's tool calls are parsed out of the text as it comes."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +83,17 @@ class Shaper:
 
     def stream_start(self) -> list[dict[str, Any]]:
         return []
+
+    def stream_error(self, error: api.ApiError) -> list[dict[str, Any]]:
+        """What a stream says when it fails after it began (OpenAI's error object)."""
+        return [error.body()]
+
+    def stream_end(self) -> list[str]:
+        return ["data: [DONE]\n\n"]
+
+    def sse(self, chunk: dict[str, Any]) -> str:
+        """One server-sent event of a chunk."""
+        return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
 
     def stream_event(self, ev: Event) -> list[dict[str, Any]]:
         if isinstance(ev, DoneEvent):

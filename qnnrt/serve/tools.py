@@ -220,7 +220,7 @@ class ToolCallParser:
     def _parse(self, inner: str) -> ToolCall | None:
         try:
             obj = json.loads(inner)
-        except ValueError:
+        except (ValueError, RecursionError):        # the model's text: any nesting the context allows
             return None
         if not isinstance(obj, dict) or obj.get("name") not in self.names:
             return None

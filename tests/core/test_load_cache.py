@@ -181,3 +181,29 @@ def test_a_buffer_without_origin_is_not_cached(small_binary, cache, calls):
         assert b.origin is None
         assert b.sha256() == hashlib.sha256(data).hexdigest()
     assert calls["sha256"] == 2 and not _entries(cache)
+
+
+def test_a_wrong_but_well_formed_sha256_entry_heals(two_method_program, cache, calls, tmp_path):
+    """Issue 47: an entry holding another (valid-looking) hash made every later load of an intact
+    program fail against its manifest. The manifest check doubts the cached value, hashes the bytes
+    again and rewrites the entry."""
+    import json
+    folder = tmp_path / "prog"
+    shutil.copytree(two_method_program, folder)
+    binary = folder / "contexts" / "shared.bin"
+    _set_mtime(binary, time.time_ns() - HOUR_NS)
+    manifest = json.loads((folder / "program.json").read_text())
+    good = hashlib.sha256(binary.read_bytes()).hexdigest()
+    manifest["contexts"][0]["sha256"] = good
+    (folder / "program.json").write_text(json.dumps(manifest))
+    with qnnrt.load(str(folder)):
+        pass
+    (entry,) = _entries(cache)
+    entry.write_text(entry.read_text().replace(good, "0" * 64))
+    with qnnrt.load(str(folder)):                       # not "the binary was corrupted"
+        pass
+    assert good in entry.read_text() and "0" * 64 not in entry.read_text()
+    calls_before = calls["sha256"]
+    with qnnrt.load(str(folder)):                       # healed: read from the cache again
+        pass
+    assert calls["sha256"] == calls_before

@@ -73,7 +73,7 @@ def test_a_folder_without_sentence_transformers_modules_pools_by_mean(tmp_path):
     assert Pooling.of_folder(tmp_path) == Pooling() and Pooling().mode == "mean" and not Pooling().normalize
 
 
-@pytest.mark.parametrize("config,says", [("{", "not readable JSON"), ("[]", "not a JSON object"),
+@pytest.mark.parametrize("config,says", [("{", "not valid JSON"), ("[]", "not a JSON object"),
                                          ('{"pooling_mode_mean_tokens": true, "pooling_mode_max_tokens": true}',
                                           "exactly one of")])
 def test_a_broken_pooling_config_is_a_clear_error(tmp_path, config, says):

@@ -162,7 +162,9 @@ MISTAKES = [  # (body, schema, the param, the code)
     (DONE | {"logprobs": True}, s.CompletionRequest, "logprobs", "invalid_type"),
     (DONE | {"tools": [TOOL]}, s.CompletionRequest, "tools", "unknown_parameter"),
     ({"model": "e", "input": []}, s.EmbeddingsRequest, "input", "invalid_value"),
-    ({"model": "e", "input": [[1, 2]]}, s.EmbeddingsRequest, "input[0]", "invalid_type"),
+    ({"model": "e", "input": [[1, 2], "x"]}, s.EmbeddingsRequest, "input", "invalid_value"),
+    ({"model": "e", "input": [[]]}, s.EmbeddingsRequest, "input[0]", "invalid_value"),
+    ({"model": "e", "input": [-1]}, s.EmbeddingsRequest, "input[0]", "invalid_value"),
     ({"model": "e", "input": "x", "encoding_format": "hex"}, s.EmbeddingsRequest, "encoding_format",
      "invalid_value"),
     ({"model": "e", "input": ["x"] * 2049}, s.EmbeddingsRequest, "input", "invalid_value"),
@@ -185,8 +187,11 @@ def test_each_mistake_is_a_400_naming_its_field(body, schema, param, code):
 
 
 def test_a_dimensions_other_than_the_models_is_refused_and_its_own_is_served():
-    assert rq.embeddings(rq.decode(b'{"model": "e", "input": "x", "dimensions": 8}', s.EmbeddingsRequest), 8).texts \
+    assert rq.embeddings(rq.decode(b'{"model": "e", "input": "x", "dimensions": 8}', s.EmbeddingsRequest), 8).items \
         == ["x"]
+    for given, items in (([5, 6], [[5, 6]]), ([[5], [6, 7]], [[5], [6, 7]]), (["a", "b"], ["a", "b"])):
+        job = rq.embeddings(rq.decode(json.dumps({"model": "e", "input": given}), s.EmbeddingsRequest), 8)
+        assert job.items == items and not job.truncate
     with pytest.raises(ApiError) as e:
         rq.embeddings(rq.decode(b'{"model": "e", "input": "x", "dimensions": 3}', s.EmbeddingsRequest), 8)
     assert e.value.param == "dimensions" and e.value.code == "unsupported_parameter"
@@ -271,7 +276,8 @@ def test_openapi_document_is_valid_openapi_3_1():
         assert doc["openapi"].startswith("3.1")
         validator.validate(doc)
     assert set(_document()["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models",
-                                         "/v1/models/{name}", "/health", "/metrics", "/openapi.json"}
+                                         "/v1/models/{name}", "/health", "/metrics", "/openapi.json",
+                                         "/v1/responses"}
     assert "/v1/embeddings" not in openapi_document("stories", VOCAB)["paths"]
 
 

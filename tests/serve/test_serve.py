@@ -244,7 +244,11 @@ def test_a_full_queue_answers_429_at_once(server):
     wait_idle(server)
     c1, running = _stream(server, RUNNING)
     keep = _first_token(running)                                 # running
-    c2, waiting = _stream(server, {"model": MODEL_ID, "prompt": "The", "max_tokens": 1})   # waits (--max-queue 1)
+    # waits (--max-queue 1); its headers come when it starts (a queued stream may still get a 503)
+    queued: dict[str, tuple[httpx.Client, httpx.Response]] = {}
+    waiter = threading.Thread(target=lambda: queued.update(w=_stream(server, {"model": MODEL_ID, "prompt": "The",
+                                                                              "max_tokens": 1})))
+    waiter.start()
     try:
         deadline = time.monotonic() + 60
         while httpx.get(server.base + "/health", timeout=30).json()["queue_depth"] != 1:
@@ -257,9 +261,12 @@ def test_a_full_queue_answers_429_at_once(server):
             client(server).chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "x"}])
     finally:
         del keep
-        for resp, cl in ((running, c1), (waiting, c2)):
-            resp.close()
-            cl.close()
+        running.close()
+        c1.close()
+        waiter.join(TIMEOUT)
+        c2, waiting = queued["w"]
+        waiting.close()
+        c2.close()
     wait_idle(server)
     assert metrics(server)['qnnrt_requests_total{status="rejected_queue_full"}'] >= 2
 

@@ -19,7 +19,7 @@ httpx = pytest.importorskip("httpx", reason="needs httpx (pip install -e '.[test
 pytestmark = pytest.mark.slow
 EMB_ID = "tiny-embedder"
 TEXTS = ["Once upon a time there was a little cat.", "The dog ran to the park",
-         "Grüße aus Köln " * 10]       # the last one longer than the program's sequence: truncated
+         "Grüße aus Köln " * 10]       # the last one longer than the program's sequence: truncated if asked
 
 
 @pytest.fixture(scope="module")
@@ -57,15 +57,18 @@ def test_models_lists_both(server):
 
 def test_embeddings_equal_the_program_run_directly(server, direct):
     vectors, tokens, feeds = direct
-    raw = post(server, "/v1/embeddings", {"model": EMB_ID, "input": TEXTS, "encoding_format": "float"}).json()
+    raw = post(server, "/v1/embeddings", {"model": EMB_ID, "input": TEXTS, "encoding_format": "float",
+                                          "truncate": True}).json()
     got = [np.asarray(d["embedding"], dtype=np.float32) for d in raw["data"]]
     assert [d["index"] for d in raw["data"]] == [0, 1, 2]
     assert all(np.array_equal(a, b) for a, b in zip(got, vectors))
     assert raw["usage"]["prompt_tokens"] == sum(tokens) and tokens[2] == SEQ
-    b64 = post(server, "/v1/embeddings", {"model": EMB_ID, "input": TEXTS, "encoding_format": "base64"}).json()
+    b64 = post(server, "/v1/embeddings", {"model": EMB_ID, "input": TEXTS, "encoding_format": "base64",
+                                          "truncate": True}).json()
     assert all(np.array_equal(np.frombuffer(base64.b64decode(d["embedding"]), "<f4"), v)
                for d, v in zip(b64["data"], vectors))
-    via_client = client(server).embeddings.create(model=EMB_ID, input=TEXTS[0])     # the client asks base64
+    via_client = client(server).embeddings.create(model=EMB_ID, input=TEXTS[0],     # the client asks base64
+                                                  extra_body={"truncate": True})
     assert np.array_equal(np.asarray(via_client.data[0].embedding, dtype=np.float32), vectors[0])
     weights = table(VOCAB)
     for v, feed in zip(vectors, feeds):        # the HTP computes in fp16
@@ -73,11 +76,32 @@ def test_embeddings_equal_the_program_run_directly(server, direct):
         np.testing.assert_allclose(v, ref, atol=5e-3, rtol=5e-3)
 
 
+def test_an_input_past_the_sequence_is_a_400_unless_truncate(server, direct, text_folder):  # noqa: F811
+    e = assert_openai_error(post(server, "/v1/embeddings", {"model": EMB_ID, "input": TEXTS}), 400)
+    assert (e["param"], e["code"]) == ("input[0]", "context_length_exceeded") and f"sequence of {SEQ}" in e["message"]
+    from qnnrt.llm.text import TextTokenizer
+    tok = TextTokenizer.from_path(text_folder)
+    ids = [tok.encode(t) for t in TEXTS]
+    e = assert_openai_error(post(server, "/v1/embeddings", {"model": EMB_ID, "input": ids[2]}), 400)
+    assert e["code"] == "context_length_exceeded"
+    vectors, tokens, _ = direct
+    assert tokens[1] < SEQ                                                 # this one fits
+    one = post(server, "/v1/embeddings", {"model": EMB_ID, "input": ids[1], "encoding_format": "float"}).json()
+    assert np.array_equal(np.asarray(one["data"][0]["embedding"], dtype=np.float32), vectors[1])   # = the text
+    many = post(server, "/v1/embeddings", {"model": EMB_ID, "input": ids, "encoding_format": "float",
+                                           "truncate": True}).json()
+    assert [len(d["embedding"]) for d in many["data"]] == [DIM] * 3
+    assert all(np.array_equal(np.asarray(d["embedding"], dtype=np.float32), v) for d, v in zip(many["data"], vectors))
+    assert many["usage"]["prompt_tokens"] == sum(tokens)
+
+
 def test_embedding_errors_are_openai_shaped(server):
     assert_openai_error(post(server, "/v1/embeddings", {"model": MODEL_ID, "input": "x"}), 404)
     assert_openai_error(post(server, "/v1/embeddings", {"model": EMB_ID, "input": []}), 400)
-    e = assert_openai_error(post(server, "/v1/embeddings", {"model": EMB_ID, "input": [[1, 2]]}), 400)
-    assert (e["param"], e["code"]) == ("input[0]", "invalid_type")       # text only: token ids are not served
+    e = assert_openai_error(post(server, "/v1/embeddings", {"model": EMB_ID, "input": [[1, 2], "x"]}), 400)
+    assert e["param"] == "input"                                          # token ids and texts mixed
+    e = assert_openai_error(post(server, "/v1/embeddings", {"model": EMB_ID, "input": [1, 100000]}), 400)
+    assert e["param"] == "input" and "vocabulary" in e["message"]
     assert_openai_error(post(server, "/v1/embeddings", {"model": EMB_ID, "input": "x", "dimensions": 3}), 400)
     assert_openai_error(post(server, "/v1/embeddings", {"model": EMB_ID, "input": "x", "encoding_format": "hex"}),
                         400)

@@ -126,14 +126,20 @@ def test_clients_that_leave_the_queue_free_their_places(server):
             s.close()
         _wait_queue(server, 0)                 # while the long request still runs
         assert httpx.get(server.base + "/health", timeout=30).json()["busy"]
-        c2, waiting = _stream(server, {"model": MODEL_ID, "prompt": "z", "max_tokens": 1})
-        assert waiting.status_code == 200      # accepted: the places are free
-        waiting.close()
-        c2.close()
+        queued: dict[str, tuple[Any, Any]] = {}    # its headers come when it starts
+        waiter = threading.Thread(target=lambda: queued.update(w=_stream(server, {"model": MODEL_ID, "prompt": "z",
+                                                                                  "max_tokens": 1})))
+        waiter.start()
+        _wait_queue(server, 1)                 # accepted: the places are free
     finally:
         del keep
         running.close()
         c1.close()
+    waiter.join(TIMEOUT)
+    c2, waiting = queued["w"]
+    assert waiting.status_code == 200
+    waiting.close()
+    c2.close()
     wait_idle(server)
     assert metrics(server)["qnnrt_generated_tokens_total"] >= 1
 
