@@ -93,15 +93,38 @@ def test_bad_runner_options(chain12, args, pattern):
 
 
 @pytest.mark.slow
-def test_run_reports_time_breakdown(chain12, tmp_path):
+@pytest.mark.parametrize("iterations, sampled", [(20, 20), (40, 20)])
+def test_run_reports_time_breakdown(chain12, tmp_path, iterations, sampled):
+    """Up to 31 iterations every one is timed step by step; beyond, a sample (1 in 2 of 40),
+    the others untimed with outputs bit-identical to the timed first iteration's."""
     rep = tmp_path / "r.json"
-    r = qnnrt("run", chain12.model, "--iteration", 20, "--warm-up", 2, "--report", rep)
+    r = qnnrt("run", chain12.model, "--iteration", iterations, "--warm-up", 2, "--check-repeat",
+              "--report", rep)
     assert r.returncode == 0, r.stderr
-    tb = json.loads(rep.read_text())["time_breakdown"]
+    d = json.loads(rep.read_text())
+    tb = d["time_breakdown"]
     assert {"accelerator_ms", "cpu_ops_ms", "runtime_ms", "runtime_us_per_graph_call"} <= set(tb)
     assert tb["accelerator_ms"] > 0 and tb["cpu_ops_ms"] > 0 and tb["runtime_ms"] > 0
-    med = json.loads(rep.read_text())["latency_ms"]["median"]
+    assert tb["sampled_iterations"] == sampled and tb["sample_every"] == iterations // sampled
+    med = d["latency_ms"]["median"]
     total = tb["accelerator_ms"] + tb["cpu_ops_ms"] + tb["runtime_ms"]
     assert abs(total - med) <= 0.05 * med, (total, med)
     assert abs(tb["runtime_us_per_graph_call"] - tb["runtime_ms"] * 1e3 / 12) < 0.5 * tb["runtime_us_per_graph_call"]
     assert "inside QNN graph execution" in r.stdout and "us per graph call" in r.stdout
+    assert d["check_repeat"]["mismatches"] == 0 and len(d["latency_ms"]["all"]) == iterations
+    if sampled < iterations:
+        assert "1 in 2" in tb["how"] and "of 20 sampled, 1 in 2 timed step by step" in r.stdout
+
+
+def test_time_breakdown_sampling():
+    """The sample's stride, and the rest as the median wall minus the sampled medians."""
+    from qnnrt.cli.run_common import breakdown_stride, time_breakdown
+    assert [breakdown_stride(n) for n in (1, 31, 32, 300, 10_000)] == [1, 1, 2, 16, 16]
+    parts = [(0.010, 0.006, 0.002, 4), (0.012, 0.007, 0.003, 4), (0.011, 0.006, 0.002, 4)]
+    every = time_breakdown(parts, [p[0] for p in parts])
+    assert every["runtime_ms"] == pytest.approx(2.0) and every["sampled_iterations"] == 3
+    sampled = time_breakdown(parts, [0.009] * 10 + [0.5], stride=4)
+    assert sampled["runtime_ms"] == pytest.approx(1.0) and sampled["sample_every"] == 4
+    assert sampled["runtime_us_per_graph_call"] == pytest.approx(250.0)
+    assert time_breakdown(parts, [0.001], stride=4)["runtime_ms"] == 0.0   # never negative
+    assert time_breakdown([], [], 4) == {}
