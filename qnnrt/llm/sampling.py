@@ -128,7 +128,7 @@ class Sampler:
         return x, best
 
     def __call__(self, logits: np.ndarray) -> int:
-        if self._plain_greedy(logits):   # nothing adjusts the row: its first maximum as it is
+        if self.plain_greedy(logits):   # nothing adjusts the row: its first maximum as it is
             i = int(np.argmax(logits))
             best = logits.flat[i]
             if best != best or best == -np.inf:
@@ -137,7 +137,7 @@ class Sampler:
         x = self._allowed(logits)
         return self._took(self.choose(x))
 
-    def _plain_greedy(self, logits: np.ndarray) -> bool:
+    def plain_greedy(self, logits: np.ndarray) -> bool:
         """Greedy with no bias, penalty or constraint over a float row that float64 holds exactly:
         the float64 copy `_adjusted` makes would keep every value and their order (ties and NaN
         included; an inf it cuts to the largest float stays the first maximum), so the argmax of

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from qnnrt.errors import InputError
 from qnnrt.llm.sampling import Sampler, SamplingOptions, apply_logit_bias, apply_penalties
 from tests.helpers.llm_text import text_folder  # noqa: F401
 
@@ -159,7 +160,7 @@ def test_a_penalty_window_counts_the_last_n_tokens_of_the_sequence():
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
-def test_plain_greedy_reads_the_row_as_the_adjusted_path_does(dtype):
+def testplain_greedy_reads_the_row_as_the_adjusted_path_does(dtype):
     """Greedy with nothing to adjust takes the row's own argmax (no float64 copy): the same token
     as the adjusting path (forced here by a zero bias) on ties, infs and NaN, the same refusals."""
     rng = np.random.default_rng(0)
@@ -169,14 +170,14 @@ def test_plain_greedy_reads_the_row_as_the_adjusted_path_does(dtype):
     for row in rows:
         row = np.asarray(row, dtype=dtype).reshape(1, 1, -1)
         plain, adjusting = Sampler(), Sampler(SamplingOptions(logit_bias={0: 0.0}))
-        assert plain._plain_greedy(row) and not adjusting._plain_greedy(row)
+        assert plain.plain_greedy(row) and not adjusting.plain_greedy(row)
         try:
             want = adjusting(row)
-        except Exception as e:
-            with pytest.raises(type(e), match="no token is allowed"):
+        except InputError:
+            with pytest.raises(InputError, match="no token is allowed"):
                 plain(row)
             continue
         assert plain(row) == want and plain.counts == adjusting.counts
     for row in (np.full(4, -np.inf, dtype), ):
-        with pytest.raises(Exception, match="no token is allowed"):
+        with pytest.raises(InputError, match="no token is allowed"):
             Sampler()(row)
