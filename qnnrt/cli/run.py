@@ -15,7 +15,8 @@ from qnnrt.fileio import check_free_space
 from qnnrt.progress import ProgressBar
 
 
-from qnnrt.cli.run_common import (add_profiles, add_runtime_options, breakdown_stride, check_targets, heartbeat,
+from qnnrt.cli.run_common import (add_profiles, add_runtime_options, breakdown_sample, breakdown_stride,
+                                  check_targets, heartbeat,
                                   latency_stats, open_program, print_performance, print_recoveries, same,
                                   time_breakdown, traced, vetting_json, write_report)
 
@@ -95,8 +96,9 @@ def _run(args, tracer) -> int:
                 mfeeds = feeds[m.name]
                 feed_index = (it // len(methods)) % len(mfeeds)
                 timed = it >= args.warm_up
-                # sampled: timed step by step; the first warm-up iteration too (builds that plan)
-                sampled = (it - args.warm_up) % stride == 0 if timed else it == 0
+                # sampled: timed step by step (the first warm-up iteration too: builds that plan)
+                sampled, counted = (breakdown_sample(it - args.warm_up, stride) if timed
+                                    else (it == 0, False))
                 if sampled:
                     prog.timed = True
                 t0 = time.perf_counter()
@@ -109,7 +111,7 @@ def _run(args, tracer) -> int:
                     per_method[m.name].append(dt * 1e3)
                 if sampled:
                     prog.timed = False
-                    if timed:
+                    if counted:
                         t = prog.timing
                         parts.append((dt, t.accelerator_s, t.cpu_ops_s, t.graph_calls))
                 if args.check_repeat:
@@ -144,7 +146,7 @@ def _run(args, tracer) -> int:
                         for k, v in outputs.items()],
             "check_repeat": ({"checked": True, "mismatches": len(mismatches)}
                              if args.check_repeat else {"checked": False}),
-            "time_breakdown": time_breakdown(parts, [x / 1e3 for x in latencies], stride),
+            "time_breakdown": time_breakdown(parts, stride),
             "vetting": vetting_json(prog, args),
             "recoveries": prog.recovery.summary(),
         }
