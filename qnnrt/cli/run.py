@@ -16,9 +16,8 @@ from qnnrt.progress import ProgressBar
 
 
 from qnnrt.cli.run_common import (add_profiles, add_runtime_options, breakdown_sample, breakdown_stride,
-                                  check_targets, heartbeat,
-                                  latency_stats, open_program, print_performance, print_recoveries, same,
-                                  time_breakdown, traced, vetting_json, write_report)
+                                  check_targets, heartbeat, latency_stats, open_program, print_performance,
+                                  print_recoveries, same, time_breakdown, traced, vetting_json, write_report)
 
 
 def add_parser(sub) -> None:
@@ -96,9 +95,10 @@ def _run(args, tracer) -> int:
                 mfeeds = feeds[m.name]
                 feed_index = (it // len(methods)) % len(mfeeds)
                 timed = it >= args.warm_up
-                # sampled: timed step by step (the first warm-up iteration too: builds that plan)
-                sampled, counted = (breakdown_sample(it - args.warm_up, stride) if timed
-                                    else (it == 0, False))
+                # sampled: timed step by step; of the warm-up, all when every iteration is timed,
+                # else the last (builds the timed plan; the others warm the untimed one)
+                sampled, counted = (breakdown_sample(it - args.warm_up, stride) if timed else
+                                    (stride == 1 or (args.warm_up > 1 and it == args.warm_up - 1), False))
                 if sampled:
                     prog.timed = True
                 t0 = time.perf_counter()
