@@ -1,7 +1,8 @@
 """qnnrt's own host work per LLM token, with the ExecuTorch kit's shim's no-op graphExecute (so the graphs cost
 nothing and what remains is qnnrt's): decode per token (median, sampling included and excluded),
 the floor it is compared with (copying that token's new K/V entries into the caches and reading its
-logits, in numpy, same run), and time to first token.
+logits, in numpy, same run), and time to first token with its floor (`ttft_floor_ms`: the
+prefill's cache-mirror syncs and K/V puts for the prompt on a fresh cache, and one logits row).
 
     bash bench/anchor/setup.sh ANCHOR; . ANCHOR/env.sh       # the kit: bench/anchor/README.md
     python bench/bench_llm_host.py MODEL.pte [--mode prepared|generic|before] [--steps 127] [--anchor ANCHOR]
@@ -54,6 +55,27 @@ def _floor_ms(runner, steps: int) -> float:
     return statistics.median(out) * 1e3
 
 
+def _ttft_floor_ms(runner, prompt_len: int, repeats: int) -> float:
+    """Median ms of the copies a prompt's prefill cannot avoid, on a fresh cache each time: per
+    window, the prefill's cache mirror brought up to date (its first window's entries, for the
+    next) and that window's new K/V entries put in the caches; the last row of logits read."""
+    import numpy as np
+    lay = runner.layout
+    pre = lay.prefill
+    b = runner.steps.buffers[pre.name]
+    out = []
+    for _ in range(repeats):
+        cache = runner.new_cache()
+        t0 = time.perf_counter()
+        for start in range(0, prompt_len, pre.ar_len):
+            n = min(pre.ar_len, prompt_len - start)
+            cache.sync(pre)
+            cache.put(pre, b.k_out, b.v_out, n, b.k_out_all, b.v_out_all)
+        np.array(b.logits[0, (prompt_len - 1) % pre.ar_len], dtype=np.float32, copy=True)
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out) * 1e3
+
+
 def _sample_ms(vocab: int, steps: int) -> float:
     import numpy as np
 
@@ -93,6 +115,7 @@ def one_round(path: str, mode: str, prompt: list[int], steps: int, shim: str,
         row["decode_host_ms"] = row["decode_ms_median"] - row["sample_ms"]
         if mode == "prepared":
             row["floor_ms"] = _floor_ms(runner, 200)
+            row["ttft_floor_ms"] = _ttft_floor_ms(runner, len(prompt), 20)
         return row
     finally:
         prog.close()

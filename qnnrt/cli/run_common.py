@@ -254,19 +254,46 @@ def latency_stats(ms: list[float]) -> dict:
             "all": [round(float(x), 4) for x in a]}
 
 
-def time_breakdown(parts: list[tuple[float, float, float, int]]) -> dict:
+SAMPLE_BURST = 4   # consecutive timed iterations per sample; the first warms the timed plan
+
+
+def breakdown_stride(iterations: int) -> int:
+    """Every how many timed iterations one runs timed step by step (`Program.timed`) for the time
+    breakdown: all of up to 31, then 1 in iterations // 16, at most 1 in 16, in bursts of
+    SAMPLE_BURST (a method's timed plan is a plan of its own: run once in a while, it runs with
+    cold caches). The others run untimed, as a program runs by default."""
+    return max(1, min(16, iterations // 16))
+
+
+def breakdown_sample(j: int, stride: int) -> tuple[bool, bool]:
+    """(run timed, count in the breakdown) for timed iteration `j`: bursts of SAMPLE_BURST every
+    SAMPLE_BURST * stride iterations, each burst's first not counted."""
+    if stride == 1:
+        return True, True
+    phase = j % (SAMPLE_BURST * stride)
+    return phase < SAMPLE_BURST, 0 < phase < SAMPLE_BURST
+
+
+def time_breakdown(parts: list[tuple[float, float, float, int]], stride: int = 1) -> dict:
     """Medians per iteration of the time inside QNN graph execution, in CPU ops and the rest
-    (qnnrt's own cost), from (wall, accelerator, cpu ops seconds, graph calls) per iteration."""
+    (qnnrt's own cost), from (wall, accelerator, cpu ops seconds, graph calls) per counted
+    iteration (all, or the sample `breakdown_sample` picks)."""
     if not parts:
         return {}
     med = lambda xs: float(np.median(list(xs)))
     rt = [w - a - c for w, a, c, _ in parts]
+    how = ("every timed iteration ran with a clock read around each graph call and CPU op "
+           "(Program.timed)" if stride == 1 else
+           f"1 in {stride} of the timed iterations ran with a clock read around each graph call and "
+           f"CPU op (Program.timed), in bursts of {SAMPLE_BURST} whose first is not counted; the "
+           f"others untimed")
     return {"accelerator_ms": round(med(p[1] for p in parts) * 1e3, 6),
             "cpu_ops_ms": round(med(p[2] for p in parts) * 1e3, 6),
             "runtime_ms": round(med(rt) * 1e3, 6),
             "runtime_us_per_graph_call": round(med(r / max(1, p[3]) for r, p in zip(rt, parts))
                                                * 1e6, 3),
-            "graph_calls_per_iteration": int(med(p[3] for p in parts))}
+            "graph_calls_per_iteration": int(med(p[3] for p in parts)),
+            "sampled_iterations": len(parts), "sample_every": stride, "how": how}
 
 
 def same(a: np.ndarray, b: np.ndarray) -> bool:

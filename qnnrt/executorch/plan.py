@@ -4,7 +4,7 @@ slot list (lowered by lowering.py), `PreparedPte` (that plan bound once to a cal
 through a prepared graph step). `pte_plan` picks one."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -13,9 +13,9 @@ from qnnrt.executorch.delegates import DelegateSite
 from qnnrt.runtime.method_spec import Inputs, QnnStep, validate_inputs
 from qnnrt.runtime.plan import (CallerArrays, LiveGraphs, NotPreparable, Plan, RunTiming, StepPlan,
                                 graph_step)
-from qnnrt.runtime.steps import GraphStep
+from qnnrt.runtime.steps import GraphStep, Step
 from qnnrt.executorch.lowering import Lowering, NotCompilable
-from qnnrt.executorch.steps import adapt_delegate_inputs
+from qnnrt.executorch.steps import FreeStep, adapt_delegate_inputs
 
 if TYPE_CHECKING:
     from qnnrt.executorch.program import PteMethodAdapter
@@ -39,7 +39,7 @@ class PtePlan(StepPlan):
         a = lowering.analysis
         self.method = method
         self.where = lowering.where
-        self.steps = lowering.steps
+        self.steps = needed_frees(lowering.steps, lowering.template, a.output_values)
         self.template = lowering.template
         self.in_specs = list(method.inputs)
         self.in_values = list(a.input_values)
@@ -64,6 +64,25 @@ class PtePlan(StepPlan):
                 x = np.array(x, copy=True)
             out[name] = x
         return out
+
+
+def needed_frees(steps: list[Step], template: list, outputs: Sequence[int]) -> list[Step]:
+    """`steps` without the frees that free nothing: of a slot the template holds and no step
+    writes (a caller's array, a planned buffer, a constant: the plan keeps it), and those after
+    the last other step (the run's slot list is dropped once the outputs are read). An LLM's
+    prepared decode step had 62 such frees beside its one graph call (bench/RESULTS.md, issue 49)."""
+    writes = [getattr(st, "writes", None) for st in steps if not isinstance(st, FreeStep)]
+    written = None if None in writes else {x for w in writes if w is not None for x in w}
+    kept = [st for st in steps if not (isinstance(st, FreeStep) and written is not None
+                                       and template[st.slot] is not None and st.slot not in written)]
+    out = set(outputs)
+    end = len(kept)
+    while end:
+        last = kept[end - 1]
+        if not isinstance(last, FreeStep) or last.slot in out:
+            break
+        end -= 1
+    return kept[:end]
 
 
 class PreparedPte:

@@ -128,8 +128,25 @@ class Sampler:
         return x, best
 
     def __call__(self, logits: np.ndarray) -> int:
+        if self.plain_greedy(logits):   # nothing adjusts the row: its first maximum as it is
+            i = int(np.argmax(logits))
+            best = logits.flat[i]
+            if best != best or best == -np.inf:
+                raise InputError("no token is allowed here (the grammar and the logit bias leave none)")
+            return self._took(i)
         x = self._allowed(logits)
         return self._took(self.choose(x))
+
+    def plain_greedy(self, logits: np.ndarray) -> bool:
+        """Greedy with no bias, penalty or constraint over a float row that float64 holds exactly:
+        the float64 copy `_adjusted` makes would keep every value and their order (ties and NaN
+        included; an inf it cuts to the largest float stays the first maximum), so the argmax of
+        the row itself is the same token, without the copy and the pass for the best."""
+        o = self.options
+        return (o.temperature == 0 and self.constraint is None and not o.logit_bias
+                and o.repetition_penalty == 1.0 and o.frequency_penalty == 0.0
+                and o.presence_penalty == 0.0 and isinstance(logits, np.ndarray)
+                and logits.dtype.kind == "f" and logits.dtype.itemsize <= 8)
 
     def verify(self, logits: np.ndarray, draft: int) -> int:
         """The token chosen where a draft proposed `draft`: `draft` itself when accepted, else a

@@ -93,15 +93,40 @@ def test_bad_runner_options(chain12, args, pattern):
 
 
 @pytest.mark.slow
-def test_run_reports_time_breakdown(chain12, tmp_path):
+@pytest.mark.parametrize("iterations, sampled", [(20, 20), (40, 15)])
+def test_run_reports_time_breakdown(chain12, tmp_path, iterations, sampled):
+    """Up to 31 iterations every one is timed step by step; beyond, a sample (1 in 2 of 40, in
+    bursts of 4 whose first is not counted: 5 x 3), the others untimed with outputs bit-identical
+    to the timed first iteration's."""
     rep = tmp_path / "r.json"
-    r = qnnrt("run", chain12.model, "--iteration", 20, "--warm-up", 2, "--report", rep)
+    r = qnnrt("run", chain12.model, "--iteration", iterations, "--warm-up", 2, "--check-repeat",
+              "--report", rep)
     assert r.returncode == 0, r.stderr
-    tb = json.loads(rep.read_text())["time_breakdown"]
+    d = json.loads(rep.read_text())
+    tb = d["time_breakdown"]
     assert {"accelerator_ms", "cpu_ops_ms", "runtime_ms", "runtime_us_per_graph_call"} <= set(tb)
     assert tb["accelerator_ms"] > 0 and tb["cpu_ops_ms"] > 0 and tb["runtime_ms"] > 0
-    med = json.loads(rep.read_text())["latency_ms"]["median"]
+    assert tb["sampled_iterations"] == sampled and tb["sample_every"] == (1 if sampled == 20 else 2)
+    med = d["latency_ms"]["median"]
     total = tb["accelerator_ms"] + tb["cpu_ops_ms"] + tb["runtime_ms"]
     assert abs(total - med) <= 0.05 * med, (total, med)
     assert abs(tb["runtime_us_per_graph_call"] - tb["runtime_ms"] * 1e3 / 12) < 0.5 * tb["runtime_us_per_graph_call"]
     assert "inside QNN graph execution" in r.stdout and "us per graph call" in r.stdout
+    assert d["check_repeat"]["mismatches"] == 0 and len(d["latency_ms"]["all"]) == iterations
+    if sampled < iterations:
+        assert "1 in 2" in tb["how"] and "of 15 sampled, 1 in 2 timed step by step" in r.stdout
+
+
+def test_time_breakdown_sampling():
+    """The sample: its stride, bursts of 4 whose first is not counted, the medians of the rest."""
+    from qnnrt.cli.run_common import breakdown_sample, breakdown_stride, time_breakdown
+    assert [breakdown_stride(n) for n in (1, 31, 32, 300, 10_000)] == [1, 1, 2, 16, 16]
+    assert [breakdown_sample(j, 1) for j in range(3)] == [(True, True)] * 3
+    picks = [breakdown_sample(j, 16) for j in range(300)]
+    assert [j for j, (run, _) in enumerate(picks) if run][:8] == [0, 1, 2, 3, 64, 65, 66, 67]
+    assert sum(run for run, _ in picks) == 20 and sum(c for _, c in picks) == 15
+    parts = [(0.010, 0.006, 0.002, 4), (0.012, 0.007, 0.003, 4), (0.011, 0.006, 0.002, 4)]
+    tb = time_breakdown(parts, 16)
+    assert tb["runtime_ms"] == pytest.approx(2.0) and tb["sampled_iterations"] == 3
+    assert tb["runtime_us_per_graph_call"] == pytest.approx(500.0) and "1 in 16" in tb["how"]
+    assert time_breakdown([], 4) == {}

@@ -119,3 +119,17 @@ def test_mutable_buffer_delegates_are_refused_clearly(tmp_path):
     pte = chain_pte(tmp_path / "m.pte", built.path.read_bytes(), 1, WIDTH)
     with pytest.raises(FormatError, match="mutable buffers"):
         qnnrt.load(pte)
+
+
+def test_frees_that_free_nothing_are_dropped_from_a_plan():
+    """A free of a slot the template holds and no step writes, and the frees after the last
+    other step (not of an output), free nothing: the plan drops them; every other free stays."""
+    from qnnrt.executorch.plan import needed_frees
+    from qnnrt.executorch.steps import FreeStep, MoveStep
+    held = np.zeros(2)
+    template = [held, None, held, None, None]
+    m1, m2 = MoveStep(1, 2), MoveStep(2, 3)
+    f0, f1, f2, f3, f4 = (FreeStep(i) for i in range(5))
+    assert needed_frees([m1, f0, f1, m2, f2, f4, f3], template, [3]) == [m1, f1, m2, f2, f4, f3]
+    assert needed_frees([m1, f0, f1, m2, f2, f4], template, [3]) == [m1, f1, m2]
+    assert needed_frees([f0, f1], template, []) == []

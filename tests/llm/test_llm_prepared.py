@@ -126,6 +126,19 @@ def test_fp16_fixture_prepared_equals_generic_for_64_steps():
         assert sa.logprobs == sb.logprobs
 
 
+def test_prepared_decode_step_runs_its_graph_call_and_no_free():
+    """The decode method bound to a cache is its one graph call: the .pte's frees of the cache
+    inputs and outputs (the caller's arrays) free nothing and are not run (bench/RESULTS.md, issue 49)."""
+    from qnnrt.executorch.steps import FreeStep
+    from qnnrt.runtime.steps import GraphStep
+    with load(FIX / "model.pte") as prog:
+        r = LlmRunner(prog)
+        cache = r.new_cache()
+        plan = r.steps.prepare(cache)[r.layout.decode.name].prepared.plan
+        assert [type(s) for s in plan.steps] == [GraphStep]
+        assert not any(isinstance(s, FreeStep) for s in plan.steps)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     from tests.helpers.llm_pte import TinyLlm

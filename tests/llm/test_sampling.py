@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from qnnrt.errors import InputError
 from qnnrt.llm.sampling import Sampler, SamplingOptions, apply_logit_bias, apply_penalties
 from tests.helpers.llm_text import text_folder  # noqa: F401
 
@@ -156,3 +157,27 @@ def test_a_penalty_window_counts_the_last_n_tokens_of_the_sequence():
     assert s(row) == 6                  # 5 is in the window (1.0 / 2 < 0.9)
     assert s(row) == 5 and s.counts == {2: 1, 6: 1, 5: 1}    # 5 left it; 6 is in it
     assert Sampler(SamplingOptions(repetition_penalty=2.0), history=[5])(row) == 5   # 0: the sampler's own
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def testplain_greedy_reads_the_row_as_the_adjusted_path_does(dtype):
+    """Greedy with nothing to adjust takes the row's own argmax (no float64 copy): the same token
+    as the adjusting path (forced here by a zero bias) on ties, infs and NaN, the same refusals."""
+    rng = np.random.default_rng(0)
+    rows = [rng.standard_normal(257).astype(dtype) for _ in range(20)]
+    rows += [np.array(r) for r in ([1, 3, 3, 0], [-np.inf, 2, np.inf, np.inf], [0, np.nan, 5, np.nan],
+                                   [np.nan] * 3, [2.0, 2.0])]
+    for row in rows:
+        row = np.asarray(row, dtype=dtype).reshape(1, 1, -1)
+        plain, adjusting = Sampler(), Sampler(SamplingOptions(logit_bias={0: 0.0}))
+        assert plain.plain_greedy(row) and not adjusting.plain_greedy(row)
+        try:
+            want = adjusting(row)
+        except InputError:
+            with pytest.raises(InputError, match="no token is allowed"):
+                plain(row)
+            continue
+        assert plain(row) == want and plain.counts == adjusting.counts
+    for row in (np.full(4, -np.inf, dtype), ):
+        with pytest.raises(InputError, match="no token is allowed"):
+            Sampler()(row)
