@@ -120,6 +120,11 @@ def tokenizer_json(meta: dict, path: Path) -> str:
     tok.decoder = decoders.ByteLevel()
     special = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty in (3, 4)]
     tok.add_special_tokens(special)
+    bos = meta.get("tokenizer.ggml.bos_token_id")
+    if meta.get("tokenizer.ggml.add_bos_token") is True and isinstance(bos, int) and 0 <= bos < len(tokens):
+        from tokenizers import processors
+        tok.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A",
+                                                           special_tokens=[(tokens[bos], bos)])
     return tok.to_str()
 
 

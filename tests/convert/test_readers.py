@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from qnnrt.convert import ConvertError, ConvertOptions, open_model
-from qnnrt.convert.reference import greedy
 from tests.helpers.cli_helpers import qnnrt
 
 
@@ -80,7 +79,8 @@ def test_an_unsupported_architecture_is_refused_naming_it_and_the_supported(mode
 
 @pytest.mark.parametrize("change, message", [
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, r"rope_scaling type 'yarn' is not supported"),
-    ({"hidden_size": 96}, r"tensor 'model.embed_tokens.weight' has shape \[320, 64\]; the config .* implies \[320, 96\]"),
+    ({"hidden_size": 96},
+     r"tensor 'model.embed_tokens.weight' has shape \[320, 64\]; the config .* implies \[320, 96\]"),
     ({"num_attention_heads": 3}, r"num_attention_heads 3 is not a multiple of num_key_value_heads 2"),
 ])
 def test_bad_configs_name_the_file_and_the_key(models, tmp_path, change, message) -> None:

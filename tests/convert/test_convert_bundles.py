@@ -1,0 +1,115 @@
+"""`qnnrt convert` end to end, as users run it (the CLI in a subprocess, no terminal): each tiny
+model (Llama HF sharded + llama3 RoPE, Qwen2 bf16 with biases, Qwen3 with q/k norm, the Llama GGUF)
+converted to a Genie bundle at fp16, then run by `qnnrt llm` and by Qualcomm's libGenie.so
+(tools/genie_reference.py) on the HTP simulator: both give the numpy reference's greedy tokens
+wherever its top-2 margin is above fp16's noise. Compiles are cached (the part cache)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.convert.conftest import safe_prefix
+from tests.helpers.cli_helpers import qnnrt
+from tests.helpers.genie_bundle import GENIE_RUNNER
+
+CONVERT = ("--context", "128", "--prompt-ar", "16")
+PARTS = {"llama": "2", "qwen2": "auto", "qwen3": "1", "gguf": "2"}
+
+
+@pytest.fixture(scope="module")
+def bundles(models, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bundles")
+    out = {}
+    for name, path in models.items():
+        r = qnnrt("convert", path, "-o", root / name, *CONVERT, "--parts", PARTS[name], timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "convert: part 1/" in r.stderr and "% done" in r.stderr     # progress lines without a terminal
+        out[name] = root / name
+    return out
+
+
+def _generated(stdout: str) -> list[int]:
+    line = next(x for x in stdout.splitlines() if x.strip().startswith("generated:"))
+    return [int(t) for t in line.split(":", 1)[1].split()]
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "gguf"])
+def test_qnnrt_llm_gives_the_reference_tokens(bundles, references, name) -> None:
+    refs = references["models"][name]
+    assert max(safe_prefix(ref) for ref in refs) >= 8, name      # the test compares something
+    for ref in refs:
+        r = qnnrt("llm", bundles[name], "--prompt-tokens", ",".join(map(str, ref["prompt_ids"])),
+                  "--max-new-tokens", str(len(ref["tokens"])))
+        assert r.returncode == 0, r.stderr[-3000:]
+        n = safe_prefix(ref)
+        assert _generated(r.stdout)[:n] == ref["tokens"][:n], (name, ref["prompt"])
+
+
+@pytest.fixture(scope="module")
+def genie_library() -> None:
+    import onnxruntime_qnn
+    if not (Path(onnxruntime_qnn.__file__).parent / "libGenie.so").is_file():
+        pytest.skip("libGenie.so is not in this onnxruntime-qnn wheel")
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "gguf"])
+def test_libgenie_gives_the_reference_tokens(bundles, references, genie_library, name) -> None:
+    """Genie prepends the config's bos-token itself; greedy by the sampler converted from
+    generation_config.json (do_sample absent: top-k 1)."""
+    ref = max(references["models"][name], key=safe_prefix)
+    cfg = json.loads((bundles[name] / "genie_config.json").read_text())["dialog"]
+    assert cfg["context"]["bos-token"] == ref["prompt_ids"][0] and cfg["sampler"]["top-k"] == 1
+    done = subprocess.run([sys.executable, str(GENIE_RUNNER), str(bundles[name]), "--prompt-tokens",
+                           ",".join(map(str, ref["prompt_ids"][1:])), "--max-new-tokens", str(len(ref["tokens"])),
+                           "--json"], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr[-3000:]
+    n = safe_prefix(ref)
+    assert json.loads(done.stdout)["tokens"][:n] == ref["tokens"][:n]
+
+
+def test_the_bundle_says_what_it_is(bundles, models) -> None:
+    """The record names the source's hash, the options and the versions; the simulator's bundle is not
+    weight-shared and says why; the chat template and the tokenizer's config are in the bundle."""
+    rec = json.loads((bundles["llama"] / "qnnrt_convert.json").read_text())
+    assert rec["architecture"] == "LlamaForCausalLM" and rec["parts"] == [[0, 2], [2, 3]]
+    assert len(rec["source"]["sha256"]) == 64 and rec["options"]["precision"] == "fp16"
+    assert {"onnxruntime", "qnnrt"} <= set(rec["versions"])
+    assert rec["weight_sharing"] == {"enabled": False, "why": "off: the x86 HTP simulator cannot load "
+                                                              "weight-shared binaries (auto)"}
+    ext = json.loads((bundles["llama"] / "htp_backend_ext_config.json").read_text())
+    assert ext["context"]["weight_sharing_enabled"] is False
+    pe = json.loads((bundles["llama"] / "genie_config.json").read_text())["dialog"]["engine"]["model"][
+        "positional-encoding"]
+    assert pe["rope-scaling"]["rope-type"] == "llama3" and pe["rope-dim"] == 8
+    assert (bundles["qwen3"] / "chat_template.jinja").read_text().startswith("{% for m in messages %}")
+    assert json.loads((bundles["gguf"] / "qnnrt_convert.json").read_text())["source"]["kind"] == "gguf"
+
+
+def test_a_repeat_resumes_from_the_part_cache_and_replaces_atomically(bundles, models, tmp_path) -> None:
+    out = tmp_path / "again"
+    r = qnnrt("convert", models["llama"], "-o", out, *CONVERT, "--parts", "2")
+    assert r.returncode == 0 and "2 part(s), 2 from the cache" in r.stdout, r.stdout + r.stderr
+    assert (out / "llama_part_1_of_2.bin").read_bytes() == (bundles["llama"] / "llama_part_1_of_2.bin").read_bytes()
+    r = qnnrt("convert", models["llama"], "-o", out, *CONVERT, "--parts", "2")
+    assert r.returncode == 1 and "exists; remove it or pass overwrite=True (--force)" in r.stderr
+    r = qnnrt("convert", models["llama"], "-o", out, *CONVERT, "--parts", "2", "--force")
+    assert r.returncode == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["again"]
+
+
+def test_a_failure_half_way_leaves_no_bundle(models, tmp_path, monkeypatch) -> None:
+    from qnnrt.convert import ConvertOptions, convert, pipeline
+    from qnnrt.errors import BuildError
+
+    def fail(*args, **kwargs):
+        raise BuildError("compile failed (injected)")
+    monkeypatch.setattr(pipeline, "_part_blob", fail)
+    with pytest.raises(BuildError, match="injected"):
+        convert(models["qwen3"], tmp_path / "b", ConvertOptions(context=64, prompt_ar=8, parts=2, progress=False,
+                                                               cache_dir=tmp_path / "cache"))
+    assert list(tmp_path.iterdir()) == [tmp_path / "cache"] or not (tmp_path / "b").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".b.partial")]
