@@ -19,6 +19,7 @@ from qnnrt.compiler.graph_names import rename_in_binary
 from qnnrt.errors import BuildError
 
 PART_CACHE_LAYOUT = 1    # bump when what a part's binary holds changes for the same key
+_GRAPH_MODULES = ("graphs.py", "quantize.py", "compile_parts.py", "drive.py", "reference.py")
 
 
 def compile_combined(models: list[onnx.ModelProto], labels: list[str], options: CompileOptions,
@@ -66,7 +67,11 @@ class PartCache:
 
     @staticmethod
     def key(record: dict) -> str:
-        text = json.dumps({"layout": PART_CACHE_LAYOUT, **record}, sort_keys=True, default=str)
+        """The key of a part: ``record`` (source hash, options, versions...) and the source of the modules
+        that write and quantize its graphs (a change there is a new key, never a stale part)."""
+        code = hashlib.sha256(b"".join((Path(__file__).parent / m).read_bytes() for m in _GRAPH_MODULES))
+        text = json.dumps({"layout": PART_CACHE_LAYOUT, "code": code.hexdigest(), **record}, sort_keys=True,
+                          default=str)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, key: str) -> bytes | None:

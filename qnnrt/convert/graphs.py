@@ -22,7 +22,9 @@ from onnx import TensorProto, helper, numpy_helper
 from qnnrt.convert.spec import ModelSpec
 
 MASKED = -1000.0      # what Genie writes into a float attention mask for a column not to attend
-NORM_PRESCALE = 0.125  # RMSNorm squares x / 8: activations up to ~2000 stay inside fp16 when squared
+FP16_NORM_PRESCALE = 0.125  # fp16 graphs' RMSNorm squares x / 8: activations up to ~2000 stay inside fp16
+# (a quantized graph squares x itself: fixed point cannot overflow, and the HTP's 8-bit scalar Mul before
+# the square was measured to derail w8a16 from the first token)
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ def split_layers(layers: int, parts: int) -> tuple[tuple[int, int], ...]:
 class _Graph:
     """Helpers over onnx.helper so a part reads as the math it computes."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, prescale: float = 1.0) -> None:
+        self.prescale = prescale
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -95,9 +98,10 @@ class _Graph:
         return y
 
     def rms(self, x: str, weight: np.ndarray, eps: float) -> str:
-        xs = self.op("Mul", x, self.const(np.array([NORM_PRESCALE], np.float32)))
+        k = self.prescale
+        xs = self.op("Mul", x, self.const(np.array([k], np.float32))) if k != 1.0 else x
         ms = self.op("ReduceMean", self.op("Mul", xs, xs), axes=[-1], keepdims=1)
-        eps_s = np.array([eps * NORM_PRESCALE * NORM_PRESCALE], np.float32)
+        eps_s = np.array([eps * k * k], np.float32)
         inv = self.op("Reciprocal", self.op("Sqrt", self.op("Add", ms, self.const(eps_s))))
         return self.op("Mul", self.op("Mul", xs, inv), self.const(weight.astype(np.float32)))
 
@@ -155,10 +159,12 @@ class _Layer:
         return g.op("Add", x, g.linear(act, w[f"l{i}.wd"]))
 
 
-def part_model(spec: ModelSpec, plan: PartPlan, w, ar: int, part: int) -> onnx.ModelProto:
-    """Part ``part`` (1-based) for ``ar`` tokens per call, weights read from ``w`` as needed."""
+def part_model(spec: ModelSpec, plan: PartPlan, w, ar: int, part: int, *,
+               float_graph: bool = True) -> onnx.ModelProto:
+    """Part ``part`` (1-based) for ``ar`` tokens per call, weights read from ``w`` as needed;
+    ``float_graph``: compiled as it is (fp16), else to be quantized."""
     N, CL, D, H = ar, plan.context, spec.head_dim, spec.hidden
-    g = _Graph(f"part{part}")
+    g = _Graph(f"part{part}", FP16_NORM_PRESCALE if float_graph else 1.0)
     if part == 1:
         ids = g.input("input_ids", [1, N], TensorProto.INT32)
         x = g.op("Gather", g.const(w["embed"]), ids, axis=0,
