@@ -4,6 +4,7 @@ folder beside OUT and rename it to OUT once everything is there (no half bundle 
 name), with a record of the source's hash, the options and the tool versions."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -22,6 +23,7 @@ from qnnrt.convert.source import Source, open_model
 from qnnrt.convert.spec import ConvertError, ModelSpec
 from qnnrt.convert.steps import Steps
 from qnnrt.fileio import default_cache_dir
+from qnnrt.progress import Heartbeat
 
 RECORD_NAME = "qnnrt_convert.json"
 
@@ -212,7 +214,11 @@ def _write_parts(src: Source, plan: PartPlan, ar: int, options: ConvertOptions, 
         key = pcache.key({**key_base, "part": part, "shared": shared})
         blob = pcache.get(key)
         if blob is None:
-            blob = _part_blob(src, plan, part, ar, options, shared, work, ccache, models_of)
+            status = f"writing and compiling part {part}/{plan.parts}"
+            beat = Heartbeat("convert", status.__str__, interval=30.0) if steps.enabled \
+                else contextlib.nullcontext()
+            with beat:
+                blob = _part_blob(src, plan, part, ar, options, shared, work, ccache, models_of)
             pcache.put(key, blob)
             how = "compiled"
         else:
