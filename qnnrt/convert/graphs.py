@@ -22,9 +22,6 @@ from onnx import TensorProto, helper, numpy_helper
 from qnnrt.convert.spec import ModelSpec
 
 MASKED = -1000.0      # what Genie writes into a float attention mask for a column not to attend
-FP16_NORM_PRESCALE = 0.125  # fp16 graphs' RMSNorm squares x / 8: activations up to ~2000 stay inside fp16
-# (a quantized graph squares x itself: fixed point cannot overflow, and the HTP's 8-bit scalar Mul before
-# the square was measured to derail w8a16 from the first token)
 
 
 @dataclass(frozen=True)
@@ -59,8 +56,8 @@ def split_layers(layers: int, parts: int) -> tuple[tuple[int, int], ...]:
 class _Graph:
     """Helpers over onnx.helper so a part reads as the math it computes."""
 
-    def __init__(self, prefix: str, prescale: float = 1.0) -> None:
-        self.prescale = prescale
+    def __init__(self, prefix: str, prescale: bool = False) -> None:
+        self.prescale = prescale      # RMSNorm safe from fp16 overflow (float graphs; see rms)
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -98,11 +95,19 @@ class _Graph:
         return y
 
     def rms(self, x: str, weight: np.ndarray, eps: float) -> str:
-        k = self.prescale
-        xs = self.op("Mul", x, self.const(np.array([k], np.float32))) if k != 1.0 else x
+        """x / sqrt(mean(x^2) + eps) * weight. A float graph (run in fp16) divides x by its row's
+        max |x| first: the same value (eps divided by the square too), but the squares stay within
+        fp16 however large the activations (SmolLM2's residual stream reaches 25,000)."""
+        if not self.prescale:
+            ms = self.op("ReduceMean", self.op("Mul", x, x), axes=[-1], keepdims=1)
+            inv = self.op("Reciprocal", self.op("Sqrt", self.op("Add", ms, self.const(np.array([eps], np.float32)))))
+            return self.op("Mul", self.op("Mul", x, inv), self.const(weight.astype(np.float32)))
+        tiny = self.const(np.array([1e-4], np.float32))
+        m = self.op("Add", self.op("ReduceMax", self.op("Abs", x), axes=[-1], keepdims=1), tiny)
+        xs = self.op("Div", x, m)
         ms = self.op("ReduceMean", self.op("Mul", xs, xs), axes=[-1], keepdims=1)
-        eps_s = np.array([eps * k * k], np.float32)
-        inv = self.op("Reciprocal", self.op("Sqrt", self.op("Add", ms, self.const(eps_s))))
+        e = self.op("Div", self.const(np.array([eps], np.float32)), self.op("Mul", m, m))
+        inv = self.op("Reciprocal", self.op("Sqrt", self.op("Add", ms, e)))
         return self.op("Mul", self.op("Mul", xs, inv), self.const(weight.astype(np.float32)))
 
     def model(self) -> onnx.ModelProto:
@@ -164,7 +169,7 @@ def part_model(spec: ModelSpec, plan: PartPlan, w, ar: int, part: int, *,
     """Part ``part`` (1-based) for ``ar`` tokens per call, weights read from ``w`` as needed;
     ``float_graph``: compiled as it is (fp16), else to be quantized."""
     N, CL, D, H = ar, plan.context, spec.head_dim, spec.hidden
-    g = _Graph(f"part{part}", FP16_NORM_PRESCALE if float_graph else 1.0)
+    g = _Graph(f"part{part}", prescale=float_graph)
     if part == 1:
         ids = g.input("input_ids", [1, N], TensorProto.INT32)
         x = g.op("Gather", g.const(w["embed"]), ids, axis=0,
