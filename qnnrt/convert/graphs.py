@@ -104,11 +104,14 @@ class _Graph:
             return self.op("Mul", self.op("Mul", x, inv), self.const(weight.astype(np.float32)))
         tiny = self.const(np.array([1e-4], np.float32))
         m = self.op("Add", self.op("ReduceMax", self.op("Abs", x), axes=[-1], keepdims=1), tiny)
-        xs = self.op("Div", x, m)
+        # x / sqrt(m) / sqrt(m), never x * (1 / m): 1 / 24,926 is below fp16's smallest normal number, which
+        # the HTP flushes to zero (the sink token's massive channel became 0 and SmolLM2 drifted)
+        root = self.op("Sqrt", m)
+        xs = self.op("Div", self.op("Div", x, root), root)
         ms = self.op("ReduceMean", self.op("Mul", xs, xs), axes=[-1], keepdims=1)
         # eps / m / m, never eps / (m * m): m * m passes fp16's range for m > 256, and the HTP's
         # division by that overflowed product was measured at ~1.0 (SmolLM2's layers 25-29 wrong)
-        e = self.op("Div", self.op("Div", self.const(np.array([eps], np.float32)), m), m)
+        e = self.op("Div", self.op("Div", self.op("Div", self.const(np.array([eps], np.float32)), m), root), root)
         inv = self.op("Reciprocal", self.op("Sqrt", self.op("Add", ms, e)))
         return self.op("Mul", self.op("Mul", xs, inv), self.const(weight.astype(np.float32)))
 
