@@ -73,16 +73,6 @@ def _check_tokenizer(src: Source) -> None:
                            f"--tokenizer with the model's tokenizer.json)")
 
 
-def _adds_bos(src: Source) -> bool:
-    """Whether the model's tokenizer puts BOS before a text (then Genie gets bos-token)."""
-    if src.spec.bos is None:
-        return False
-    from tokenizers import Tokenizer
-    tok = Tokenizer.from_str(src.tokenizer.tokenizer_json or "")
-    ids = tok.encode("a", add_special_tokens=True).ids
-    return bool(ids) and ids[0] == src.spec.bos
-
-
 def _part_blob(src: Source, plan: PartPlan, part: int, ar: int, options: ConvertOptions, shared: bool,
                work: Path, cache: CompileCache, models_of) -> bytes:
     labels = [plan.graph_name("prompt", ar, part), plan.graph_name("token", 1, part)]
@@ -148,7 +138,9 @@ def convert(model: str | os.PathLike[str], output: str | os.PathLike[str],
                                                    "calibration": _file_hash(options.calibration),
                                                    "versions": versions})
         eos = spec.eos
-        cfg = genie_config(spec if _adds_bos(src) else _no_bos(spec), context, bins, src.tokenizer.generation, eos)
+        # bos-token always (libGenie's schema requires it); qnnrt prepends it to a text that does not start
+        # with it, as Genie does
+        cfg = genie_config(spec, context, bins, src.tokenizer.generation, eos)
         _write_json(tmp / "genie_config.json", cfg)
         _write_json(tmp / "htp_backend_ext_config.json", htp_config(copt.soc_model, copt.htp_arch, shared))
         (tmp / "tokenizer.json").write_text(src.tokenizer.tokenizer_json or "", encoding="utf-8")
@@ -177,11 +169,6 @@ def convert(model: str | os.PathLike[str], output: str | os.PathLike[str],
 def _file_hash(path: Path | None) -> str | None:
     from qnnrt.fileio import file_sha256
     return file_sha256(path) if path is not None else None
-
-
-def _no_bos(spec: ModelSpec) -> ModelSpec:
-    import dataclasses
-    return dataclasses.replace(spec, bos=None)
 
 
 def _options_record(options: ConvertOptions) -> dict:
