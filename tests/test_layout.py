@@ -24,6 +24,7 @@ LAYERS = {
     "runtime": {"core", "formats", "profiling"},
     "executorch": {"core", "formats", "runtime"},
     "compiler": {"core", "formats", "_capi"},
+    "convert": {"compiler", "formats", "llm"},   # a model to a Genie bundle: compiles, reads RoPE from llm
     "llm": {"runtime", "formats"},      # drives a loaded Program; never loads one itself
     "serve": {"llm"},                   # HTTP in front of the LLM runner
     "cli": {"*"},

@@ -1,4 +1,4 @@
-"""`qnnrt` command line: inspect, run, llm, serve, build, demo, plot, doctor.
+"""`qnnrt` command line: inspect, run, llm, serve, build, convert, demo, plot, doctor.
 
 Exit status: 0 success, 1 a user or QNN error or a crash inside QNN (message on stderr; traceback
 only with --log-level debug) or an internal error (a bug in qnnrt: said so, the traceback in a bug
@@ -28,7 +28,7 @@ def _setup_logging(name: str) -> None:
         level.python_level if level >= LogLevel.INFO else logging.CRITICAL + 1)
 
 
-SUBCOMMANDS = ("inspect", "run", "llm", "serve", "build", "demo", "plot", "doctor")
+SUBCOMMANDS = ("inspect", "run", "llm", "serve", "build", "convert", "demo", "plot", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,155 @@
+"""A GGUF file (llama.cpp's format) read with the `gguf` package: its metadata mapped onto the
+Hugging Face config keys the architectures read, its tensors memory-mapped and dequantized on read
+(any type `gguf` dequantizes: F32, F16, BF16, Q8_0, Q4_K...). llama.cpp stores a Llama model's
+Q and K rows permuted (its rotary layout); that permutation is undone here. The tokenizer is
+rebuilt as a Hugging Face tokenizer.json from the file's BPE vocabulary and merges."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from qnnrt.convert import arch as registry
+from qnnrt.convert.hf import TokenizerFiles
+from qnnrt.convert.spec import CheckedWeights, ConvertError, ModelSpec
+
+
+def _open(path: Path):
+    try:
+        import gguf
+    except ImportError:
+        raise ConvertError("reading a .gguf file needs the gguf package: pip install gguf") from None
+    try:
+        return gguf.GGUFReader(str(path), "r")
+    except (ValueError, KeyError, IndexError, OSError, TypeError) as e:
+        raise ConvertError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e}); the file is "
+                           f"truncated or damaged, download it again") from None
+
+
+def _fields(reader) -> dict:
+    out = {}
+    for name, f in reader.fields.items():
+        try:
+            out[name] = f.contents()
+        except (ValueError, IndexError, UnicodeDecodeError):
+            continue
+    return out
+
+
+def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's Q/K row order ([out, in], rows per head interleaved in pairs) to Hugging Face's
+    rotate-half order."""
+    rows = w.shape[0]
+    return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def hf_config(meta: dict, arch: str, vocab: int, path: Path) -> dict:
+    """The GGUF metadata as the Hugging Face config keys (llama.cpp's names per key)."""
+    def key(k: str, default=None):
+        return meta.get(f"{arch}.{k}", default)
+    cfg = {"hidden_size": key("embedding_length"), "num_hidden_layers": key("block_count"),
+           "num_attention_heads": key("attention.head_count"),
+           "num_key_value_heads": key("attention.head_count_kv", key("attention.head_count")),
+           "intermediate_size": key("feed_forward_length"),
+           "rms_norm_eps": key("attention.layer_norm_rms_epsilon", 1e-6),
+           "rope_theta": key("rope.freq_base", 10000.0), "max_position_embeddings": key("context_length", 2048),
+           "vocab_size": vocab, "bos_token_id": meta.get("tokenizer.ggml.bos_token_id"),
+           "eos_token_id": meta.get("tokenizer.ggml.eos_token_id")}
+    if key("attention.key_length") is not None:
+        cfg["head_dim"] = key("attention.key_length")
+    scaling = key("rope.scaling.type")
+    if scaling not in (None, "none"):
+        cfg["rope_scaling"] = {"rope_type": scaling, "factor": key("rope.scaling.factor"),
+                               "original_max_position_embeddings": key("rope.scaling.original_context_length")}
+    for k, v in cfg.items():
+        if isinstance(v, list | tuple):
+            raise ConvertError(f"{path}: {arch} metadata for {k} is per layer ({v!r}); qnnrt convert needs "
+                               f"one value for every layer")
+    return cfg
+
+
+class GgufTensors:
+    """Canonical weights from the file's tensors (dequantized to float32, [in, out] projections)."""
+
+    def __init__(self, path: Path, reader, spec: ModelSpec, permuted: bool) -> None:
+        self.path, self.spec, self.permuted = path, spec, permuted
+        self.tensors = {t.name: t for t in reader.tensors}
+
+    def where(self, canonical: str) -> str:
+        return f"{self.path}: tensor {registry.gguf_name(canonical)[0]!r}"
+
+    def get(self, canonical: str) -> np.ndarray:
+        import gguf
+        name, transposed = registry.gguf_name(canonical)
+        t = self.tensors.get(name)
+        if t is None:
+            raise ConvertError(f"{self.path}: tensor {name!r} ({canonical}) is missing; the file is "
+                               f"incomplete or not of the architecture its metadata names")
+        try:
+            w = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32, copy=False)
+        except (NotImplementedError, ValueError) as e:
+            raise ConvertError(f"{self.where(canonical)}: cannot dequantize {t.tensor_type.name} ({e})") from None
+        shape = tuple(int(x) for x in reversed(t.shape))      # GGUF lists dims innermost first
+        if w.size != int(np.prod(shape)):
+            raise ConvertError(f"{self.where(canonical)}: {w.size} values for shape {list(shape)}")
+        w = w.reshape(shape)
+        what = canonical.split(".")[-1]
+        if self.permuted and what in ("wq", "wk"):
+            w = unpermute(w, self.spec.heads if what == "wq" else self.spec.kv_heads)
+        return np.ascontiguousarray(w.T) if transposed else w
+
+
+def tokenizer_json(meta: dict, path: Path) -> str:
+    """A Hugging Face tokenizer.json from a byte-level BPE vocabulary (tokenizer.ggml.model 'gpt2')."""
+    model = meta.get("tokenizer.ggml.model")
+    if model != "gpt2":
+        raise ConvertError(f"{path}: tokenizer.ggml.model is {model!r}; qnnrt convert rebuilds byte-level BPE "
+                           f"('gpt2') tokenizers only; pass tokenizer=... (--tokenizer) with the model's "
+                           f"tokenizer.json")
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    tokens = list(meta.get("tokenizer.ggml.tokens") or [])
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
+    types = list(meta.get("tokenizer.ggml.token_type") or [1] * len(tokens))
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if meta.get("tokenizer.ggml.pre") in ("smollm", "starcoder", "refact"):
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    else:
+        tok.pre_tokenizer = byte_level
+    tok.decoder = decoders.ByteLevel()
+    special = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty in (3, 4)]
+    tok.add_special_tokens(special)
+    bos = meta.get("tokenizer.ggml.bos_token_id")
+    if meta.get("tokenizer.ggml.add_bos_token") is True and isinstance(bos, int) and 0 <= bos < len(tokens):
+        from tokenizers import processors
+        tok.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A",
+                                                           special_tokens=[(tokens[bos], bos)])
+    return tok.to_str()
+
+
+def read_gguf(path: Path, tokenizer: Path | None = None) -> tuple[ModelSpec, CheckedWeights, TokenizerFiles]:
+    """The file's spec, checked weights and tokenizer (``tokenizer``: a tokenizer.json to use instead)."""
+    reader = _open(path)
+    meta = _fields(reader)
+    name = meta.get("general.architecture")
+    if not isinstance(name, str):
+        raise ConvertError(f"{path}: no general.architecture in the GGUF metadata")
+    a = registry.by_gguf(name, str(path))
+    embed = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+    if embed is None:
+        raise ConvertError(f"{path}: tensor 'token_embd.weight' is missing")
+    vocab = int(embed.shape[-1])
+    spec = a.spec(hf_config(meta, name, vocab, path), f"{path} ({name} metadata)")
+    if not any(t.name == "output.weight" for t in reader.tensors) and not spec.tied:
+        spec = dataclasses.replace(spec, tied=True)           # llama.cpp drops a tied lm head
+    elif any(t.name == "output.weight" for t in reader.tensors) and spec.tied:
+        spec = dataclasses.replace(spec, tied=False)
+    if "rope_freqs.weight" in {t.name for t in reader.tensors} and spec.rope_scaling is None:
+        raise ConvertError(f"{path}: tensor 'rope_freqs.weight' (Llama 3 rope scaling) without rope.scaling "
+                           f"metadata; convert the model's Hugging Face folder instead")
+    tensors = GgufTensors(path, reader, spec, a.gguf_permuted)
+    text = tokenizer.read_text(encoding="utf-8") if tokenizer is not None else tokenizer_json(meta, path)
+    template = meta.get("tokenizer.chat_template")
+    return spec, CheckedWeights(spec, tensors, tensors.where), TokenizerFiles(
+        text, template if isinstance(template, str) else None, {}, {})

@@ -1,0 +1,206 @@
+"""The ONNX graphs of a bundle's parts, with the tensor names, shapes and KV layout Qualcomm AI
+Hub's Genie exports use (so qnnrt's Genie loader and libGenie.so run them):
+
+    part 1 also        input_ids [1,N] int32 -> the embedding (Gather)
+    every part         the previous part's hidden state [1,N,H] (part 1: the embedding),
+                       attention_mask [1,1,N,CL] (additive: 0 attends, -1000 not),
+                       position_ids_cos / _sin [1,1,N,D/2], past_key_L_in [KVH,1,D,CL-N],
+                       past_value_L_in [KVH,1,CL-N,D] -> past_key_L_out [KVH,1,D,N],
+                       past_value_L_out [KVH,1,N,D] and its hidden state
+    the last part also -> logits [1,N,V] (final norm, lm head)
+
+Genie fills the cache and the mask; the graph concatenates past (CL-N columns) and new (N) entries.
+Weights come layer by layer from the store, so one part's weights are in memory at a time."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from qnnrt.convert.spec import ModelSpec
+
+MASKED = -1000.0      # what Genie writes into a float attention mask for a column not to attend
+
+
+@dataclass(frozen=True)
+class PartPlan:
+    """Which decoder layers each part holds (0-based, [first, stop))."""
+    context: int
+    bounds: tuple[tuple[int, int], ...]
+
+    @property
+    def parts(self) -> int:
+        return len(self.bounds)
+
+    def hidden_name(self, part: int) -> str:
+        """The hidden state part ``part`` (1-based) writes: AI Hub's name of its last layer's Add."""
+        return f"_model_model_layers_{self.bounds[part - 1][1] - 1}_Add_1_output_0"
+
+    def graph_name(self, kind: str, ar: int, part: int) -> str:
+        return f"{kind}_ar{ar}_cl{self.context}_{part}_of_{self.parts}"
+
+
+def split_layers(layers: int, parts: int) -> tuple[tuple[int, int], ...]:
+    """``layers`` in ``parts`` contiguous groups, the larger ones first."""
+    base, extra = divmod(layers, parts)
+    out, at = [], 0
+    for p in range(parts):
+        n = base + (p < extra)
+        out.append((at, at + n))
+        at += n
+    return tuple(out)
+
+
+class _Graph:
+    """Helpers over onnx.helper so a part reads as the math it computes."""
+
+    def __init__(self, prefix: str, prescale: bool = False) -> None:
+        self.prescale = prescale      # RMSNorm safe from fp16 overflow (float graphs; see rms)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self.prefix, self.n = prefix, 0
+
+    def input(self, name: str, shape: list[int], dtype: int = TensorProto.FLOAT) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, dtype, shape))
+        return name
+
+    def output(self, value: str, name: str, shape: list[int]) -> None:
+        self.op("Identity", value, out=name)
+        self.outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+
+    def const(self, array: np.ndarray) -> str:
+        name = f"{self.prefix}_c{len(self.inits)}"
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def op(self, kind: str, *inputs: str, out: str | None = None, **attrs) -> str:
+        self.n += 1
+        out = out or f"{self.prefix}_{kind}_{self.n}"
+        self.nodes.append(helper.make_node(kind, list(inputs), [out], name=f"{self.prefix}_{kind}_n{self.n}",
+                                           **attrs))
+        return out
+
+    def reshape(self, x: str, shape: list[int]) -> str:
+        return self.op("Reshape", x, self.const(np.asarray(shape, np.int64)))
+
+    def linear(self, x: str, weight: np.ndarray, bias: np.ndarray | None = None, scale: float = 1.0) -> str:
+        w = weight.astype(np.float32) * np.float32(scale) if scale != 1.0 else weight.astype(np.float32)
+        y = self.op("MatMul", x, self.const(w))
+        if bias is not None:
+            y = self.op("Add", y, self.const((bias * scale).astype(np.float32)))
+        return y
+
+    def rms(self, x: str, weight: np.ndarray, eps: float) -> str:
+        """x / sqrt(mean(x^2) + eps) * weight. A float graph (run in fp16) divides x by its row's
+        max |x| first: the same value (eps divided by max |x| twice too), but the squares stay within
+        fp16 however large the activations (SmolLM2's residual stream reaches 25,000)."""
+        if not self.prescale:
+            ms = self.op("ReduceMean", self.op("Mul", x, x), axes=[-1], keepdims=1)
+            inv = self.op("Reciprocal", self.op("Sqrt", self.op("Add", ms, self.const(np.array([eps], np.float32)))))
+            return self.op("Mul", self.op("Mul", x, inv), self.const(weight.astype(np.float32)))
+        tiny = self.const(np.array([1e-4], np.float32))
+        m = self.op("Add", self.op("ReduceMax", self.op("Abs", x), axes=[-1], keepdims=1), tiny)
+        # x / sqrt(m) / sqrt(m), never x * (1 / m): 1 / 24,926 is below fp16's smallest normal number, which
+        # the HTP flushes to zero (the sink token's massive channel became 0 and SmolLM2 drifted)
+        root = self.op("Sqrt", m)
+        xs = self.op("Div", self.op("Div", x, root), root)
+        ms = self.op("ReduceMean", self.op("Mul", xs, xs), axes=[-1], keepdims=1)
+        # eps / m / m, never eps / (m * m): m * m passes fp16's range for m > 256, and the HTP's
+        # division by that overflowed product was measured at ~1.0 (SmolLM2's layers 25-29 wrong)
+        e = self.op("Div", self.op("Div", self.op("Div", self.const(np.array([eps], np.float32)), m), root), root)
+        inv = self.op("Reciprocal", self.op("Sqrt", self.op("Add", ms, e)))
+        return self.op("Mul", self.op("Mul", xs, inv), self.const(weight.astype(np.float32)))
+
+    def model(self) -> onnx.ModelProto:
+        g = helper.make_graph(self.nodes, self.prefix, self.inputs, self.outputs, self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="qnnrt-convert")
+        m.ir_version = 9
+        return m
+
+
+class _Layer:
+    """One decoder layer's nodes (the shared RoPE, mask and cache-validity tensors given)."""
+
+    def __init__(self, g: _Graph, spec: ModelSpec, n: int, cl: int, rope: tuple[str, str, str],
+                 attended: tuple[str, str]) -> None:
+        self.g, self.spec, self.N, self.CL = g, spec, n, cl
+        self.cos, self.sin, self.rot = rope
+        self.attended, self.attended_rows = attended
+        self.zero = g.const(np.array([0.0], np.float32))
+
+    def rope(self, t: str) -> str:
+        g = self.g
+        return g.op("Add", g.op("Mul", t, self.cos), g.op("Mul", g.op("MatMul", t, self.rot), self.sin))
+
+    def __call__(self, x: str, mask: str, w, i: int) -> str:
+        g, s, N, CL = self.g, self.spec, self.N, self.CL
+        D, KVH, Gq = s.head_dim, s.kv_heads, s.heads // s.kv_heads
+        k_in = g.input(f"past_key_{i}_in", [KVH, 1, D, CL - N])
+        v_in = g.input(f"past_value_{i}_in", [KVH, 1, CL - N, D])
+        h = g.rms(x, w[f"l{i}.attn_norm"], s.eps)
+        bias = (lambda n: w[f"l{i}.{n}"]) if s.qkv_bias else (lambda n: None)
+        qscale = 1.0 if s.qk_norm else float(1 / np.sqrt(D))    # after a q norm the scale comes later
+        q = g.reshape(g.linear(h, w[f"l{i}.wq"], bias("bq"), qscale), [N, s.heads, D])
+        k = g.reshape(g.linear(h, w[f"l{i}.wk"], bias("bk")), [N, KVH, D])
+        v = g.reshape(g.linear(h, w[f"l{i}.wv"], bias("bv")), [N, KVH, D])
+        if s.qk_norm:
+            q = g.rms(q, w[f"l{i}.q_norm"] / np.float32(np.sqrt(D)), s.eps)
+            k = g.rms(k, w[f"l{i}.k_norm"], s.eps)
+        q, k = self.rope(q), self.rope(k)
+        k_new = g.reshape(g.op("Transpose", k, perm=[1, 2, 0]), [KVH, 1, D, N])
+        v_new = g.reshape(g.op("Transpose", v, perm=[1, 0, 2]), [KVH, 1, N, D])
+        g.output(k_new, f"past_key_{i}_out", [KVH, 1, D, N])
+        g.output(v_new, f"past_value_{i}_out", [KVH, 1, N, D])
+        keys = g.op("Where", self.attended, g.op("Concat", k_in, k_new, axis=3), self.zero)
+        values = g.op("Where", self.attended_rows, g.op("Concat", v_in, v_new, axis=2), self.zero)
+        qg = g.reshape(g.op("Transpose", g.reshape(q, [N, KVH, Gq, D]), perm=[1, 2, 0, 3]), [KVH, 1, Gq * N, D])
+        sc = g.op("Add", g.reshape(g.op("MatMul", qg, keys), [KVH, Gq, N, CL]), mask)
+        p = g.reshape(g.op("Softmax", sc, axis=-1), [KVH, 1, Gq * N, CL])
+        o = g.reshape(g.op("MatMul", p, values), [KVH, Gq, N, D])
+        o = g.reshape(g.op("Transpose", o, perm=[2, 0, 1, 3]), [1, N, s.heads * D])
+        x = g.op("Add", x, g.linear(o, w[f"l{i}.wo"]))
+        h = g.rms(x, w[f"l{i}.mlp_norm"], s.eps)
+        gate = g.linear(h, w[f"l{i}.wg"])
+        act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), g.linear(h, w[f"l{i}.wu"]))
+        return g.op("Add", x, g.linear(act, w[f"l{i}.wd"]))
+
+
+def part_model(spec: ModelSpec, plan: PartPlan, w, ar: int, part: int, *,
+               float_graph: bool = True) -> onnx.ModelProto:
+    """Part ``part`` (1-based) for ``ar`` tokens per call, weights read from ``w`` as needed;
+    ``float_graph``: compiled as it is (fp16), else to be quantized."""
+    N, CL, D, H = ar, plan.context, spec.head_dim, spec.hidden
+    g = _Graph(f"part{part}", prescale=float_graph)
+    if part == 1:
+        ids = g.input("input_ids", [1, N], TensorProto.INT32)
+        x = g.op("Gather", g.const(w["embed"]), ids, axis=0,
+                 out="_model_model_embed_tokens_Gather_Gather_output_0")
+    else:
+        x = g.input(plan.hidden_name(part - 1), [1, N, H])
+    mask = g.input("attention_mask", [1, 1, N, CL])
+    cos = g.input("position_ids_cos", [1, 1, N, D // 2])
+    sin = g.input("position_ids_sin", [1, 1, N, D // 2])
+    cos = g.reshape(g.op("Concat", cos, cos, axis=-1), [N, 1, D])
+    sin = g.reshape(g.op("Concat", sin, sin, axis=-1), [N, 1, D])
+    rot = np.zeros((D, D), np.float32)          # t @ rot == rotate_half(t) == cat(-t2, t1)
+    rot[np.arange(D // 2) + D // 2, np.arange(D // 2)] = -1
+    rot[np.arange(D // 2), np.arange(D // 2) + D // 2] = 1
+    # Genie leaves never-written cache slots as allocated (garbage, even NaN), trusting the mask: entries
+    # of columns no row attends are zeroed before use, so neither an additive -1000 nor 0 x inf sees them
+    half_closed = g.const(np.array([MASKED / 2], np.float32))
+    attended = g.op("Greater", g.op("ReduceMax", mask, axes=[2], keepdims=1), half_closed)
+    layer = _Layer(g, spec, N, CL, (cos, sin, g.const(rot)), (attended, g.reshape(attended, [1, 1, CL, 1])))
+    first, stop = plan.bounds[part - 1]
+    for i in range(first, stop):
+        x = layer(x, mask, w, i)
+    if part < plan.parts:
+        g.output(x, plan.hidden_name(part), [1, N, H])
+    else:
+        h = g.rms(x, w["norm"], spec.eps)
+        head = np.asarray(w["embed"]).T if spec.tied else w["lm_head"]
+        g.output(g.linear(h, head), "logits", [1, N, spec.vocab])
+    return g.model()

@@ -1,0 +1,121 @@
+"""Reading what users bring (no compile): Hugging Face folders (sharded, bf16), GGUF (quantized,
+Q/K permuted), the architectures' specs, the numpy reference, the part graphs on the CPU, and a clear
+one-line error for every bad input."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qnnrt.convert import ConvertError, ConvertOptions, open_model
+from tests.helpers.cli_helpers import qnnrt
+
+
+def test_the_committed_references_are_the_numpy_model_on_the_makers_weights(models, references, maker) -> None:
+    """The maker's models, read by the converter, give the committed reference tokens."""
+    assert references["models"] == maker.references(models)
+
+
+def test_specs_of_each_architecture(models) -> None:
+    llama, qwen2, qwen3 = (open_model(models[n]).spec for n in ("llama", "qwen2", "qwen3"))
+    assert not llama.tied and llama.rope_scaling is not None and llama.rope_scaling.factor == 8.0
+    assert qwen2.tied and qwen2.qkv_bias and not qwen2.qk_norm and qwen2.rope_theta == 1e6
+    assert qwen3.qk_norm and qwen3.head_dim == 24 and qwen3.hidden // qwen3.heads == 16
+
+
+def test_bf16_weights_are_widened_bit_exactly(models, maker) -> None:
+    cfg = maker.CONFIGS["qwen2"]
+    w = maker.hf_weights("qwen2", cfg)["model.layers.1.self_attn.q_proj.weight"]
+    truncated = ((w.view(np.uint32) >> 16) << 16).view(np.float32)
+    assert np.array_equal(open_model(models["qwen2"]).weights["l1.wq"], truncated.T)
+
+
+def test_gguf_is_the_hf_model_with_qk_unpermuted_and_q8_0_dequantized(models) -> None:
+    hf, gg = open_model(models["llama"]), open_model(models["gguf"])
+    assert gg.kind == "gguf" and gg.spec.rope_scaling == hf.spec.rope_scaling
+    for name in hf.spec.shapes():
+        a, b = hf.weights[name], gg.weights[name]
+        if name.split(".")[-1] in ("wg", "wu", "wd"):       # Q8_0: within half a step of each block's scale
+            assert np.abs(a - b).max() <= np.abs(a).max() / 127 * 0.51 + 1e-6, name
+        else:                                               # F32, Q/K un-permuted: exact
+            assert np.array_equal(a, b), name
+    assert json.loads(gg.tokenizer.tokenizer_json)["model"]["vocab"] == \
+        json.loads(hf.tokenizer.tokenizer_json)["model"]["vocab"]
+
+
+def test_part_graphs_on_the_cpu_give_the_reference_tokens(models, references) -> None:
+    """qwen3 (q/k norm, own head_dim) in 2 parts, run as Genie runs them on ONNX Runtime's CPU EP."""
+    from qnnrt.convert import drive, graphs
+    src = open_model(models["qwen3"])
+    plan = graphs.PartPlan(64, graphs.split_layers(src.spec.layers, 2))
+    call = drive.cpu_caller(lambda p, ar: graphs.part_model(src.spec, plan, src.weights, ar, p).SerializeToString())
+    r = references["models"]["qwen3"][1]
+    got = drive.run_parts(src.spec, plan, call, r["prompt_ids"], len(r["tokens"]), 8)
+    assert got == r["tokens"]
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    p = folder / "config.json"
+    cfg = json.loads(p.read_text())
+    cfg.update(changes)
+    p.write_text(json.dumps(cfg))
+
+
+def test_an_unsupported_architecture_is_refused_naming_it_and_the_supported(models, tmp_path) -> None:
+    m = _copy(models["qwen2"], tmp_path / "m")
+    _edit_config(m, architectures=["MistralForCausalLM"])
+    with pytest.raises(ConvertError, match=r"'MistralForCausalLM' is not supported; qnnrt convert supports "
+                                           r"LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"):
+        open_model(m)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, r"rope_scaling type 'yarn' is not supported"),
+    ({"hidden_size": 96},
+     r"tensor 'model.embed_tokens.weight' has shape \[320, 64\]; the config .* implies \[320, 96\]"),
+    ({"num_attention_heads": 3}, r"num_attention_heads 3 is not a multiple of num_key_value_heads 2"),
+])
+def test_bad_configs_name_the_file_and_the_key(models, tmp_path, change, message) -> None:
+    m = _copy(models["qwen2"], tmp_path / "m")
+    _edit_config(m, **change)
+    with pytest.raises(ConvertError, match=message):
+        src = open_model(m)
+        src.weights["embed"]
+
+
+def test_a_missing_tensor_names_the_checkpoint_tensor(models, tmp_path, maker) -> None:
+    m = _copy(models["qwen3"], tmp_path / "m")
+    w = maker.hf_weights("qwen3", maker.CONFIGS["qwen3"])
+    del w["model.layers.2.self_attn.k_norm.weight"]
+    maker.write_safetensors(m / "model.safetensors", w)
+    with pytest.raises(ConvertError, match=r"tensor 'model.layers.2.self_attn.k_norm.weight' \(l2.k_norm\) is missing"):
+        open_model(m).weights["l2.k_norm"]
+
+
+def test_a_truncated_safetensors_shard_is_named(models, tmp_path) -> None:
+    m = _copy(models["llama"], tmp_path / "m")
+    shard = m / "model-00002-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-1000])
+    with pytest.raises(ConvertError, match=r"model-00002-of-00002.safetensors: tensor '.*': data offsets .* "
+                                           r"truncated or damaged"):
+        open_model(m)
+
+
+def test_a_corrupt_gguf_and_a_context_past_the_model_are_one_line_cli_errors(models, tmp_path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(models["gguf"].read_bytes()[:3000])
+    r = qnnrt("convert", bad, "-o", tmp_path / "out")
+    assert r.returncode == 1 and "bad.gguf: not a readable GGUF file" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+    r = qnnrt("convert", models["qwen3"], "-o", tmp_path / "out", "--context", "4096")
+    assert r.returncode == 1 and "--context 4096 is past the model's max_position_embeddings 256" in r.stderr
+    with pytest.raises(ConvertError, match="w4a16 is not available"):
+        ConvertOptions(precision="w4a16")
