@@ -40,10 +40,21 @@ def parse_lora_specs(texts: Sequence[str]) -> dict[str, Path]:
                 raise InputError(f"--lora {item!r}: give NAME=DIR (a name for the adapter and its PEFT folder)")
             if name in out:
                 raise InputError(f"--lora {name}: the name is given twice")
-            if name == "base" or ":" in name:
-                raise InputError(f"--lora {name}: 'base' and names with ':' are reserved; choose another name")
             out[name] = Path(folder.strip())
     return out
+
+
+def load_adapters(adapters: AdapterSet | None, specs: Mapping[str, Path], where: str) -> None:
+    """Load ``specs`` ({name: PEFT folder}) into a runner's adapters; errors name the adapter."""
+    if specs and adapters is None:
+        raise InputError(f"{where} takes no LoRA adapters (its graphs have no LoRA inputs); convert the model "
+                         f"with qnnrt convert --lora-rank R --lora-targets q_proj,v_proj,...")
+    for name, folder in specs.items():
+        assert adapters is not None
+        try:
+            adapters.load(name, folder)
+        except FormatError as e:
+            raise FormatError(f"--lora {name}: {e}") from None
 
 
 class AdapterSet:

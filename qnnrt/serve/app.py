@@ -58,6 +58,7 @@ class ServeSettings:
     embeddings_id: str | None = None
     max_tokens: int | None = None          # the most tokens one choice generates (None: to the context's end)
     sampling: SamplingOptions = rq.OPENAI_SAMPLING   # what a request leaves out (a Genie bundle: its sampler)
+    adapters: tuple[str, ...] = ()         # LoRA adapters, each a model id of its own (vLLM's convention)
 
 
 class Service:
@@ -104,8 +105,9 @@ class Service:
         except ClientDisconnect:
             raise api.ApiError(400, "the client left before sending the whole body", code="incomplete_body") from None
         body = rq.decode(bytes(data), schema)
-        model_id = model_id or self.settings.model_id
-        if body.model != model_id:
+        ids = [model_id] if model_id else [self.settings.model_id, *self.settings.adapters]
+        model_id = ids[0]
+        if body.model not in ids:
             raise api.ApiError(404, f"The model '{body.model[:100]}' does not exist here; this endpoint serves "
                                     f"'{model_id}'", param="model", code="model_not_found")
         return body
@@ -125,17 +127,23 @@ class Service:
 
     # -- endpoints -----------------------------------------------------------------------------
     def model_ids(self) -> list[str]:
-        return [self.settings.model_id] + ([self.settings.embeddings_id] if self.settings.embeddings_id else [])
+        return ([self.settings.model_id, *self.settings.adapters] +
+                ([self.settings.embeddings_id] if self.settings.embeddings_id else []))
+
+    def card(self, name: str) -> dict[str, Any]:
+        """A model's card; an adapter's names its base model as ``parent`` (as vLLM's do)."""
+        card = api.model_card(name, self.created)
+        return card | {"parent": self.settings.model_id} if name in self.settings.adapters else card
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [api.model_card(m, self.created) for m in self.model_ids()]})
+        return JSONResponse({"object": "list", "data": [self.card(m) for m in self.model_ids()]})
 
     async def model(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name not in self.model_ids():
             raise api.ApiError(404, f"The model '{name[:100]}' does not exist", param="model",
                                code="model_not_found")
-        return JSONResponse(api.model_card(name, self.created))
+        return JSONResponse(self.card(name))
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "queue_depth": self.engine.queue_depth, "busy": self.engine.busy})
@@ -175,7 +183,8 @@ class Service:
         # compiled off the event loop: the first grammar walks the whole vocabulary
         grammar = await asyncio.to_thread(self.tool_grammar, tools) if tools is not None and tools.constrained \
             else await asyncio.to_thread(self.format_grammar, params.response_format)
-        return await self.generate(request, "chat", self.encode(prompt, "messages"), params, grammar, tools)
+        return await self.generate(request, "chat", self.encode(prompt, "messages"), params, grammar, tools,
+                                   model=req.model)
 
     async def completions(self, request: Request) -> Response:
         req = await self.read(request, s.CompletionRequest)
@@ -183,7 +192,7 @@ class Service:
         p = rq.completion_prompt(req, self.layout.vocab_size)
         ids = p if isinstance(p, list) else self.encode(p, "prompt")
         grammar = await asyncio.to_thread(self.format_grammar, params.response_format)
-        return await self.generate(request, "completion", ids, params, grammar)
+        return await self.generate(request, "completion", ids, params, grammar, model=req.model)
 
     async def embeddings(self, request: Request) -> Response:
         emb = self.engine.embedder
@@ -274,7 +283,8 @@ class Service:
 
     # -- one generation ------------------------------------------------------------------------
     async def generate(self, request: Request, kind: str, ids: list[int], params: rq.Params,
-                       grammar: Grammar | None = None, tools: ToolRequest | None = None) -> Response:
+                       grammar: Grammar | None = None, tools: ToolRequest | None = None,
+                       model: str | None = None) -> Response:
         self.check_fits(ids)
         events: asyncio.Queue[Event] = asyncio.Queue()
         emit = _emitter(events)
@@ -282,9 +292,9 @@ class Service:
         room = min(self.layout.context_len - len(ids), self.settings.max_tokens or self.layout.context_len)
         job = Job(api.new_id("chatcmpl" if kind == "chat" else "cmpl"), kind, ids,
                   min(params.max_tokens or room, room), params.sampling, emit, params.stops, params.top_logprobs,
-                  n=params.n, grammar=grammar)
+                  n=params.n, grammar=grammar, adapter=model if model in self.settings.adapters else None)
         self.submit(job)
-        model_id, tok = self.settings.model_id, self.text.tokenizer
+        model_id, tok = model or self.settings.model_id, self.text.tokenizer
         shaper = ChatShaper(model_id, tok, job, params, tools) if kind == "chat" \
             else CompletionShaper(model_id, tok, job, params)
         if params.stream:
