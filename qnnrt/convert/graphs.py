@@ -99,7 +99,7 @@ class _Graph:
 
     def rms(self, x: str, weight: np.ndarray, eps: float) -> str:
         """x / sqrt(mean(x^2) + eps) * weight. A float graph (run in fp16) divides x by its row's
-        max |x| first: the same value (eps divided by the square too), but the squares stay within
+        max |x| first: the same value (eps divided by max |x| twice too), but the squares stay within
         fp16 however large the activations (SmolLM2's residual stream reaches 25,000)."""
         if not self.prescale:
             ms = self.op("ReduceMean", self.op("Mul", x, x), axes=[-1], keepdims=1)
@@ -109,7 +109,9 @@ class _Graph:
         m = self.op("Add", self.op("ReduceMax", self.op("Abs", x), axes=[-1], keepdims=1), tiny)
         xs = self.op("Div", x, m)
         ms = self.op("ReduceMean", self.op("Mul", xs, xs), axes=[-1], keepdims=1)
-        e = self.op("Div", self.const(np.array([eps], np.float32)), self.op("Mul", m, m))
+        # eps / m / m, never eps / (m * m): m * m passes fp16's range for m > 256, and the HTP's
+        # division by that overflowed product was measured at ~1.0 (SmolLM2's layers 25-29 wrong)
+        e = self.op("Div", self.op("Div", self.const(np.array([eps], np.float32)), m), m)
         inv = self.op("Reciprocal", self.op("Sqrt", self.op("Add", ms, e)))
         return self.op("Mul", self.op("Mul", xs, inv), self.const(weight.astype(np.float32)))
 
