@@ -9,9 +9,10 @@ PEFT folders for it (tools/fixtures/make_lora_adapters.py). Converts MODEL twice
 - in one process: each adapter's load (PEFT read + checks + cast into the program's buffers), the
   first switch to an adapter on a KV cache (its methods prepared over its arrays) and later switches
   (picking the bound methods), medians of 200 switches;
-- decode per token (host ms, median) and simulated accelerator cycles per decoded token (QNN's basic
-  detailed profile, floor too: one more run each) of `qnnrt llm` on: the plain bundle, the LoRA bundle with no adapter (zeros),
-  and with adapter `terse`, in alternating rounds of one process each."""
+- decode per token (host ms, median) of `qnnrt llm` on: the plain bundle, the LoRA bundle with no
+  adapter (zeros), and with adapter `terse`, in alternating rounds of one process each; then one run
+  of each under QNN's detailed profile for the simulated accelerator cycles per decoded token (and
+  their floor)."""
 from __future__ import annotations
 
 import argparse

@@ -121,3 +121,31 @@ def test_serve_switches_adapters_per_request(bundle, adapters, tmp_path) -> None
             client.completions.create(model="nope", prompt=[0, 5], max_tokens=2)
     finally:
         assert server.stop() == 143, server.stderr()[-2000:]     # 128 + SIGTERM
+
+
+def test_chat_switches_adapter_with_its_own_cache(bundle, adapters, tmp_path) -> None:
+    """`qnnrt llm --chat`: '/adapter NAME' switches; the same message under each adapter prefills it
+    all (no entries of another adapter reused), a later turn of the same adapter reuses its prefix."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers.cli_helpers import ROOT
+    report = tmp_path / "chat.json"
+    lines = "the robot\n/adapter terse\nthe robot\n/adapter\nthe robot\n/adapter nope\n"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "qnnrt.cli", "llm", str(bundle), "--chat", "--tokenizer", str(bundle),
+                        *_lora_args(adapters), "--max-new-tokens", "4", "--report", str(report)],
+                       input=lines, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "[adapter: terse; a new conversation]" in r.stderr and "no adapter 'nope'" in r.stderr
+    turns = json.loads(report.read_text())["turns"]
+    assert [t["cached_tokens"] for t in turns][:2] == [0, 0] and turns[2]["cached_tokens"] > 0, turns
+
+
+def test_lora_on_a_bundle_without_lora_inputs(models, adapters, tmp_path) -> None:
+    plain = tmp_path / "plain"
+    r = qnnrt("convert", models["llama"], "-o", plain, "--context", "128", "--prompt-ar", "16", "--parts", "2")
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = qnnrt("llm", plain, "--lora", f"terse={adapters['terse']}", "--prompt-tokens", "0,5")
+    assert r.returncode == 1 and "takes no LoRA adapters" in r.stderr and "--lora-rank" in r.stderr, r.stderr[-800:]
