@@ -149,3 +149,13 @@ def test_lora_on_a_bundle_without_lora_inputs(models, adapters, tmp_path) -> Non
     assert r.returncode == 0, r.stderr[-2000:]
     r = qnnrt("llm", plain, "--lora", f"terse={adapters['terse']}", "--prompt-tokens", "0,5")
     assert r.returncode == 1 and "takes no LoRA adapters" in r.stderr and "--lora-rank" in r.stderr, r.stderr[-800:]
+
+
+def test_adapters_under_multi_pd(bundle, adapters) -> None:
+    """Under multi-PD the adapters' arrays live in the shared arena the PD workers read in place."""
+    ref = REFS["adapters"]["terse"][1]
+    n = safe_prefix(ref)
+    r = qnnrt("llm", bundle, *_lora_args(adapters), "--adapter", "terse", "--residency", "multi-pd:2",
+              "--prompt-tokens", ",".join(map(str, ref["prompt_ids"])), "--max-new-tokens", str(n))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _generated(r.stdout)[:n] == ref["tokens"][:n]
