@@ -41,9 +41,13 @@ def genie_layout_of(program: Program, config: GenieConfig) -> LlmLayout:
         if isinstance(m, UnavailableMethod):
             raise LayoutError(f"{program.path}: method {name!r} cannot run: {m.reason}")
         methods[name] = ([io_tensor(s) for s in m.inputs], [io_tensor(s) for s in m.outputs])
+    return genie_layout(config, methods, adapter_names=lora_input_names(config))
+
+
+def lora_input_names(config: GenieConfig) -> frozenset[str]:
+    """The LoRA graph inputs the bundle's record declares (formats/lora.py; none: empty)."""
     slots = read_slots(Path(config.config_path).parent)
-    names = frozenset(slots.inputs()) if slots is not None else frozenset()
-    return genie_layout(config, methods, adapter_names=names)
+    return frozenset(slots.inputs()) if slots is not None else frozenset()
 
 
 def layout_of(program: Program) -> LlmLayout:

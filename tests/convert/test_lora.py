@@ -51,6 +51,9 @@ def test_the_record_names_the_lora_inputs(bundle) -> None:
     assert lora["dims"]["q_proj"] == [64, 64] and lora["dims"]["k_proj"] == [64, 32]
     assert lora["dims"]["down_proj"] == [128, 64]
     assert rec["options"]["lora_rank"] == 4
+    r = qnnrt("inspect", bundle)           # the layout takes the LoRA inputs as the adapters'
+    assert r.returncode == 0 and "LLM layout: hybrid" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "LoRA inputs: rank 4 on q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj of 3 layers" in r.stdout
 
 
 @pytest.mark.parametrize("name", ["base", *ADAPTERS])
