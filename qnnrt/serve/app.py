@@ -106,10 +106,10 @@ class Service:
             raise api.ApiError(400, "the client left before sending the whole body", code="incomplete_body") from None
         body = rq.decode(bytes(data), schema)
         ids = [model_id] if model_id else [self.settings.model_id, *self.settings.adapters]
-        model_id = ids[0]
         if body.model not in ids:
+            served = ", ".join(f"'{i}'" for i in ids)
             raise api.ApiError(404, f"The model '{body.model[:100]}' does not exist here; this endpoint serves "
-                                    f"'{model_id}'", param="model", code="model_not_found")
+                                    f"{served}", param="model", code="model_not_found")
         return body
 
     def encode(self, text: str, param: str) -> list[int]:

@@ -120,8 +120,12 @@ def test_serve_switches_adapters_per_request(bundle, adapters, tmp_path) -> None
         # the same prompt each time: the first request of each adapter prefills it all, a later one of the
         # same adapter reuses its own cache, whatever ran in between
         assert cached[:3] == [0, 0, 0] and all(c > 0 for c in cached[3:]), cached
-        with pytest.raises(openai.NotFoundError):
+        with pytest.raises(openai.NotFoundError) as e:
             client.completions.create(model="nope", prompt=[0, 5], max_tokens=2)
+        assert "serves 'tiny', 'terse', 'wordy'" in str(e.value)
+        chat = client.chat.completions.create(model="wordy", messages=[{"role": "user", "content": "the robot"}],
+                                              max_tokens=3, temperature=0)
+        assert chat.model == "wordy" and chat.choices[0].message.content is not None
     finally:
         assert server.stop() == 143, server.stderr()[-2000:]     # 128 + SIGTERM
 
