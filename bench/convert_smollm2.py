@@ -45,7 +45,8 @@ def main() -> None:
     ap.add_argument("--forms", default="gguf,hf")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # every cache under OUT (the compile caches per form below, qnnrt's load cache here): nothing in ~/.cache
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "QNNRT_CACHE_DIR": str(args.out / "qnnrt_cache")}
     results = {}
     for form in args.forms.split(","):
         model = args.gguf

@@ -136,3 +136,47 @@ def test_w8a16_runs_the_same_on_qnnrt_and_libgenie(models, references, genie_lib
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["tokens"] == ours
     assert ours[:5] == ref["tokens"][:5]
+
+
+def test_a_prompt_longer_than_the_prompt_graph_continues_the_reference(bundles, references) -> None:
+    """Chunked prefill (27 tokens through AR-16 prompt graphs, then the token graph): greedy decoding
+    is its own continuation, so the prompt plus the reference's first 8 tokens continues with the rest."""
+    ref = references["models"]["llama"][0]
+    prompt = ref["prompt_ids"] + ref["tokens"][:8]
+    r = qnnrt("llm", bundles["llama"], "--prompt-tokens", ",".join(map(str, prompt)), "--max-new-tokens", "8")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(prompt) > 16 and _generated(r.stdout) == ref["tokens"][8:16]
+
+
+def test_fp16_rmsnorm_on_the_htp_survives_massive_activations(tmp_path) -> None:
+    """A residual stream of thousands (SmolLM2-135M reaches 24,926 at an attention sink) squares past
+    fp16's 65504: the part graph's RMSNorm, compiled for the HTP simulator, must still give the CPU's
+    logits with a token whose embedding has channels of ~3000 (fails when the norm squares x itself)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from qnnrt.compiler.compile import CompileOptions, qnn_ep_devices
+    from qnnrt.convert import drive, graphs
+    from qnnrt.convert.spec import ModelSpec
+    spec = ModelSpec("LlamaForCausalLM", vocab=64, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128,
+                     eps=1e-5, rope_theta=10000.0, max_positions=64, tied=False)
+    rng = np.random.default_rng(5)
+    w = {k: (rng.standard_normal(s) / np.sqrt(s[0]) if len(s) == 2 else 1 + 0.1 * rng.standard_normal(s))
+         .astype(np.float32) for k, s in spec.shapes().items()}
+    w["embed"] = rng.standard_normal((64, 64)).astype(np.float32)
+    w["embed"][0, :3] = [3000.0, -2800.0, 2500.0]            # the sink token's massive channels
+    plan = graphs.PartPlan(32, graphs.split_layers(2, 1))
+    model = graphs.part_model(spec, plan, w, 8, 1)
+    feeds = {"input_ids": np.array([[0, 5, 9, 17, 33, 2, 40, 11]], np.int32),
+             **drive.step_inputs(spec, 32, drive.Step(8, 0, 8))}
+    for i in range(2):
+        feeds[f"past_key_{i}_in"] = np.zeros((2, 1, 16, 24), np.float32)
+        feeds[f"past_value_{i}_in"] = np.zeros((2, 1, 24, 16), np.float32)
+    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["logits"], feeds)[0]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.add_provider_for_devices(qnn_ep_devices(), CompileOptions().provider_options())
+    onnx.save(model, tmp_path / "m.onnx")
+    htp = ort.InferenceSession(str(tmp_path / "m.onnx"), sess_options=so).run(["logits"], feeds)[0]
+    assert np.abs(htp - cpu).max() < 0.02 * (cpu.max() - cpu.min())
