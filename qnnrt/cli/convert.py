@@ -44,6 +44,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", type=Path, default=None, metavar="FILE",
                    help="a tokenizer.json to use instead of the model's (e.g. a GGUF with a SentencePiece one)")
     p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR", help="compile cache folder")
+    p.add_argument("--lora-rank", type=int, default=None, metavar="R",
+                   help="LoRA adapters of rank R as graph inputs (fp16; `qnnrt llm/serve --lora`)")
+    p.add_argument("--lora-targets", default="", metavar="q_proj,k_proj,...",
+                   help="the projections taking an adapter: q_proj k_proj v_proj o_proj gate_proj up_proj "
+                        "down_proj, comma-separated")
     p.add_argument("--force", action="store_true", help="replace BUNDLE if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run_convert)
@@ -52,10 +57,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_convert(args) -> int:
     from qnnrt.convert import ConvertOptions, convert
+    from qnnrt.convert.lora import parse_targets
     options = ConvertOptions(soc=args.soc, precision=args.precision, context=args.context,
                              prompt_ar=args.prompt_ar, parts=args.parts, calibration=args.calibration,
                              weight_sharing=args.weight_sharing, tokenizer=args.tokenizer,
-                             cache_dir=args.cache_dir, progress=not args.quiet)
+                             cache_dir=args.cache_dir, progress=not args.quiet, lora_rank=args.lora_rank,
+                             lora_targets=parse_targets(args.lora_targets))
     report = convert(args.model, args.output, options, overwrite=args.force)
     print(f"{report.bundle}: {len(report.bins)} part(s), {report.cached_parts} from the cache, "
           f"{report.seconds:.1f} s")

@@ -23,8 +23,9 @@ def _jsonable(x: Any) -> Any:
 
 def describe_genie(path: Path, backend_lib: str | None = None) -> dict[str, Any]:
     from qnnrt.formats.genie import read_genie_config
+    from qnnrt.formats.lora import read_slots
     from qnnrt.llm.genie_layout import genie_layout, genie_notes
-    from qnnrt.llm.runner import io_tensor
+    from qnnrt.llm.runner import io_tensor, lora_input_names
     from qnnrt.loader import open_for_planning
     from qnnrt.runtime.graph_chain import GraphChainMethod
     from qnnrt.runtime.genie import context_lengths, graph_window
@@ -35,6 +36,9 @@ def describe_genie(path: Path, backend_lib: str | None = None) -> dict[str, Any]
                                "config": {k: _jsonable(getattr(config, k))
                                           for k in ("context", "sampler", "tokenizer", "rope", "backend")},
                                "variants": [], "binaries": []}
+        slots = read_slots(Path(config.config_path).parent)
+        if slots is not None:
+            out["lora"] = slots.to_record()
         for name, m in methods.items():
             assert isinstance(m, GraphChainMethod)
             w = graph_window(m.refs[0].spec, m.refs[0].key)
@@ -44,7 +48,7 @@ def describe_genie(path: Path, backend_lib: str | None = None) -> dict[str, Any]
                 "inputs": [s.to_dict() for s in m.inputs], "outputs": [s.to_dict() for s in m.outputs]})
         try:
             lay = genie_layout(config, {n: ([io_tensor(s) for s in m.inputs], [io_tensor(s) for s in m.outputs])
-                                        for n, m in methods.items()})
+                                        for n, m in methods.items()}, adapter_names=lora_input_names(config))
             out["llm"] = lay.describe()
             out["notes"] = genie_notes(config, lay.vocab_size)
         except QnnrtError as e:
@@ -110,6 +114,10 @@ def print_genie(d: dict) -> None:
               f"{llm['head_dim']}, context {llm['context_len']}, prompt window {llm['prefill_ar_len']}, "
               f"caches {llm['cache_dtype']}, logits {llm['logits_dtype']}, mask {llm['mask_dtype']}, "
               f"positions {llm['positions']}")
+    if "lora" in d:
+        lo = d["lora"]
+        print(f"  LoRA inputs: rank {lo['rank']} on {','.join(lo['targets'])} of {lo['layers']} layers "
+              f"(adapters: qnnrt llm / serve --lora NAME=DIR)")
     print("\n  context binaries:")
     for b in d["binaries"]:
         print(f"    {b['key']}: {b['file_size']} bytes, graphs [{', '.join(b['graphs'])}], weight sharing "

@@ -55,9 +55,32 @@ def add_parser(sub) -> None:
                         "the rest go through the decode method one at a time")
     p.add_argument("--dump-logits", help="score mode: write each method call's float logits "
                                          "(<method>_s<k>.npy) and all rows (logits.npy) to this folder")
+    add_lora_options(p)
+    p.add_argument("--adapter", default=None, metavar="NAME",
+                   help="generate with this --lora adapter (default: none, the base model); --chat: a line "
+                        "'/adapter NAME' (or '/adapter') switches")
     add_speculative_options(p)
     add_runtime_options(p)
     p.set_defaults(func=run)
+
+
+def add_lora_options(p) -> None:
+    p.add_argument("--lora", action="append", default=[], metavar="NAME=DIR[,NAME=DIR]",
+                   help="LoRA adapters (PEFT folders: adapter_config.json + adapter_model.safetensors) for a "
+                        "bundle converted with --lora-rank; repeatable")
+
+
+def lora_specs(args) -> dict[str, Path]:
+    """The --lora adapters by name, checked before anything loads."""
+    from qnnrt.llm.lora import parse_lora_specs
+    specs = parse_lora_specs(args.lora)
+    for name, folder in specs.items():
+        if not folder.is_dir():
+            raise QnnrtError(f"--lora {name}={folder}: no such folder; give a PEFT adapter folder")
+    adapter = getattr(args, "adapter", None)
+    if adapter is not None and adapter not in specs:
+        raise QnnrtError(f"--adapter {adapter}: not among the --lora adapters ({', '.join(specs) or 'none given'})")
+    return specs
 
 
 def add_speculative_options(p) -> None:
@@ -195,6 +218,7 @@ def _run(args, tracer) -> int:
     if args.dump_logits and args.score_tokens is None:
         raise QnnrtError("--dump-logits applies to score mode (--score-tokens)")
     check_targets(args)
+    specs = lora_specs(args)
     if args.dump_logits:
         try:
             Path(args.dump_logits).mkdir(parents=True, exist_ok=True)
@@ -211,6 +235,12 @@ def _run(args, tracer) -> int:
         sampler = Sampler(sampling_options(args, file_sampling(prog)))
         runner = LlmRunner(prog, layout, speculative=speculative_options(args, layout),
                            cycles=cycles_reader(profiler))
+        from qnnrt.llm.lora import load_adapters
+        load_adapters(runner.adapters, specs, str(args.path))
+        if args.adapter is not None:
+            assert runner.adapters is not None
+            runner.adapters.use(args.adapter)
+        report["adapter"] = args.adapter
         lay = runner.layout
         report["layout"] = lay.describe()
         report["load_s"] = round(time.perf_counter() - t_start, 6)
@@ -308,6 +338,16 @@ def chat(runner, text, sampler, args) -> list[dict]:
         line = sys.stdin.readline()
         if not line.strip():
             break
+        if line.startswith("/adapter"):
+            name = line[len("/adapter"):].strip() or None
+            try:
+                gen.use_adapter(name)
+            except QnnrtError as e:
+                print(f"qnnrt llm: {e}", file=sys.stderr)
+                continue
+            messages = messages[:1] if args.system else []
+            print(f"  [adapter: {name or 'none'}; a new conversation]", file=sys.stderr, flush=True)
+            continue
         messages.append({"role": "user", "content": line.rstrip("\n")})
         ids = text.prompt_ids(render_chat(text.tokenizer.chat_template, messages,
                                           special_tokens=text.tokenizer.special_tokens))
@@ -367,6 +407,8 @@ def _print_summary(r: dict, profiler, args) -> None:
     print(f"{r['path']}: {lay['mode']} LLM, {lay['n_layers']} layers, context {lay['context_len']}, "
           f"prefill window {lay['prefill_ar_len']}, vocab {lay['vocab_size']}, caches {lay['cache_dtype']}, "
           f"logits {lay['logits_dtype']}")
+    if r.get("adapter"):
+        print(f"  LoRA adapter: {r['adapter']}")
     if "turns" in r:
         print(f"  chat: {len(r['turns'])} turn(s), {sum(t['cached_tokens'] for t in r['turns'])} prompt tokens "
               f"reused from the KV cache")

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from qnnrt.cli.llm import add_speculative_options, cycles_reader, speculative_options, tokenizer_source
+from qnnrt.cli.llm import (add_lora_options, add_speculative_options, cycles_reader, lora_specs, speculative_options,
+                           tokenizer_source)
 from qnnrt.cli.process import Stopped, stop_signals
 from qnnrt.cli.run_common import (add_profiles, add_runtime_options, check_targets, open_program,
                            traced, write_report)
@@ -68,6 +69,7 @@ def add_parser(sub) -> None:
     p.add_argument("--embeddings-inputs", default=None, metavar="ROLES",
                    help="what the embedding program's inputs are, in order, e.g. input_ids,attention_mask "
                         "(default: by name, or by position for inputs without those names, as a .pte's)")
+    add_lora_options(p)
     add_speculative_options(p)
     add_runtime_options(p)
     p.set_defaults(func=run)
@@ -141,6 +143,7 @@ def _run(args, tracer) -> int:
     tokenizer = TextTokenizer.from_path(source)
     emb_tokenizer = TextTokenizer.from_path(args.embeddings_tokenizer) if args.embeddings_tokenizer else None
     check_targets(args)
+    specs = lora_specs(args)
     sock = listen(args.host, args.port)          # a taken port fails before the model loads
     if key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"qnnrt serve: warning: listening on {args.host} without --api-key: anyone who can reach "
@@ -156,6 +159,9 @@ def _run(args, tracer) -> int:
         layout = layout_of(prog)
         runner = LlmRunner(prog, layout, speculative=speculative_options(args, layout),
                            cycles=cycles_reader(profiler))
+        from qnnrt.llm.lora import load_adapters
+        load_adapters(runner.adapters, specs, str(args.path))
+        report["adapters"] = {n: str(f) for n, f in specs.items()}
         text = TextModel.of(tokenizer, runner.layout)
         embedder = None
         if emb_tokenizer is not None:
@@ -176,9 +182,13 @@ def _run(args, tracer) -> int:
         emb_id = (args.embeddings_name or Path(args.embeddings).stem) if embedder is not None else None
         if emb_id == model_id:
             raise QnnrtError(f"the LLM and the embedding model are both named {model_id!r}: give --embeddings-name")
+        clash = [n for n in specs if n in (model_id, emb_id)]
+        if clash:
+            raise QnnrtError(f"--lora {clash[0]}: the name is the model's own id; clients choose an adapter by "
+                             f"its name as the request's model: give it another name")
         settings = ServeSettings(model_id, key, max_body, emb_id, args.max_tokens, sampling=serve_sampling(prog),
                                  stops=prog.genie.stop_sequences if prog.genie is not None else (),
-                                 cors_origins=tuple(args.cors_origin))
+                                 cors_origins=tuple(args.cors_origin), adapters=tuple(specs))
         service = Service(engine, text, runner.layout, settings, int(time.time()), grammars)
         level = {"verbose": "debug"}.get(args.log_level, args.log_level if args.log_level != "warn" else "warning")
         signum = run_server(create_app(service), engine, sock, log_level=level, stop_signals=stop_signals(),

@@ -14,6 +14,7 @@ Weights come layer by layer from the store, so one part's weights are in memory 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -21,6 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qnnrt.convert.spec import ModelSpec
 
+# (graph, x, x @ W, layer, canonical weight key, the projection's scale) -> the output with the LoRA term
+LoraHook = Callable[["_Graph", str, str, int, str, float], str]
 MASKED = -1000.0      # what Genie writes into a float attention mask for a column not to attend
 
 
@@ -126,11 +129,17 @@ class _Layer:
     """One decoder layer's nodes (the shared RoPE, mask and cache-validity tensors given)."""
 
     def __init__(self, g: _Graph, spec: ModelSpec, n: int, cl: int, rope: tuple[str, str, str],
-                 attended: tuple[str, str]) -> None:
+                 attended: tuple[str, str], lora: LoraHook | None = None) -> None:
         self.g, self.spec, self.N, self.CL = g, spec, n, cl
+        self.lora = lora
         self.cos, self.sin, self.rot = rope
         self.attended, self.attended_rows = attended
         self.zero = g.const(np.array([0.0], np.float32))
+
+    def proj(self, x: str, w, i: int, key: str, bias: np.ndarray | None = None, scale: float = 1.0) -> str:
+        """x @ w[l<i>.<key>] (+ bias), times scale; plus the LoRA term where the layer takes one."""
+        y = self.g.linear(x, w[f"l{i}.{key}"], bias, scale)
+        return y if self.lora is None else self.lora(self.g, x, y, i, key, scale)
 
     def rope(self, t: str) -> str:
         g = self.g
@@ -144,9 +153,9 @@ class _Layer:
         h = g.rms(x, w[f"l{i}.attn_norm"], s.eps)
         bias = (lambda n: w[f"l{i}.{n}"]) if s.qkv_bias else (lambda n: None)
         qscale = 1.0 if s.qk_norm else float(1 / np.sqrt(D))    # after a q norm the scale comes later
-        q = g.reshape(g.linear(h, w[f"l{i}.wq"], bias("bq"), qscale), [N, s.heads, D])
-        k = g.reshape(g.linear(h, w[f"l{i}.wk"], bias("bk")), [N, KVH, D])
-        v = g.reshape(g.linear(h, w[f"l{i}.wv"], bias("bv")), [N, KVH, D])
+        q = g.reshape(self.proj(h, w, i, "wq", bias("bq"), qscale), [N, s.heads, D])
+        k = g.reshape(self.proj(h, w, i, "wk", bias("bk")), [N, KVH, D])
+        v = g.reshape(self.proj(h, w, i, "wv", bias("bv")), [N, KVH, D])
         if s.qk_norm:
             q = g.rms(q, w[f"l{i}.q_norm"] / np.float32(np.sqrt(D)), s.eps)
             k = g.rms(k, w[f"l{i}.k_norm"], s.eps)
@@ -162,17 +171,18 @@ class _Layer:
         p = g.reshape(g.op("Softmax", sc, axis=-1), [KVH, 1, Gq * N, CL])
         o = g.reshape(g.op("MatMul", p, values), [KVH, Gq, N, D])
         o = g.reshape(g.op("Transpose", o, perm=[2, 0, 1, 3]), [1, N, s.heads * D])
-        x = g.op("Add", x, g.linear(o, w[f"l{i}.wo"]))
+        x = g.op("Add", x, self.proj(o, w, i, "wo"))
         h = g.rms(x, w[f"l{i}.mlp_norm"], s.eps)
-        gate = g.linear(h, w[f"l{i}.wg"])
-        act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), g.linear(h, w[f"l{i}.wu"]))
-        return g.op("Add", x, g.linear(act, w[f"l{i}.wd"]))
+        gate = self.proj(h, w, i, "wg")
+        act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), self.proj(h, w, i, "wu"))
+        return g.op("Add", x, self.proj(act, w, i, "wd"))
 
 
 def part_model(spec: ModelSpec, plan: PartPlan, w, ar: int, part: int, *,
-               float_graph: bool = True) -> onnx.ModelProto:
+               float_graph: bool = True, lora: LoraHook | None = None) -> onnx.ModelProto:
     """Part ``part`` (1-based) for ``ar`` tokens per call, weights read from ``w`` as needed;
-    ``float_graph``: compiled as it is (fp16), else to be quantized."""
+    ``float_graph``: compiled as it is (fp16), else to be quantized; ``lora``: adds each targeted
+    projection's LoRA term (convert/lora.py)."""
     N, CL, D, H = ar, plan.context, spec.head_dim, spec.hidden
     g = _Graph(f"part{part}", prescale=float_graph)
     if part == 1:
@@ -193,7 +203,8 @@ def part_model(spec: ModelSpec, plan: PartPlan, w, ar: int, part: int, *,
     # of columns no row attends are zeroed before use, so neither an additive -1000 nor 0 x inf sees them
     half_closed = g.const(np.array([MASKED / 2], np.float32))
     attended = g.op("Greater", g.op("ReduceMax", mask, axes=[2], keepdims=1), half_closed)
-    layer = _Layer(g, spec, N, CL, (cos, sin, g.const(rot)), (attended, g.reshape(attended, [1, 1, CL, 1])))
+    layer = _Layer(g, spec, N, CL, (cos, sin, g.const(rot)), (attended, g.reshape(attended, [1, 1, CL, 1])),
+                   lora)
     first, stop = plan.bounds[part - 1]
     for i in range(first, stop):
         x = layer(x, mask, w, i)

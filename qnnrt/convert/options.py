@@ -29,8 +29,12 @@ class ConvertOptions:
     tokenizer: Path | None = None
     cache_dir: Path | None = None
     progress: bool | None = None
+    lora_rank: int | None = None             # LoRA adapter inputs of this rank (convert/lora.py)
+    lora_targets: tuple[str, ...] = ()       # ... on these projections (q_proj, v_proj, ...)
 
     def __post_init__(self) -> None:
+        from qnnrt.convert.lora import check_lora_options
+        check_lora_options(self.lora_rank, tuple(self.lora_targets), self.precision)
         if self.precision not in PRECISIONS:
             raise ConvertError(f"--precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}")
         if self.precision == "w4a16":

@@ -23,9 +23,10 @@ from qnnrt.convert.source import Source, open_model
 from qnnrt.convert.spec import ConvertError, ModelSpec
 from qnnrt.convert.steps import Steps
 from qnnrt.fileio import default_cache_dir
+from qnnrt.formats.lora import CONVERT_RECORD
 from qnnrt.progress import Heartbeat
 
-RECORD_NAME = "qnnrt_convert.json"
+RECORD_NAME = CONVERT_RECORD
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,9 @@ def convert(model: str | os.PathLike[str], output: str | os.PathLike[str],
                   "soc_model": copt.soc_model, "htp_arch": copt.htp_arch, "versions": versions,
                   "host": platform.machine(), "seconds": round(steps.elapsed, 1),
                   "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if options.lora_rank is not None:
+            from qnnrt.convert.lora import slots_for
+            record["lora"] = slots_for(spec, options.lora_rank, options.lora_targets).to_record()
         _write_json(tmp / RECORD_NAME, record)
         _finish(tmp, out, overwrite)
     except BaseException:
@@ -175,6 +179,10 @@ def _options_record(options: ConvertOptions) -> dict:
     d = asdict(options)
     for k in ("cache_dir", "progress"):
         d.pop(k)
+    if options.lora_rank is None:      # the part cache's key of a bundle without LoRA stays as it was
+        d.pop("lora_rank"), d.pop("lora_targets")
+    else:
+        d["lora_targets"] = list(options.lora_targets)
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in d.items()}
 
 
@@ -185,7 +193,11 @@ def _write_json(path: Path, data: dict) -> None:
 def _models(src: Source, plan: PartPlan, options: ConvertOptions, ar: int, steps: Steps, work: Path):
     """``models_of(part, ar)``: the part's ONNX (float, or quantized after calibrating once)."""
     if options.precision == "fp16":
-        return lambda part, a: part_model(src.spec, plan, src.weights, a, part)
+        lora = None
+        if options.lora_rank is not None:
+            from qnnrt.convert.lora import LoraInputs, slots_for
+            lora = LoraInputs(slots_for(src.spec, options.lora_rank, options.lora_targets))
+        return lambda part, a: part_model(src.spec, plan, src.weights, a, part, lora=lora)
     from qnnrt.convert.quantize import quantized_models
     return quantized_models(src, plan, options, ar, steps, work)
 

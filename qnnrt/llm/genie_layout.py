@@ -64,8 +64,10 @@ def _cache_dims(s: IOTensor, kind: str, where: str) -> tuple[int, int, int]:
     return (h, s.shape[2], s.shape[3]) if kind == "k" else (h, s.shape[3], s.shape[2])
 
 
-def method_layout(name: str, inputs: IOList, outputs: IOList, mask_closed: float) -> tuple[MethodLayout, int]:
-    """One variant in the runner's order (MethodLayout); also its number of layers."""
+def method_layout(name: str, inputs: IOList, outputs: IOList, mask_closed: float,
+                  adapter_names: frozenset[str] = frozenset()) -> tuple[MethodLayout, int]:
+    """One variant in the runner's order (MethodLayout); also its number of layers. Inputs named in
+    ``adapter_names`` (a converted bundle's LoRA inputs) are the method's `adapter_inputs`."""
     where = f"Genie method {name!r}"
     by_name = {s.name: s for s in inputs}
     missing = [n for n in (TOKENS, MASK, COS, SIN) if n not in by_name]
@@ -85,7 +87,8 @@ def method_layout(name: str, inputs: IOList, outputs: IOList, mask_closed: float
         raise LayoutError(f"{where}: {len(k_in)} past_key inputs, {len(v_in)} past_value inputs, "
                           f"{len(k_out)} / {len(v_out)} outputs; expected L of each, L >= 1")
     known = {TOKENS, MASK, COS, SIN, *(s.name for s in k_in + v_in)}
-    extra = [s.name for s in inputs if s.name not in known]
+    adapters = tuple(s for s in inputs if s.name in adapter_names)
+    extra = [s.name for s in inputs if s.name not in known and s.name not in adapter_names]
     if extra:
         raise LayoutError(f"{where}: inputs {extra[:5]} are not the LLM's (tokens, mask, RoPE, KV)")
     tok, mask = by_name[TOKENS], by_name[MASK]
@@ -101,7 +104,7 @@ def method_layout(name: str, inputs: IOList, outputs: IOList, mask_closed: float
     ordered_in = (tok, mask, by_name[COS], by_name[SIN], *k_in, *v_in)
     ordered_out = (out_by[LOGITS], *k_out, *v_out)
     return MethodLayout(name, T, ordered_in, ordered_out, tok.dtype, mask.dtype, m_open, m_closed,
-                        n_positions=2), L
+                        n_positions=2, adapter_inputs=adapters), L
 
 
 def _check_caches(m: MethodLayout, L: int, C: int) -> tuple[int, int, np.dtype]:
@@ -125,17 +128,22 @@ def _check_caches(m: MethodLayout, L: int, C: int) -> tuple[int, int, np.dtype]:
 
 
 def genie_layout(config: GenieConfig, methods: Mapping[str, tuple[IOList, IOList]], *,
-                 mask_closed: float = GENIE_FLOAT_MASK_CLOSED) -> LlmLayout:
-    """Build and validate the layout from the config and the variants' I/O."""
+                 mask_closed: float = GENIE_FLOAT_MASK_CLOSED,
+                 adapter_names: frozenset[str] = frozenset()) -> LlmLayout:
+    """Build and validate the layout from the config and the variants' I/O (``adapter_names``:
+    the LoRA inputs the bundle's record declares)."""
     if TOKEN_METHOD not in methods:
         raise LayoutError(f"{config.config_path}: no token graph (AR 1) among the bundle's graphs "
                           f"(variants: {sorted(methods)}); Genie decodes with one")
-    dec, L = method_layout(TOKEN_METHOD, *methods[TOKEN_METHOD], mask_closed)
+    dec, L = method_layout(TOKEN_METHOD, *methods[TOKEN_METHOD], mask_closed, adapter_names)
     pre = dec
     if PROMPT_METHOD in methods:
-        pre, L2 = method_layout(PROMPT_METHOD, *methods[PROMPT_METHOD], mask_closed)
+        pre, L2 = method_layout(PROMPT_METHOD, *methods[PROMPT_METHOD], mask_closed, adapter_names)
         if L2 != L:
             raise LayoutError(f"the prompt graphs have {L2} layers of KV, the token graphs {L}")
+        if set(pre.adapter_inputs) != set(dec.adapter_inputs):
+            raise LayoutError("the prompt and token graphs take different LoRA inputs (names, shapes or "
+                              "dtypes); one adapter's arrays must serve both")
     C = dec.inputs[1].shape[3]
     if pre.inputs[1].shape[3] != C:
         raise LayoutError(f"context length differs: prompt {pre.inputs[1].shape[3]}, token {C}")

@@ -61,6 +61,7 @@ class MethodLayout:
     mask_open: float
     mask_closed: float
     n_positions: int = 1              # 1: position ids; 2: RoPE cos, sin
+    adapter_inputs: tuple[IOTensor, ...] = ()   # LoRA inputs bound per adapter (llm/lora.py), not per call
 
     @property
     def input_names(self) -> list[str]:

@@ -2,6 +2,7 @@
 and score loops, numpy in and out, through prepared methods (llm/prepared.py)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -9,10 +10,12 @@ import numpy as np
 from qnnrt.llm.errors import LayoutError
 from qnnrt.llm.kv_cache import KVCache
 from qnnrt.formats.genie import GenieConfig
+from qnnrt.formats.lora import read_slots
 from qnnrt.llm.genie_layout import genie_layout
 from qnnrt.llm.layout import DECODE_METHOD, PREFILL_METHOD, IOTensor, LlmLayout
 from qnnrt.llm.loops import (PLAIN, CycleCounter, DecodeStrategy, GenerationResult, GenericSteps, ScoreResult,
                              Steps, generate, score)
+from qnnrt.llm.lora import AdapterSet, AdapterSteps
 from qnnrt.llm.prepared import PreparedSteps
 from qnnrt.llm.sampling import Sampler
 from qnnrt.llm.speculative import SpeculativeOptions, strategy_for
@@ -39,7 +42,13 @@ def genie_layout_of(program: Program, config: GenieConfig) -> LlmLayout:
         if isinstance(m, UnavailableMethod):
             raise LayoutError(f"{program.path}: method {name!r} cannot run: {m.reason}")
         methods[name] = ([io_tensor(s) for s in m.inputs], [io_tensor(s) for s in m.outputs])
-    return genie_layout(config, methods)
+    return genie_layout(config, methods, adapter_names=lora_input_names(config))
+
+
+def lora_input_names(config: GenieConfig) -> frozenset[str]:
+    """The LoRA graph inputs the bundle's record declares (formats/lora.py; none: empty)."""
+    slots = read_slots(Path(config.config_path).parent)
+    return frozenset(slots.inputs()) if slots is not None else frozenset()
 
 
 def layout_of(program: Program) -> LlmLayout:
@@ -88,9 +97,11 @@ class LlmRunner:
         self.note: str | None = None if prepared else "prepared=False"
         self.steps: Steps = GenericSteps(self.run, self.layout)
         self._own: KVCache | None = None
+        self.adapters = adapter_set(program, self.layout)
         if prepared:
             try:
-                steps = PreparedSteps(program, self.layout, self.calls)
+                steps = (PreparedSteps(program, self.layout, self.calls) if self.adapters is None
+                         else AdapterSteps(program, self.layout, self.calls, self.adapters))
                 self._own = steps.new_cache()
                 self.steps = steps
             except NotPreparable as e:
@@ -105,6 +116,8 @@ class LlmRunner:
     def run(self, method: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One call of a method through ``Program.run`` (the generic path)."""
         self.calls[method] = self.calls.get(method, 0) + 1
+        if self.adapters is not None:
+            inputs = {**inputs, **self.adapters.arrays()}
         return self.program.run(method, dict(inputs))
 
     def new_cache(self) -> KVCache:
@@ -136,3 +149,13 @@ class LlmRunner:
               cache: KVCache | None = None) -> ScoreResult:
         return score(self.steps, self.layout, tokens, n_prefill=n_prefill, cache=self._cache(cache),
                      tracer=self.program.tracer)
+
+
+def adapter_set(program: Program, layout: LlmLayout) -> AdapterSet | None:
+    """The LoRA adapters of a bundle whose graphs take them (llm/lora.py), else None."""
+    specs = layout.decode.adapter_inputs
+    if not specs or program.genie is None:
+        return None
+    slots = read_slots(Path(program.genie.config_path).parent)
+    assert slots is not None     # the layout found adapter inputs through the record
+    return AdapterSet(slots, specs, program.buffer)

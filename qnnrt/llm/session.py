@@ -1,5 +1,6 @@
 """Generation that keeps one KV cache across calls: a prompt that extends the tokens the cache holds
-(the next turn of a chat) prefills only the tokens after the shared prefix."""
+(the next turn of a chat) prefills only the tokens after the shared prefix. With LoRA adapters
+(llm/lora.py) the cache is kept per adapter: entries one adapter wrote are never reused under another."""
 from __future__ import annotations
 
 import contextlib
@@ -23,6 +24,23 @@ class CachedGenerator:
         self.runner = runner
         self.cache: KVCache = runner.new_cache()
         self.tokens: list[int] = []
+        # the adapter whose entries `cache` holds
+        self.adapter: str | None = runner.adapters.active if runner.adapters is not None else None
+        self._parked: dict[str | None, tuple[KVCache, list[int]]] = {}
+
+    def use_adapter(self, name: str | None) -> None:
+        """Generate with LoRA adapter ``name`` (None: none) from now on, with that adapter's own cache
+        (made on its first use). InputError for an adapter the runner has not loaded."""
+        if self.runner.adapters is None:
+            if name is not None:
+                raise InputError(f"no adapter {name!r}: this model takes no LoRA adapters")
+            return
+        self.runner.adapters.use(name)
+        if name != self.adapter:
+            self._parked[self.adapter] = (self.cache, self.tokens)
+            parked = self._parked.pop(name, None)
+            self.cache, self.tokens = parked if parked is not None else (self.runner.new_cache(), [])
+            self.adapter = name
 
     def forget(self) -> None:
         self.cache.truncate(0)
@@ -38,6 +56,8 @@ class CachedGenerator:
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise InputError("empty prompt")
+        if self.runner.adapters is not None and self.runner.adapters.active != self.adapter:
+            self.use_adapter(self.runner.adapters.active)     # switched on the runner itself
         reused = min(shared_prefix(self.tokens, prompt), len(prompt) - 1) if reuse else 0
         self.cache.truncate(reused)
         self.tokens = prompt[:reused]

@@ -63,6 +63,18 @@ class ServeSettings:
     sampling: SamplingOptions = rq.OPENAI_SAMPLING   # what a request leaves out (a Genie bundle: its sampler)
     stops: tuple[str, ...] = ()            # stop strings of a request that gives none (a Genie bundle's stop-sequence)
     cors_origins: tuple[str, ...] = ()     # browser origins allowed to call the API (none: CORS off)
+    adapters: tuple[str, ...] = ()         # LoRA adapters, each a model id of its own (vLLM's convention)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A generation request made ready off the event loop: the model it names (the base's id or an
+    adapter's), its parameters, prompt ids, grammar and tools."""
+    model: str
+    params: rq.Params
+    ids: list[int]
+    grammar: Grammar | None = None
+    tools: ToolRequest | None = None
 
 
 class Service:
@@ -112,27 +124,35 @@ class Service:
 
     def decode(self, data: bytes, schema: type[T], model_id: str | None = None) -> T:
         """The body as a ``schema`` (serve/requests.py: one bounded parse, a 400 naming the field); its
-        model must be ``model_id`` (default: the LLM's). On the preparing threads."""
+        model must be ``model_id`` (default: the LLM's, or one of its LoRA adapters). On the preparing
+        threads."""
         body = rq.decode(data, schema)
-        model_id = model_id or self.settings.model_id
-        if body.model != model_id:
+        ids = [model_id] if model_id else [self.settings.model_id, *self.settings.adapters]
+        if body.model not in ids:
+            served = ", ".join(f"'{i}'" for i in ids)
             raise api.ApiError(404, f"The model '{body.model[:100]}' does not exist here; this endpoint serves "
-                                    f"'{model_id}'", param="model", code="model_not_found")
+                                    f"{served}", param="model", code="model_not_found")
         return body
 
     # -- endpoints -----------------------------------------------------------------------------
     def model_ids(self) -> list[str]:
-        return [self.settings.model_id] + ([self.settings.embeddings_id] if self.settings.embeddings_id else [])
+        return ([self.settings.model_id, *self.settings.adapters] +
+                ([self.settings.embeddings_id] if self.settings.embeddings_id else []))
+
+    def card(self, name: str) -> dict[str, Any]:
+        """A model's card; an adapter's names its base model as ``parent`` (as vLLM's do)."""
+        card = api.model_card(name, self.created)
+        return card | {"parent": self.settings.model_id} if name in self.settings.adapters else card
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [api.model_card(m, self.created) for m in self.model_ids()]})
+        return JSONResponse({"object": "list", "data": [self.card(m) for m in self.model_ids()]})
 
     async def model(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name not in self.model_ids():
             raise api.ApiError(404, f"The model '{name[:100]}' does not exist", param="model",
                                code="model_not_found")
-        return JSONResponse(api.model_card(name, self.created))
+        return JSONResponse(self.card(name))
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "queue_depth": self.engine.queue_depth, "busy": self.engine.busy})
@@ -165,22 +185,21 @@ class Service:
 
     async def chat(self, request: Request) -> Response:
         data = await self.body(request)
-        params, ids, grammar, tools = await self.prep.run(self.prepare_chat, data, size=len(data))
-        return await self.generate(request, "chat", ids, params, grammar, tools)
+        return await self.generate(request, "chat", await self.prep.run(self.prepare_chat, data, size=len(data)))
 
-    def prepare_chat(self, data: bytes) -> tuple[rq.Params, list[int], Grammar | None, ToolRequest | None]:
+    def prepare_chat(self, data: bytes) -> Prepared:
         req = self.decode(data, s.ChatRequest)
         params = rq.params(req, self.layout.vocab_size, self.settings.sampling, self.settings.stops)
         tools = parse_tools(req)
         ids = self.prompts.encode(self.prompts.render(rq.chat_messages(req), tools), "messages")
-        return params, ids, self.prompts.grammar(tools, params.response_format), tools
+        return Prepared(req.model, params, ids, self.prompts.grammar(tools, params.response_format), tools)
 
     async def completions(self, request: Request) -> Response:
         data = await self.body(request)
-        params, ids, grammar = await self.prep.run(self.prepare_completion, data, size=len(data))
-        return await self.generate(request, "completion", ids, params, grammar)
+        return await self.generate(request, "completion",
+                                   await self.prep.run(self.prepare_completion, data, size=len(data)))
 
-    def prepare_completion(self, data: bytes) -> tuple[rq.Params, list[int], Grammar | None]:
+    def prepare_completion(self, data: bytes) -> Prepared:
         req = self.decode(data, s.CompletionRequest)
         params = rq.params(req, self.layout.vocab_size, self.settings.sampling, self.settings.stops)
         p = rq.completion_prompt(req, self.layout.vocab_size)
@@ -189,25 +208,24 @@ class Service:
             ids = p
         else:
             ids = self.prompts.encode(p, "prompt")
-        return params, ids, self.prompts.format_grammar(params.response_format)
+        return Prepared(req.model, params, ids, self.prompts.format_grammar(params.response_format))
 
     async def responses(self, request: Request) -> Response:
         """OpenAI's Responses API on the chat pipeline (serve/responses.py)."""
         data = await self.body(request)
-        req, params, ids, grammar, tools = await self.prep.run(self.prepare_responses, data, size=len(data))
-        model_id, tok = self.settings.model_id, self.text.tokenizer
+        req, prepared = await self.prep.run(self.prepare_responses, data, size=len(data))
+        tok = self.text.tokenizer
 
         def shaper(job: Job, p: rq.Params, t: ToolRequest | None) -> Shaper:
-            return ResponsesShaper(model_id, tok, job, p, t, req)
-        return await self.generate(request, "responses", ids, params, grammar, tools, shaper_of=shaper)
+            return ResponsesShaper(prepared.model, tok, job, p, t, req)
+        return await self.generate(request, "responses", prepared, shaper_of=shaper)
 
-    def prepare_responses(self, data: bytes) -> tuple[rs.ResponsesRequest, rq.Params, list[int], Grammar | None,
-                                                       ToolRequest | None]:
+    def prepare_responses(self, data: bytes) -> tuple[rs.ResponsesRequest, Prepared]:
         req = self.decode(data, rs.ResponsesRequest)
         params = responses.params(req, self.settings.sampling, self.settings.stops)
         tools = responses.tools(req)
         ids = self.prompts.encode(self.prompts.render(responses.messages(req), tools, "input"), "input")
-        return req, params, ids, self.prompts.grammar(tools, params.response_format), tools
+        return req, Prepared(req.model, params, ids, self.prompts.grammar(tools, params.response_format), tools)
 
     async def embeddings(self, request: Request) -> Response:
         emb = self.engine.embedder
@@ -267,20 +285,22 @@ class Service:
             raise api.ApiError(503, str(e), code="server_shutting_down") from None
 
     # -- one generation ------------------------------------------------------------------------
-    async def generate(self, request: Request, kind: str, ids: list[int], params: rq.Params,
-                       grammar: Grammar | None = None, tools: ToolRequest | None = None,
+    async def generate(self, request: Request, kind: str, prepared: Prepared,
                        shaper_of: ShaperFactory | None = None) -> Response:
-        """Queue the job; answer once its first event comes: an error then (a queued request at a stop
-        signal: 503) is a plain error response, never a stream's first byte."""
+        """Queue the job (on the adapter its model names, if one); answer once its first event comes: an
+        error then (a queued request at a stop signal: 503) is a plain error response, never a stream's
+        first byte."""
+        ids, params = prepared.ids, prepared.params
         events: asyncio.Queue[Event] = asyncio.Queue()
         emit = _emitter(events)
 
         room = min(self.layout.context_len - len(ids), self.settings.max_tokens or self.layout.context_len)
         prefix = {"chat": "chatcmpl", "completion": "cmpl"}.get(kind, "resp")
+        adapter = prepared.model if prepared.model in self.settings.adapters else None
         job = Job(api.new_id(prefix), kind, ids, min(params.max_tokens or room, room), params.sampling, emit,
-                  params.stops, params.top_logprobs, n=params.n, grammar=grammar)
+                  params.stops, params.top_logprobs, n=params.n, grammar=prepared.grammar, adapter=adapter)
         self.submit(job)
-        shaper = (shaper_of or self.shaper)(job, params, tools)
+        shaper = (shaper_of or self.shaper_for(prepared.model))(job, params, prepared.tools)
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             first = await _next(job, events, gone)
@@ -299,10 +319,14 @@ class Service:
         finally:
             gone.cancel()
 
-    def shaper(self, job: Job, params: rq.Params, tools: ToolRequest | None) -> Shaper:
-        model_id, tok = self.settings.model_id, self.text.tokenizer
-        return ChatShaper(model_id, tok, job, params, tools) if job.endpoint == "chat" \
-            else CompletionShaper(model_id, tok, job, params)
+    def shaper_for(self, model_id: str) -> ShaperFactory:
+        """The chat or completion shaper, answering as `model_id` (the base's, or the adapter asked for)."""
+        tok = self.text.tokenizer
+
+        def shaper(job: Job, params: rq.Params, tools: ToolRequest | None) -> Shaper:
+            return ChatShaper(model_id, tok, job, params, tools) if job.endpoint == "chat" \
+                else CompletionShaper(model_id, tok, job, params)
+        return shaper
 
     async def _stream(self, job: Job, first: Event, events: asyncio.Queue[Event],
                       shaper: Shaper) -> AsyncIterator[str]:

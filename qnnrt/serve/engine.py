@@ -98,6 +98,7 @@ class Job:
     top_logprobs: int | None = None    # None: no logprobs; k >= 0: the chosen token's and k best
     n: int = 1
     grammar: Grammar | None = None     # every token masked to it
+    adapter: str | None = None         # the LoRA adapter to generate with (None: the base model)
     cancelled: threading.Event = field(default_factory=threading.Event)
     submitted: float = field(default_factory=time.perf_counter)
 
@@ -281,6 +282,8 @@ class Engine:
 
         def choices() -> list[TextGeneration]:
             for index in range(job.n):
+                if index == 0:
+                    self.generator.use_adapter(job.adapter)     # its own KV cache (llm/session.py)
                 gens.append(self._choice(job, index))
                 if gens[-1].finish_reason == "cancelled":
                     break
@@ -292,7 +295,7 @@ class Engine:
         figures = first.result.report() | {"prompt_tokens": len(job.prompt), "cached_tokens": first.reused,
                                            "prefilled_tokens": len(first.result.prompt_tokens),
                                            "queue_wait_s": started - job.submitted, "choices": len(gens),
-                                           "completion_tokens": completion}
+                                           "completion_tokens": completion, "adapter": job.adapter}
         if gens[-1].finish_reason == "cancelled":
             self.totals["cancelled"] += 1
             self._record(job, "cancelled", figures)
