@@ -203,9 +203,9 @@ def run(args) -> int:
     return traced(_run, args)
 
 
-def _run(args, tracer) -> int:
-    from qnnrt.llm import LlmRunner, Sampler, SamplingOptions, layout_of
-    from qnnrt.llm.text import TextModel, TextTokenizer
+def _check_args(args) -> None:
+    """The arguments that go together, checked before anything loads (the tokenizer defaults to a
+    Genie bundle's own)."""
     if args.max_new_tokens < 1:
         raise QnnrtError("--max-new-tokens must be >= 1")
     args.tokenizer = tokenizer_source(args.path, args.tokenizer)
@@ -218,6 +218,12 @@ def _run(args, tracer) -> int:
     if args.dump_logits and args.score_tokens is None:
         raise QnnrtError("--dump-logits applies to score mode (--score-tokens)")
     check_targets(args)
+
+
+def _run(args, tracer) -> int:
+    from qnnrt.llm import LlmRunner, Sampler, SamplingOptions, layout_of
+    from qnnrt.llm.text import TextModel, TextTokenizer
+    _check_args(args)
     specs = lora_specs(args)
     if args.dump_logits:
         try:

@@ -7,6 +7,7 @@ import contextlib
 import ctypes as C
 import itertools
 import logging
+import queue
 import threading
 import weakref
 from typing import TYPE_CHECKING, Protocol
@@ -91,8 +92,45 @@ def backend_build_id(lib: QnnLibrary) -> str:
     return ""
 
 
+class _Reaper:
+    """Frees backends dropped without close(), on a thread of its own. A finalizer runs wherever the
+    garbage collector does, and that can be inside a QNN call on this very thread (a log callback
+    that allocates starts it): a QNN free made there re-enters QNN and deadlocks it. Started with the
+    first backend, never from a finalizer (starting a thread takes locks)."""
+
+    def __init__(self) -> None:
+        self.queue: queue.SimpleQueue[Backend] = queue.SimpleQueue()   # put() is safe in a finalizer
+        self.started = False
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if not self.started:
+                threading.Thread(target=self._loop, name="qnnrt-backend-reaper", daemon=True).start()
+                self.started = True
+
+    def _loop(self) -> None:
+        while True:
+            self.close_one(self.queue.get())
+
+    @staticmethod
+    def close_one(be: Backend) -> None:
+        try:
+            be.close()
+        except Exception:  # noqa: BLE001 - a reaped backend's failure has nobody to go to
+            pass
+
+    def drain(self) -> None:
+        while not self.queue.empty():
+            self.close_one(self.queue.get_nowait())
+
+
+_reaper = _Reaper()
+
+
 @atexit.register
 def _close_all_at_exit() -> None:
+    _reaper.drain()
     for be in list(_live_backends):
         be.close()
 
@@ -144,6 +182,7 @@ class Backend:
                 self._create_device()
             undo.pop_all()
         _live_backends.add(self)
+        _reaper.start()
 
     # -- errors ----------------------------------------------------------------------------
     def check(self, rc: int, function: str, mark: int | None = None, context: str = "") -> None:
@@ -280,12 +319,11 @@ class Backend:
             _live_backends.discard(self)
 
     def __del__(self) -> None:
-        # dropped without close(): free the QNN handles anyway, or the PD they hold is lost to
-        # the process (QNN keeps it reserved until its handles are freed)
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - never raise from a finalizer
-            pass
+        # dropped without close(): free the QNN handles anyway, or the PD they hold is lost to the
+        # process (QNN keeps it reserved until its handles are freed); on the reaper's thread, never
+        # here (this may be inside a QNN call: _Reaper)
+        if not getattr(self, "_closed", True):
+            _reaper.queue.put(self)
 
     def __enter__(self) -> Backend:
         return self
