@@ -2,7 +2,7 @@
 TinyLlama...): tied or untied embeddings, no biases. llama.cpp stores its Q/K rows permuted."""
 from __future__ import annotations
 
-from qnnrt.convert.arch import Architecture, register
+from qnnrt.convert.arch.registry import Architecture, register
 from qnnrt.convert.arch.common import llama_like
 
 LLAMA = register(Architecture(

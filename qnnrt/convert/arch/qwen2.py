@@ -1,7 +1,7 @@
 """Qwen2 / Qwen2.5 (Qwen2ForCausalLM): Llama with a bias on the q, k and v projections."""
 from __future__ import annotations
 
-from qnnrt.convert.arch import Architecture, register
+from qnnrt.convert.arch.registry import Architecture, register
 from qnnrt.convert.arch.common import llama_like
 
 QWEN2 = register(Architecture(

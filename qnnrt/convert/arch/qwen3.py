@@ -2,7 +2,7 @@
 a head_dim of its own (not hidden / heads)."""
 from __future__ import annotations
 
-from qnnrt.convert.arch import Architecture, register
+from qnnrt.convert.arch.registry import Architecture, register
 from qnnrt.convert.arch.common import llama_like
 
 QWEN3 = register(Architecture(
