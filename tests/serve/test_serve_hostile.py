@@ -175,7 +175,9 @@ def test_a_4_mib_prompt_is_refused_without_stalling_and_memory_returns(server):
                 rss.append(_rss_mb(pid))
     assert health.worst < 1, f"/health took {health.worst:.2f} s during the 4 MiB prompts"
     if rss:
-        assert rss[-1] - rss[1] < 6, rss                 # flat after the first pair
+        # flat: the last pair (a chat and a completion) within a few MB of the first pair (RSS moves in
+        # steps of about one 4 MiB body as the heap's top settles; growth was ~25-50 MB per request)
+        assert max(rss[-2:]) - max(rss[:2]) < 6, rss
 
 
 @pytest.mark.parametrize("kind", list(EVIL))
