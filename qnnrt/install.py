@@ -10,8 +10,12 @@ _TREE = Path(__file__).resolve().parents[1]
 SOURCE_TREE: Path | None = _TREE if (_TREE / "pyproject.toml").is_file() else None
 
 
+def install_command(extra: str) -> str:
+    """The command installing qnnrt's optional `extra` here."""
+    return (f"pip install -e '{SOURCE_TREE}[{extra}]'" if SOURCE_TREE is not None
+            else f"pip install 'qnnrt[{extra}]'")
+
+
 def extra_hint(extra: str, packages: str) -> str:
     """The command installing qnnrt's optional `extra`, and the bare packages it stands for."""
-    command = (f"pip install -e '{SOURCE_TREE}[{extra}]'" if SOURCE_TREE is not None
-               else f"pip install 'qnnrt[{extra}]'")
-    return f"{command} (or pip install {packages})"
+    return f"{install_command(extra)} (or pip install {packages})"

@@ -68,11 +68,10 @@ def next_commands(program: Path, preset: str) -> str:
     """What to run next: the program with every profile that fills `qnnrt plot`'s panels (heap
     timeline, latency histogram, per-graph time), its report plotted, and its trace."""
     import importlib.util
-    from qnnrt.install import SOURCE_TREE
+    from qnnrt.install import install_command
     iterations = 10 if preset == "tiny" else 2
     # the plot needs the `plot` extra: where it is missing, the command installs it first
-    install = "" if importlib.util.find_spec("matplotlib") is not None else (
-        f"pip install -e '{SOURCE_TREE}[plot]' && " if SOURCE_TREE is not None else "pip install 'qnnrt[plot]' && ")
+    install = "" if importlib.util.find_spec("matplotlib") is not None else f"{install_command('plot')} && "
     return (f"qnnrt run {program} --iteration {iterations} --heap-profiling-path heap.txt "
             f"--profile-level basic --report r.json --trace trace.json && {install}qnnrt plot r.json")
 
