@@ -148,6 +148,39 @@ def test_a_prompt_longer_than_the_prompt_graph_continues_the_reference(bundles, 
     assert len(prompt) > 16 and _generated(r.stdout) == ref["tokens"][8:16]
 
 
+PERPLEXITY_TEXT = ("once upon a time there was a little robot. the robot saw a red fox by the river and they "
+                   "sang a happy song over the green tree. it was a big blue day and the sun made the river light.")
+
+
+def test_perplexity_of_the_bundle_is_the_float_models(bundles, models) -> None:
+    """qnnrt.convert.perplexity on a fixed text (97 tokens through the AR-16 prompt graph, six windows
+    advancing the KV cache): the fp16 Llama bundle's mean NLL is the numpy reference's within 0.08 nats
+    (measured 0.025; this random model's logits span ~100, so fp16 moves each log-prob by up to 0.44),
+    and the measure tells models apart: the reference with layer 0's output projection negated, and
+    the Qwen3 bundle on the same ids, are each more than 0.5 nats away."""
+    import numpy as np
+    import qnnrt
+    from qnnrt.convert import open_model
+    from qnnrt.convert.perplexity import of_reference, of_runner
+    from qnnrt.llm import LlmRunner
+    from qnnrt.llm.text import TextModel, TextTokenizer
+    scored = {}
+    for name in ("llama", "qwen3"):
+        with qnnrt.load(bundles[name]) as prog:
+            runner = LlmRunner(prog)
+            ids = TextModel.of(TextTokenizer.from_path(bundles["llama"]), runner.layout).prompt_ids(PERPLEXITY_TEXT)
+            assert len(ids) - 1 <= runner.layout.prompt_capacity and len(ids) > 5 * runner.layout.prefill.ar_len
+            scored[name] = of_runner(runner, ids)
+    src = open_model(models["llama"])
+    ref = of_reference(src.spec, src.weights, ids)
+    assert abs(scored["llama"].nll - ref.nll) < 0.08, (scored["llama"].nll, ref.nll)
+    assert abs(scored["llama"].relative_to(ref)) < np.expm1(0.08)
+    wrong = {k: np.asarray(src.weights[k]) for k in src.spec.shapes()}
+    wrong["l0.wo"] = -wrong["l0.wo"]
+    assert abs(of_reference(src.spec, wrong, ids).nll - scored["llama"].nll) > 0.5
+    assert abs(scored["qwen3"].nll - ref.nll) > 0.5
+
+
 def test_fp16_rmsnorm_on_the_htp_survives_massive_activations(tmp_path) -> None:
     """A residual stream of thousands (SmolLM2-135M reaches 24,926 at an attention sink) squares past
     fp16's 65504: the part graph's RMSNorm, compiled for the HTP simulator, must still give the CPU's
