@@ -59,8 +59,7 @@ def split_layers(layers: int, parts: int) -> tuple[tuple[int, int], ...]:
 class _Graph:
     """Helpers over onnx.helper so a part reads as the math it computes."""
 
-    def __init__(self, prefix: str, prescale: bool = False) -> None:
-        self.prescale = prescale      # RMSNorm safe from fp16 overflow (float graphs; see rms)
+    def __init__(self, prefix: str) -> None:
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -98,13 +97,11 @@ class _Graph:
         return y
 
     def rms(self, x: str, weight: np.ndarray, eps: float) -> str:
-        """x / sqrt(mean(x^2) + eps) * weight. A float graph (run in fp16) divides x by its row's
-        max |x| first: the same value (eps divided by max |x| twice too), but the squares stay within
-        fp16 however large the activations (SmolLM2's residual stream reaches 25,000)."""
-        if not self.prescale:
-            ms = self.op("ReduceMean", self.op("Mul", x, x), axes=[-1], keepdims=1)
-            inv = self.op("Reciprocal", self.op("Sqrt", self.op("Add", ms, self.const(np.array([eps], np.float32)))))
-            return self.op("Mul", self.op("Mul", x, inv), self.const(weight.astype(np.float32)))
+        """x / sqrt(mean(x^2) + eps) * weight, on x divided by its row's max |x| first: the same value
+        (eps divided by max |x| twice too), but the squares stay in [0, 1] however large the activations
+        (SmolLM2's residual stream reaches 25,000 at an attention sink). In fp16 the plain squares
+        overflow; in a quantized graph (uint16, one range per tensor) the sink's 6e8 sets the range of
+        x * x and every other token's squares round to 0 (SmolLM2 w8a16: perplexity 45,000, not 18.6)."""
         tiny = self.const(np.array([1e-4], np.float32))
         m = self.op("Add", self.op("ReduceMax", self.op("Abs", x), axes=[-1], keepdims=1), tiny)
         # x / sqrt(m) / sqrt(m), never x * (1 / m): 1 / 24,926 is below fp16's smallest normal number, which
@@ -115,8 +112,10 @@ class _Graph:
         # eps / m / m, never eps / (m * m): m * m passes fp16's range for m > 256, and the HTP's
         # division by that overflowed product was measured at ~1.0 (SmolLM2's layers 25-29 wrong)
         e = self.op("Div", self.op("Div", self.op("Div", self.const(np.array([eps], np.float32)), m), root), root)
-        inv = self.op("Reciprocal", self.op("Sqrt", self.op("Add", ms, e)))
-        return self.op("Mul", self.op("Mul", xs, inv), self.const(weight.astype(np.float32)))
+        # xs / sqrt(.), never xs * Reciprocal(sqrt(.)): the HTP's uint16 Reciprocal was measured at about
+        # half the true value (w8a16 diverged from the first token); its uint16 Div is right
+        normed = self.op("Div", xs, self.op("Sqrt", self.op("Add", ms, e)))
+        return self.op("Mul", normed, self.const(weight.astype(np.float32)))
 
     def model(self) -> onnx.ModelProto:
         g = helper.make_graph(self.nodes, self.prefix, self.inputs, self.outputs, self.inits)
@@ -179,12 +178,12 @@ class _Layer:
 
 
 def part_model(spec: ModelSpec, plan: PartPlan, w, ar: int, part: int, *,
-               float_graph: bool = True, lora: LoraHook | None = None) -> onnx.ModelProto:
+               lora: LoraHook | None = None) -> onnx.ModelProto:
     """Part ``part`` (1-based) for ``ar`` tokens per call, weights read from ``w`` as needed;
-    ``float_graph``: compiled as it is (fp16), else to be quantized; ``lora``: adds each targeted
+    the same graph compiled as it is (fp16) or quantized; ``lora``: adds each targeted
     projection's LoRA term (convert/lora.py)."""
     N, CL, D, H = ar, plan.context, spec.head_dim, spec.hidden
-    g = _Graph(f"part{part}", prescale=float_graph)
+    g = _Graph(f"part{part}")
     if part == 1:
         ids = g.input("input_ids", [1, N], TensorProto.INT32)
         x = g.op("Gather", g.const(w["embed"]), ids, axis=0,

@@ -162,8 +162,7 @@ def quantized_models(src: Source, plan: PartPlan, options: ConvertOptions, ar: i
 
     def float_model(part: int, a: int) -> bytes:
         if (part, a) not in floats:
-            floats[(part, a)] = part_model(src.spec, plan, src.weights, a, part,
-                                          float_graph=False).SerializeToString()
+            floats[(part, a)] = part_model(src.spec, plan, src.weights, a, part).SerializeToString()
         return floats[(part, a)]
 
     record: dict = {}
