@@ -148,6 +148,40 @@ def test_a_prompt_longer_than_the_prompt_graph_continues_the_reference(bundles, 
     assert len(prompt) > 16 and _generated(r.stdout) == ref["tokens"][8:16]
 
 
+def test_serve_chats_with_the_bundle_alone(bundles, models, tmp_path) -> None:
+    """`qnnrt serve BUNDLE` with no --tokenizer (the bundle's own tokenizer.json and chat template), asked by
+    the official openai client greedily: the reply is the numpy reference's greedy continuation of the
+    chat template's prompt, streamed and not, up to the first step whose top-2 margin is under 0.1."""
+    openai = pytest.importorskip("openai")
+    from tokenizers import Tokenizer
+
+    from qnnrt.convert import open_model, reference
+    from tests.serve.conftest import launch
+    template = (bundles["llama"] / "chat_template.jinja").read_text()
+    assert "add_generation_prompt" in template
+    prompt = "<s>user: the little robot</s><s>assistant: "          # what that template writes
+    tok = Tokenizer.from_file(str(bundles["llama"] / "tokenizer.json"))
+    ids = tok.encode(prompt, add_special_tokens=False).ids
+    src = open_model(models["llama"])
+    ref = reference.greedy(src.spec, src.weights, ids, 8)
+    n = safe_prefix({"margins": ref.margins})
+    assert n >= 3, ref.margins                                    # the test compares something
+    server = launch(["serve", str(bundles["llama"]), "--port", "0", "--model-name", "tiny", "--report",
+                     str(tmp_path / "report.json")], tmp_path / "report.json")
+    try:
+        client = openai.OpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0)
+        messages = [{"role": "user", "content": "the little robot"}]
+        whole = client.chat.completions.create(model="tiny", messages=messages, max_tokens=8, temperature=0)
+        assert whole.usage.prompt_tokens == len(ids)
+        streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=8, temperature=0, stream=True) if c.choices)
+        expected = tok.decode(ref.tokens[:n])
+        assert whole.choices[0].message.content.startswith(expected), (whole.choices[0].message.content, expected)
+        assert streamed == whole.choices[0].message.content
+    finally:
+        assert server.stop() in (0, 143), server.stderr()[-2000:]
+
+
 PERPLEXITY_TEXT = ("once upon a time there was a little robot. the robot saw a red fox by the river and they "
                    "sang a happy song over the green tree. it was a big blue day and the sun made the river light.")
 
