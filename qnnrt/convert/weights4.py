@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 BLOCK = 32                                  # input channels per scale (QNN: a multiple of 8 for 4 bits)
 RATIOS = np.linspace(0.5, 1.0, 11)          # clipping ratios tried per block
@@ -28,15 +28,40 @@ def matmul_weights(model: onnx.ModelProto) -> dict[str, np.ndarray]:
             if n.op_type == "MatMul" and n.input[1] in inits}
 
 
+def _activation_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Every tensor's shape, inferred on a copy that keeps only the small initializers' data (the
+    Reshape shapes; weights become typed inputs), so the part's weights are not copied."""
+    g = model.graph
+    small = [t for t in g.initializer if np.prod(t.dims) <= 64]
+    typed = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in g.initializer
+             if np.prod(t.dims) > 64]
+    light = helper.make_model(helper.make_graph(list(g.node), g.name, list(g.input) + typed, list(g.output), small),
+                              opset_imports=list(model.opset_import))
+    light.ir_version = model.ir_version
+    inferred = onnx.shape_inference.infer_shapes(light).graph
+    return {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+            for vi in list(inferred.value_info) + list(inferred.input)}
+
+
 def unblocked_overrides(model: onnx.ModelProto, block: int = BLOCK) -> dict[str, list[dict[str, Any]]]:
-    """Quantizer overrides: int8 symmetric per tensor for the MatMul weights BLOCK does not tile."""
+    """Quantizer overrides: int8 symmetric per tensor for the MatMul weights that cannot take blocks:
+    input channels not a multiple of ``block``, or an activation with more than one row of matrices
+    (the RoPE rotation of [tokens, heads, head_dim]: QNN's finalize of that block-quantized MatMul
+    fails with QNN_COMMON_ERROR_MEM_ALLOC on the v73 simulator)."""
     from onnxruntime.quantization import QuantType
+    shapes = _activation_shapes(model)
+    inits = {t.name: t for t in model.graph.initializer}
     out = {}
-    for name, w in matmul_weights(model).items():
-        if w.ndim != 2 or w.shape[0] % block:
+    for n in model.graph.node:
+        if n.op_type != "MatMul" or n.input[1] not in inits:
+            continue
+        dims, act = list(inits[n.input[1]].dims), shapes.get(n.input[0])
+        batched = act is None or int(np.prod(act[:-2], dtype=np.int64)) != 1   # an unknown dim (0) too
+        if len(dims) != 2 or dims[0] % block or batched:
+            w = numpy_helper.to_array(inits[n.input[1]])
             scale = max(float(np.abs(w).max()), 1e-12) / 127
-            out[name] = [{"quant_type": QuantType.QInt8, "scale": np.array(scale, np.float32),
-                          "zero_point": np.array(0, np.int8)}]
+            out[n.input[1]] = [{"quant_type": QuantType.QInt8, "scale": np.array(scale, np.float32),
+                                "zero_point": np.array(0, np.int8)}]
     return out
 
 
