@@ -3,9 +3,9 @@ output channel (ONNX opset 21's blocked DequantizeLinear, which ONNX Runtime's Q
 block quantization; the v73 HTP simulator compiles and runs it, 4 bits a weight in the binary).
 
 ONNX Runtime's QNN quantizer writes the blocked Q/DQ ("BlockSize"); here:
-- the MatMul weights the blocks cannot tile (input channels not a multiple of BLOCK, e.g. a small
-  RoPE rotation) get an explicit int8 per-tensor encoding (the quantizer's block path skips a tensor
-  whose encoding is given);
+- the lm head gets an explicit int8 per-channel encoding, and the MatMul weights the blocks cannot take
+  (unblocked_overrides) int8 per tensor (the quantizer's block path skips a tensor whose encoding is
+  given);
 - each block's scale is then re-chosen for the least squared error over clipping ratios (round to
   nearest at the largest |w| wastes levels on one outlier), replacing the quantizer's int4 values."""
 from __future__ import annotations
@@ -43,21 +43,38 @@ def _activation_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
             for vi in list(inferred.value_info) + list(inferred.input)}
 
 
+def _head(model: onnx.ModelProto) -> str | None:
+    """The weight of the MatMul that makes the graph's logits (through Identity), if this part has it."""
+    made = {o: n for n in model.graph.node for o in n.output}
+    n = made.get("logits")
+    while n is not None and n.op_type == "Identity":
+        n = made.get(n.input[0])
+    return n.input[1] if n is not None and n.op_type == "MatMul" else None
+
+
 def unblocked_overrides(model: onnx.ModelProto, block: int = BLOCK) -> dict[str, list[dict[str, Any]]]:
-    """Quantizer overrides: int8 symmetric per tensor for the MatMul weights that cannot take blocks:
-    input channels not a multiple of ``block``, or an activation with more than one row of matrices
-    (the RoPE rotation of [tokens, heads, head_dim]: QNN's finalize of that block-quantized MatMul
-    fails with QNN_COMMON_ERROR_MEM_ALLOC on the v73 simulator)."""
+    """Quantizer overrides for the MatMul weights that stay int8 (symmetric): the lm head, per output
+    channel (4 bits cost the most there: SmolLM2-135M's perplexity in numpy +26% with int4 blocks on the
+    projections, +42% with the head too); per tensor, the weights that cannot take blocks: input channels
+    not a multiple of ``block``, or an activation with more than one row of matrices (the RoPE rotation
+    of [tokens, heads, head_dim]: QNN's finalize of that block-quantized MatMul fails with
+    QNN_COMMON_ERROR_MEM_ALLOC on the v73 simulator)."""
     from onnxruntime.quantization import QuantType
     shapes = _activation_shapes(model)
     inits = {t.name: t for t in model.graph.initializer}
-    out = {}
+    head = _head(model)
+    out: dict[str, list[dict[str, Any]]] = {}
     for n in model.graph.node:
         if n.op_type != "MatMul" or n.input[1] not in inits:
             continue
         dims, act = list(inits[n.input[1]].dims), shapes.get(n.input[0])
         batched = act is None or int(np.prod(act[:-2], dtype=np.int64)) != 1   # an unknown dim (0) too
-        if len(dims) != 2 or dims[0] % block or batched:
+        if n.input[1] == head and len(dims) == 2:
+            w = numpy_helper.to_array(inits[n.input[1]])
+            scales = np.maximum(np.abs(w).max(axis=0), 1e-12) / 127
+            out[n.input[1]] = [{"quant_type": QuantType.QInt8, "axis": 1, "scale": np.array(sc, np.float32),
+                                "zero_point": np.array(0, np.int8)} for sc in scales]
+        elif len(dims) != 2 or dims[0] % block or batched:
             w = numpy_helper.to_array(inits[n.input[1]])
             scale = max(float(np.abs(w).max()), 1e-12) / 127
             out[n.input[1]] = [{"quant_type": QuantType.QInt8, "scale": np.array(scale, np.float32),

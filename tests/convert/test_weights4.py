@@ -43,3 +43,11 @@ def test_weights_blocks_cannot_take_stay_int8() -> None:
         over = weights4.unblocked_overrides(_model(shape, k))
         assert list(over) == ["w"] and over["w"][0]["zero_point"] == 0
         assert np.isclose(over["w"][0]["scale"], 0.5 / 127)
+
+
+def test_the_lm_head_stays_int8_per_channel() -> None:
+    m = _model([1, 16], 64)
+    m.graph.output[0].name = "logits"
+    m.graph.node[0].output[0] = "logits"
+    over = weights4.unblocked_overrides(m)["w"]
+    assert len(over) == 8 and over[0]["axis"] == 1 and np.allclose([o["scale"] for o in over], 0.5 / 127)
