@@ -72,7 +72,7 @@ def _drop_tensor(folder: Path, name: str, rename: str | None = None) -> None:
     t = tensors.pop(name)
     if rename:
         tensors[rename] = t
-    mod.write_safetensors(path, {k: (v, "F32") for k, v in tensors.items()})
+    mod.write_safetensors(path, tensors)
 
 
 Q0A = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
