@@ -21,10 +21,11 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from qnnrt.convert.spec import ModelSpec
+from qnnrt.llm.genie_layout import GENIE_FLOAT_MASK_CLOSED
 
 # (graph, x, x @ W, layer, canonical weight key, the projection's scale) -> the output with the LoRA term
 LoraHook = Callable[["_Graph", str, str, int, str, float], str]
-MASKED = -1000.0      # what Genie writes into a float attention mask for a column not to attend
+MASKED = GENIE_FLOAT_MASK_CLOSED      # what Genie writes into a float attention mask for a column not to attend
 EMBED = "_model_model_embed_tokens_Gather_Gather_output_0"     # the embedding (AI Hub's name)
 
 
