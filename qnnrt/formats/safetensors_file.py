@@ -2,7 +2,8 @@
 length, a JSON header ({name: {dtype, shape, data_offsets}}), then the data. Every tensor is a
 view of the map until it is converted to float32; bf16 is widened bit-exactly. A damaged file
 (short header, bad JSON, offsets past the end, a size that is not its shape's) is an error naming
-the file and the tensor."""
+the file and the tensor. One reader for every safetensors file qnnrt opens: a model's weights
+(convert/hf.py) and a PEFT adapter's (formats/peft.py)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qnnrt.convert.spec import ConvertError
+from qnnrt.errors import FormatError
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
 
@@ -24,26 +25,27 @@ def widen(raw: np.ndarray, dtype: str) -> np.ndarray:
 
 
 class SafetensorsFile:
-    """One file's header, checked, and its tensors as memory-mapped views."""
+    """One file's header, checked, and its tensors as memory-mapped views; ``error``: the FormatError
+    kind a damaged file raises (convert's ConvertError for a model's weights)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, error: type[FormatError] = FormatError) -> None:
+        self.path, self.error = path, error
         try:
             size = path.stat().st_size
             with open(path, "rb") as f:
                 head = f.read(8)
                 n = int.from_bytes(head, "little") if len(head) == 8 else -1
                 if n < 2 or 8 + n > size:
-                    raise ConvertError(f"{path}: not a safetensors file (header length {n} in a file of "
+                    raise self.error(f"{path}: not a safetensors file (header length {n} in a file of "
                                        f"{size} bytes); the file is truncated or of another format")
                 header = json.loads(f.read(n))
         except OSError as e:
-            raise ConvertError(f"{path}: cannot read ({e})") from None
+            raise self.error(f"{path}: cannot read ({e})") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConvertError(f"{path}: the safetensors header is not valid JSON ({e}); the file is "
+            raise self.error(f"{path}: the safetensors header is not valid JSON ({e}); the file is "
                                f"damaged, download it again") from None
         if not isinstance(header, dict):
-            raise ConvertError(f"{path}: the safetensors header is not a JSON object")
+            raise self.error(f"{path}: the safetensors header is not a JSON object")
         header.pop("__metadata__", None)
         self.base, self.size = 8 + n, size
         self.entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
@@ -56,12 +58,12 @@ class SafetensorsFile:
         try:
             dtype, shape, (begin, end) = e["dtype"], tuple(int(x) for x in e["shape"]), e["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise ConvertError(f"{where}: header entry {e!r} lacks dtype / shape / data_offsets") from None
+            raise self.error(f"{where}: header entry {e!r} lacks dtype / shape / data_offsets") from None
         if dtype not in _DTYPES:
-            raise ConvertError(f"{where}: dtype {dtype} is not supported (F32, F16, BF16, F64 are)")
+            raise self.error(f"{where}: dtype {dtype} is not supported (F32, F16, BF16, F64 are)")
         nbytes = math.prod(shape) * np.dtype(_DTYPES[dtype]).itemsize
         if not (0 <= begin <= end and end - begin == nbytes and self.base + end <= self.size):
-            raise ConvertError(f"{where}: data offsets {begin}..{end} do not hold {dtype}{list(shape)} "
+            raise self.error(f"{where}: data offsets {begin}..{end} do not hold {dtype}{list(shape)} "
                                f"inside the file ({self.size} bytes); the file is truncated or damaged")
         return dtype, shape, begin, end
 
