@@ -28,6 +28,9 @@ SHAPES = {
 }
 VOCAB = 128256
 SEED = 32
+# the tied embedding's scale: small against the layers' sum (as in trained models), else the head's dot
+# product with the last input's own row dominates and the model only repeats its last token
+EMBED_STD = 0.05
 
 
 def config(shape: str, vocab: int, layers: int | None) -> dict:
@@ -59,11 +62,11 @@ def tensor_shapes(cfg: dict) -> dict[str, tuple[tuple[int, ...], float]]:
 
 
 def make_tensor(index: int, shape: tuple[int, ...], gain: float) -> np.ndarray:
-    """Gain 0: the embedding, N(0, 1); -1: a norm weight, 1 + N(0, 0.1); else N(0, gain^2 / in)."""
+    """Gain 0: the embedding, N(0, EMBED_STD^2); -1: a norm weight, 1 + N(0, 0.1); else N(0, gain^2 / in)."""
     rng = np.random.default_rng([SEED, index])
     x = rng.standard_normal(shape, dtype=np.float32)
     if gain == 0.0:
-        return x.astype(np.float16)
+        return (x * np.float32(EMBED_STD)).astype(np.float16)
     if gain < 0:
         return (1 + 0.1 * x).astype(np.float16)
     return (x * np.float32(gain / np.sqrt(shape[-1]))).astype(np.float16)
