@@ -95,3 +95,23 @@ def test_a_budget_no_layer_fits_is_one_clear_line(models, tmp_path) -> None:
     assert not list(tmp_path.iterdir())
     r = qnnrt("convert", models["llama"], "-o", tmp_path / "b", *CONVERT, "--part-budget", "lots")
     assert r.returncode != 0 and "--part-budget 'lots' is not a size" in r.stderr
+
+
+def test_a_weight_shared_part_counts_its_shared_weights_once(models, tmp_path) -> None:
+    """The x86 simulator cannot load such a binary, but it compiles and its need is read."""
+    out = tmp_path / "ws"
+    r = qnnrt("convert", models["llama"], "-o", out, *CONVERT, "--weight-sharing", "on", "--parts", "1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    need = json.loads((out / "qnnrt_convert.json").read_text())["pd"]["predicted_bytes"][0]
+    r = qnnrt("inspect", out, "--pd", "--json")
+    ctx = json.loads(r.stdout)["contexts"][0]
+    shared = {int(n.split(": ", 1)[1].split(" B ")[0]) for g in ctx["graphs"] for n in g["notes"] if "shared" in n}
+    assert len(shared) == 1 and need == ctx["predicted_bytes"] + shared.pop()
+
+
+def test_explicit_parts_past_one_pd_are_a_warning(models, tmp_path, monkeypatch, capsys) -> None:
+    from qnnrt.convert import convert, pipeline
+    monkeypatch.setattr(pipeline, "PD_LIMIT", 1 << 20)
+    rep = convert(models["llama"], tmp_path / "b", ConvertOptions(context=128, prompt_ar=16, parts=1))
+    assert "warning: part 1/1 is predicted to need" in capsys.readouterr().err
+    assert rep.record["pd"]["auto"] is False and rep.pd_needs == tuple(rep.record["pd"]["predicted_bytes"])
