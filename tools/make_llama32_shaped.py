@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import struct
+import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPES = {
     "1b": {"hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -74,21 +76,11 @@ def make_tensor(index: int, shape: tuple[int, ...], gain: float) -> np.ndarray:
 
 def write_weights(path: Path, cfg: dict) -> int:
     """model.safetensors (F16), one tensor in memory at a time; returns its size in bytes."""
+    from qnnrt.formats.safetensors_file import write_safetensors
     shapes = tensor_shapes(cfg)
-    header, at = {}, 0
-    for name, (shape, _) in shapes.items():
-        n = 2 * int(np.prod(shape))
-        header[name] = {"dtype": "F16", "shape": list(shape), "data_offsets": [at, at + n]}
-        at += n
-    head = json.dumps(header).encode()
-    head += b" " * (-len(head) % 8)
-    tmp = path.with_suffix(".partial")
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(head)) + head)
-        for j, (shape, gain) in enumerate(shapes.values()):
-            f.write(make_tensor(j, shape, gain).tobytes())
-    tmp.replace(path)
-    return path.stat().st_size
+    index = {name: j for j, name in enumerate(shapes)}
+    return write_safetensors(path, {name: (shape, "F16") for name, (shape, _) in shapes.items()},
+                             lambda name: make_tensor(index[name], *shapes[name]))
 
 
 def write_tokenizer(out: Path, cfg: dict) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -77,3 +78,48 @@ class SafetensorsFile:
     def float32(self, name: str) -> np.ndarray:
         view, dtype = self.raw(name)
         return widen(view, dtype)
+
+
+_ENCODE = {"F32": np.float32, "F16": np.float16}
+
+
+def _encoded(a: np.ndarray, dtype: str) -> bytes:
+    if dtype == "BF16":                       # the high half of each float32 (truncated)
+        return (np.asarray(a, np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+    return np.ascontiguousarray(a, _ENCODE[dtype]).tobytes()
+
+
+def write_safetensors(path: Path, layout: Mapping[str, tuple[tuple[int, ...], str]],
+                      produce: Callable[[str], np.ndarray], metadata: dict | None = None) -> int:
+    """Write a .safetensors file tensor by tensor: the header from ``layout`` (name -> shape, dtype:
+    F32, F16 or BF16), then each tensor from ``produce(name)`` in the layout's order, so one tensor at
+    a time is in memory. Written to PATH.partial, then renamed. Returns the file's size.
+
+    The makers of test and benchmark models (tools/) write with it; qnnrt reads with SafetensorsFile."""
+    header: dict = {"__metadata__": metadata} if metadata else {}
+    at = 0
+    for name, (shape, dtype) in layout.items():
+        if dtype not in ("F32", "F16", "BF16"):
+            raise ValueError(f"{name}: dtype {dtype} cannot be written (F32, F16, BF16 can)")
+        n = math.prod(shape) * (4 if dtype == "F32" else 2)
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [at, at + n]}
+        at += n
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    tmp = path.with_name(path.name + ".partial")
+    with open(tmp, "wb") as f:
+        f.write(len(head).to_bytes(8, "little") + head)
+        for name, (shape, dtype) in layout.items():
+            a = produce(name)
+            if tuple(a.shape) != tuple(shape):
+                raise ValueError(f"{name}: produced shape {list(a.shape)}, the header says {list(shape)}")
+            f.write(_encoded(a, dtype))
+    tmp.replace(path)
+    return path.stat().st_size
+
+
+def save_safetensors(path: Path, tensors: Mapping[str, np.ndarray], dtype: str = "F32",
+                     metadata: dict | None = None) -> int:
+    """``write_safetensors`` of arrays in memory, every one stored as ``dtype``."""
+    return write_safetensors(path, {k: (tuple(a.shape), dtype) for k, a in tensors.items()},
+                             tensors.__getitem__, metadata)

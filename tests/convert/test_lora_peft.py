@@ -16,6 +16,7 @@ from qnnrt.convert.spec import ConvertError
 from qnnrt.errors import FormatError, InputError
 from qnnrt.formats.lora import LoraSlots, a_name, b_name
 from qnnrt.formats.peft import PeftAdapter, read_tensors
+from qnnrt.formats.safetensors_file import save_safetensors
 from qnnrt.llm.lora import parse_lora_specs
 from tests.helpers.genie_bundle import fixture_module
 
@@ -66,13 +67,12 @@ def _edit_config(folder: Path, **changes) -> None:
 
 
 def _drop_tensor(folder: Path, name: str, rename: str | None = None) -> None:
-    mod = fixture_module("make_lora_adapters")
     path = folder / "adapter_model.safetensors"
     tensors = read_tensors(path)
     t = tensors.pop(name)
     if rename:
         tensors[rename] = t
-    mod.write_safetensors(path, tensors)
+    save_safetensors(path, tensors)
 
 
 Q0A = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"

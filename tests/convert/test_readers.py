@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from qnnrt.convert import ConvertError, ConvertOptions, open_model
+from qnnrt.formats.safetensors_file import save_safetensors
 from tests.helpers.cli_helpers import qnnrt
 
 
@@ -125,7 +126,7 @@ def test_a_missing_tensor_names_the_checkpoint_tensor(models, tmp_path, maker) -
     m = _copy(models["qwen3"], tmp_path / "m")
     w = maker.hf_weights("qwen3", maker.CONFIGS["qwen3"])
     del w["model.layers.2.self_attn.k_norm.weight"]
-    maker.write_safetensors(m / "model.safetensors", w)
+    save_safetensors(m / "model.safetensors", w)
     with pytest.raises(ConvertError, match=r"tensor 'model.layers.2.self_attn.k_norm.weight' \(l2.k_norm\) is missing"):
         open_model(m).weights["l2.k_norm"]
 
