@@ -10,7 +10,8 @@ Hub's Genie exports use (so qnnrt's Genie loader and libGenie.so run them):
     the last part also -> logits [1,N,V] (final norm, lm head)
 
 Genie fills the cache and the mask; the graph concatenates past (CL-N columns) and new (N) entries.
-Weights come layer by layer from the store, so one part's weights are in memory at a time."""
+Weights come layer by layer from the source; with an ExternalWeights store they go to its file as they
+are made, so at most one tensor of them is in memory at a time."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from qnnrt.compiler.external import ExternalWeights
 from qnnrt.convert.spec import ModelSpec
 
 # (graph, x, x @ W, layer, canonical weight key, the projection's scale) -> the output with the LoRA term
@@ -59,8 +61,9 @@ def split_layers(layers: int, parts: int) -> tuple[tuple[int, int], ...]:
 class _Graph:
     """Helpers over onnx.helper so a part reads as the math it computes."""
 
-    def __init__(self, prefix: str, prescale: bool = False) -> None:
+    def __init__(self, prefix: str, prescale: bool = False, store: ExternalWeights | None = None) -> None:
         self.prescale = prescale      # RMSNorm safe from fp16 overflow (float graphs; see rms)
+        self.store = store            # where the weights go (else into the model)
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -77,7 +80,8 @@ class _Graph:
 
     def const(self, array: np.ndarray) -> str:
         name = f"{self.prefix}_c{len(self.inits)}"
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        self.inits.append(self.store.tensor(name, array) if self.store is not None
+                          else numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
 
     def op(self, kind: str, *inputs: str, out: str | None = None, **attrs) -> str:
@@ -179,12 +183,14 @@ class _Layer:
 
 
 def part_model(spec: ModelSpec, plan: PartPlan, w, ar: int, part: int, *,
-               float_graph: bool = True, lora: LoraHook | None = None) -> onnx.ModelProto:
+               float_graph: bool = True, lora: LoraHook | None = None,
+               store: ExternalWeights | None = None) -> onnx.ModelProto:
     """Part ``part`` (1-based) for ``ar`` tokens per call, weights read from ``w`` as needed;
     ``float_graph``: compiled as it is (fp16), else to be quantized; ``lora``: adds each targeted
-    projection's LoRA term (convert/lora.py)."""
+    projection's LoRA term (convert/lora.py); ``store``: the weights go there as they are made (the
+    model then holds none; the graphs of a part given the same store share them), else into the model."""
     N, CL, D, H = ar, plan.context, spec.head_dim, spec.hidden
-    g = _Graph(f"part{part}", prescale=float_graph)
+    g = _Graph(f"part{part}", prescale=float_graph, store=store)
     if part == 1:
         ids = g.input("input_ids", [1, N], TensorProto.INT32)
         x = g.op("Gather", g.const(w["embed"]), ids, axis=0,

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from qnnrt.compiler.compile import CompileCache, resolve_soc, toolchain_versions
+from qnnrt.compiler.external import ExternalWeights
 from qnnrt.convert.bundle_files import genie_config, htp_config, tokenizer_config
 from qnnrt.convert.compile_parts import PartCache, compile_combined, compile_shared
 from qnnrt.convert.graphs import PartPlan, part_model, split_layers
@@ -76,12 +77,19 @@ def _check_tokenizer(src: Source) -> None:
 
 def _part_blob(src: Source, plan: PartPlan, part: int, ar: int, options: ConvertOptions, shared: bool,
                work: Path, cache: CompileCache, models_of) -> bytes:
+    """The part's binary. Its graphs' weights go to one data file as they are written (the prompt and
+    token graphs' shared once), so neither Python nor ONNX Runtime holds a copy per graph."""
     labels = [plan.graph_name("prompt", ar, part), plan.graph_name("token", 1, part)]
-    models = [models_of(part, ar), models_of(part, 1)]
-    copt = resolve_soc(options.soc)
-    if shared:
-        return compile_shared(models, labels, copt, work)
-    return compile_combined(models, labels, copt, cache, work)
+    data = Path(tempfile.mkdtemp(prefix=f"part{part}-", dir=work))
+    try:
+        store = ExternalWeights(data / "weights.bin")
+        models = [models_of(part, ar, store), models_of(part, 1, store)]
+        copt = resolve_soc(options.soc)
+        if shared:
+            return compile_shared(models, labels, copt, work, data)
+        return compile_combined(models, labels, copt, cache, work, data)
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def _finish(tmp: Path, out: Path, overwrite: bool) -> None:
@@ -131,8 +139,9 @@ def convert(model: str | os.PathLike[str], output: str | os.PathLike[str],
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
-        models_of = _models(src, plan, options, ar, steps, tmp)
-        bins, cached = _write_parts(src, plan, ar, options, shared, tmp, ccache, pcache, models_of, steps,
+        work = Path(tempfile.mkdtemp(prefix="work-", dir=tmp))
+        models_of = _models(src, plan, options, ar, steps, work)
+        bins, cached = _write_parts(src, plan, ar, options, shared, tmp, work, ccache, pcache, models_of, steps,
                                     weight_units, {"source": source_hash, "spec": spec.to_dict(),
                                                    "options": _options_record(options), "ar": ar,
                                                    "bounds": plan.bounds, "compile": copt.token(),
@@ -191,23 +200,23 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def _models(src: Source, plan: PartPlan, options: ConvertOptions, ar: int, steps: Steps, work: Path):
-    """``models_of(part, ar)``: the part's ONNX (float, or quantized after calibrating once)."""
+    """``models_of(part, ar, store)``: the part's ONNX (float, its weights written to ``store``; or
+    quantized after calibrating once)."""
     if options.precision == "fp16":
         lora = None
         if options.lora_rank is not None:
             from qnnrt.convert.lora import LoraInputs, slots_for
             lora = LoraInputs(slots_for(src.spec, options.lora_rank, options.lora_targets))
-        return lambda part, a: part_model(src.spec, plan, src.weights, a, part, lora=lora)
+        return lambda part, a, store: part_model(src.spec, plan, src.weights, a, part, lora=lora, store=store)
     from qnnrt.convert.quantize import quantized_models
     return quantized_models(src, plan, options, ar, steps, work)
 
 
 def _write_parts(src: Source, plan: PartPlan, ar: int, options: ConvertOptions, shared: bool, tmp: Path,
-                 ccache: CompileCache, pcache: PartCache, models_of, steps: Steps, units: list[int],
+                 work: Path, ccache: CompileCache, pcache: PartCache, models_of, steps: Steps, units: list[int],
                  key_base: dict) -> tuple[list[str], int]:
     name = src.path.stem.replace(" ", "_") or "model"
     bins, cached = [], 0
-    work = Path(tempfile.mkdtemp(prefix="work-", dir=tmp))
     for part in range(1, plan.parts + 1):
         fname = f"{name}_part_{part}_of_{plan.parts}.bin"
         key = pcache.key({**key_base, "part": part, "shared": shared})
