@@ -10,7 +10,8 @@ Hub's Genie exports use (so qnnrt's Genie loader and libGenie.so run them):
     the last part also -> logits [1,N,V] (final norm, lm head)
 
 Genie fills the cache and the mask; the graph concatenates past (CL-N columns) and new (N) entries.
-Weights come layer by layer from the store, so one part's weights are in memory at a time."""
+Weights come layer by layer from the source; with an ExternalWeights store they go to its file as they
+are made, so at most one tensor of them is in memory at a time."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from qnnrt.compiler.external import ExternalWeights
 from qnnrt.convert.spec import ModelSpec
 from qnnrt.llm.genie_layout import GENIE_FLOAT_MASK_CLOSED
 
@@ -63,8 +65,9 @@ def split_layers(layers: int, parts: int) -> tuple[tuple[int, int], ...]:
 class _Graph:
     """Helpers over onnx.helper so a part reads as the math it computes."""
 
-    def __init__(self, prefix: str, prescale: bool = False) -> None:
+    def __init__(self, prefix: str, prescale: bool = False, store: ExternalWeights | None = None) -> None:
         self.prescale = prescale      # RMSNorm safe from fp16 overflow (float graphs; see rms)
+        self.store = store            # where the weights go (else into the model)
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -81,7 +84,8 @@ class _Graph:
 
     def const(self, array: np.ndarray) -> str:
         name = f"{self.prefix}_c{len(self.inits)}"
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        self.inits.append(self.store.tensor(name, array) if self.store is not None
+                          else numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
 
     def op(self, kind: str, *inputs: str, out: str | None = None, **attrs) -> str:
@@ -185,14 +189,17 @@ class _Layer:
 
 
 def part_model(spec: ModelSpec, plan: PartPlan, w, ar: int, part: int, *, float_graph: bool = True,
-               lora: LoraHook | None = None, mask_clip: float | None = None) -> onnx.ModelProto:
+               lora: LoraHook | None = None, mask_clip: float | None = None,
+               store: ExternalWeights | None = None) -> onnx.ModelProto:
     """Part ``part`` (1-based) for ``ar`` tokens per call, weights read from ``w`` as needed;
     ``float_graph``: compiled as it is (fp16), else to be quantized; ``lora``: adds each targeted
     projection's LoRA term (convert/lora.py); ``mask_clip``: the mask clipped there and closed cache
-    columns not zeroed, as AI Hub's exports are (only the test bundles that stand in for them).
+    columns not zeroed, as AI Hub's exports are (only the test bundles that stand in for them);
+    ``store``: the weights go there as they are made (the model then holds none; the graphs of a part
+    given the same store share them), else into the model.
     A part may hold no layers (the embedding or the head alone: the test bundles)."""
     N, H = ar, spec.hidden
-    g = _Graph(f"part{part}", prescale=float_graph)
+    g = _Graph(f"part{part}", prescale=float_graph, store=store)
     first, stop = plan.bounds[part - 1]
     if part == 1:       # as an output, the embedding is an Identity's (a Gather's output is quantized as its table)
         ids = g.input("input_ids", [1, N], TensorProto.INT32)

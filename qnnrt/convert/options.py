@@ -74,7 +74,8 @@ class ConvertOptions:
 
     def sizing(self) -> Sizing:
         """The Sizing auto parts are planned against (convert/sizing.py)."""
-        return Sizing(self.part_budget if self.part_budget is not None else PART_BUDGET)
+        return Sizing(self.part_budget if self.part_budget is not None else PART_BUDGET,
+                      inline=self.precision != "fp16", strict=self.part_budget is not None)
 
     def context_for(self, spec: ModelSpec) -> int:
         """The context length, checked against what the model was trained for."""

@@ -15,11 +15,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from qnnrt.compiler.compile import CompileCache, resolve_soc, toolchain_versions
+from qnnrt.compiler.external import ExternalWeights
 from qnnrt.convert.bundle_files import genie_config, htp_config, tokenizer_config
 from qnnrt.convert.compile_parts import PartCache, compile_combined, compile_shared
 from qnnrt.convert.graphs import PartPlan, part_model
 from qnnrt.convert.options import ConvertOptions
-from qnnrt.convert.sizing import PD_LIMIT, Sizing, plan_parts, replan, weight_need
+from qnnrt.convert.sizing import PD_LIMIT, Sizing, at_least_one_layer, plan_parts, replan, weight_need
 from qnnrt.convert.source import Source, open_model
 from qnnrt.convert.spec import ConvertError
 from qnnrt.convert.steps import Steps
@@ -51,12 +52,19 @@ def _check_tokenizer(src: Source) -> None:
 
 def _part_blob(src: Source, plan: PartPlan, part: int, ar: int, options: ConvertOptions, shared: bool,
                work: Path, cache: CompileCache, models_of) -> bytes:
+    """The part's binary. Its graphs' weights go to one data file as they are written (the prompt and
+    token graphs' shared once), so neither Python nor ONNX Runtime holds a copy per graph."""
     labels = [plan.graph_name("prompt", ar, part), plan.graph_name("token", 1, part)]
-    models = [models_of(part, ar), models_of(part, 1)]
-    copt = resolve_soc(options.soc)
-    if shared:
-        return compile_shared(models, labels, copt, work)
-    return compile_combined(models, labels, copt, cache, work)
+    data = Path(tempfile.mkdtemp(prefix=f"part{part}-", dir=work))
+    try:
+        store = ExternalWeights(data / "weights.bin")
+        models = [models_of(part, ar, store), models_of(part, 1, store)]
+        copt = resolve_soc(options.soc)
+        if shared:
+            return compile_shared(models, labels, copt, work, data)
+        return compile_combined(models, labels, copt, cache, work, data)
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def _finish(tmp: Path, out: Path, overwrite: bool) -> None:
@@ -90,9 +98,12 @@ def convert(model: str | os.PathLike[str], output: str | os.PathLike[str],
     context = options.context_for(spec)
     ar = options.prompt_ar_for(context)
     shared, sharing_why = options.sharing_on_host()
-    sizing = options.sizing()
+    sizing = at_least_one_layer(spec, context, shared, options.sizing())
     plan = plan_parts(spec, options.parts, context, shared, sizing)
     source_hash = src.sha256()
+    if options.parts == "auto" and sizing.budget != options.sizing().budget:
+        steps.note(f"part budget {format_bytes(sizing.budget)} instead of {format_bytes(options.sizing().budget)}: "
+                   f"a part holds at least one layer, and the embedding's or the head's with one needs that")
     steps.done(f"read {src.kind} {src.path.name}: {spec.architecture}, {spec.layers} layers, hidden "
                f"{spec.hidden}, vocab {spec.vocab}; {plan.parts} part(s), context {context}, prompt AR {ar}")
     copt = resolve_soc(options.soc)
@@ -164,13 +175,14 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def _models(src: Source, plan: PartPlan, options: ConvertOptions, ar: int, steps: Steps, work: Path):
-    """``models_of(part, ar)``: the part's ONNX (float, or quantized after calibrating once)."""
+    """``models_of(part, ar, store)``: the part's ONNX (float, its weights written to ``store``; or
+    quantized after calibrating once)."""
     if options.precision == "fp16":
         lora = None
         if options.lora_rank is not None:
             from qnnrt.convert.lora import LoraInputs, slots_for
             lora = LoraInputs(slots_for(src.spec, options.lora_rank, options.lora_targets))
-        return lambda part, a: part_model(src.spec, plan, src.weights, a, part, lora=lora)
+        return lambda part, a, store: part_model(src.spec, plan, src.weights, a, part, lora=lora, store=store)
     from qnnrt.convert.quantize import quantized_models
     return quantized_models(src, plan, options, ar, steps, work)
 

@@ -165,7 +165,8 @@ def quantized_models(src: Source, plan: PartPlan, options: ConvertOptions, ar: i
 
     cache: dict[tuple[int, int], onnx.ModelProto] = {}
 
-    def models_of(part: int, a: int) -> onnx.ModelProto:
+    def models_of(part: int, a: int, store: object = None) -> onnx.ModelProto:
+        """The quantized graph (``store`` unused: ORT's quantizer writes the weights into the model)."""
         if not enc:
             calibrate()
         if (part, a) not in cache:

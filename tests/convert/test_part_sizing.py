@@ -10,7 +10,8 @@ import json
 import pytest
 
 from qnnrt.convert import ConvertOptions
-from qnnrt.convert.sizing import ONNX_LIMIT, PD_LIMIT, Sizing, onnx_bytes, plan_parts, replan, weight_need
+from qnnrt.convert.sizing import (ONNX_LIMIT, PD_LIMIT, Sizing, at_least_one_layer, onnx_bytes, plan_parts, replan,
+                                  weight_need)
 from qnnrt.convert.spec import ConvertError, ModelSpec
 from qnnrt.soc import SIMULATOR_PD_CAPACITY
 from tests.convert.conftest import safe_prefix
@@ -39,11 +40,21 @@ def test_plans_for_a_llama32_1b_shape() -> None:
     a, b = wide.bounds[1]
     again, scaled = replan(small, wide, 2, 2 * weight_need(small, b - a, 512, 2, 0), False, Sizing(1 << 30))
     assert again.parts > wide.parts and scaled.scale == pytest.approx(2.0, rel=0.01)
-    # the real vocab: the embedding alone is ~2 GiB of float32 in the two graphs of part 1
+    # the real vocab: the embedding alone is ~2 GiB of float32 in the two graphs of part 1, which a
+    # quantized part holds in its ONNX model; a float part's weights are in an external file
     with pytest.raises(ConvertError, match=r"vocab 128256 x hidden 2048.*protobuf's 2 GiB.*a vocab of at most \d+"):
-        plan_parts(_llama32(), "auto", 512, False, Sizing(1 << 30))
+        plan_parts(_llama32(), "auto", 512, False, Sizing(1 << 30, inline=True))
     with pytest.raises(ConvertError, match="protobuf's 2 GiB"):
-        plan_parts(_llama32(), 16, 512, False, Sizing(1 << 30))
+        plan_parts(_llama32(), 16, 512, False, Sizing(1 << 30, inline=True))
+    assert plan_parts(_llama32(), 16, 512, False, Sizing(1 << 30)).parts == 16
+    # the default budget (1 GiB) is raised to what the embedding's part needs with one layer (~1.2 GiB);
+    # a budget the user gave is kept, and refused when no part fits
+    sizing = at_least_one_layer(_llama32(), 512, False, Sizing(1 << 30))
+    assert (1 << 30) < sizing.budget < 1.3 * (1 << 30)
+    assert 4 <= plan_parts(_llama32(), "auto", 512, False, sizing).parts <= 16
+    assert at_least_one_layer(_llama32(), 512, False, Sizing(1 << 30, strict=True)).budget == 1 << 30
+    with pytest.raises(ConvertError, match="over the part budget 1.00 GiB: a part holds at least one layer"):
+        plan_parts(_llama32(), "auto", 512, False, Sizing(1 << 30, strict=True))
 
 
 @pytest.mark.parametrize("kwargs, message", [
