@@ -6,12 +6,10 @@ the wall time and peak RSS of both commands, each part's predicted PD need, the 
 qnnrt/convert/reference.py, teacher-forced over qnnrt's tokens, with each step's top-2 margin).
 
     PYTHONPATH=. nice -n 5 python bench/convert_llama32_shaped.py OUT [--vocab 16384] [--context 512]
-        [--prompt-ar 16] [--part-budget 400MiB] [--new 8]
+        [--prompt-ar 16] [--part-budget SIZE] [--new 8]
 
-OUT/model is made once (2-2.5 GB of float16 safetensors); OUT/cache is the compile cache (--fresh
-empties it first), OUT/bundle the bundle, OUT/results.json the figures. The real vocab (128256) is
-refused by the converter in one line (an embedding past protobuf's 2 GiB in one part's ONNX): see
-bench/RESULTS.md.
+OUT/model is made once (2.5 GB of float16 safetensors at the real vocab, 128256); OUT/cache is the
+compile cache (--fresh empties it first), OUT/bundle the bundle, OUT/results.json the figures.
 """
 from __future__ import annotations
 
@@ -28,26 +26,21 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_KEYS = ("pd", "where", "contexts", "first", "last", "pd_predicted_bytes")
-MEASURE = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
-           "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
-           "sys.exit(r.returncode)")
+sys.path.insert(0, str(ROOT))
+
+from bench.convert_smollm2 import measure  # noqa: E402
+from bench.convert_vs_executorch import available_gib  # noqa: E402
 
 
-def run(cmd: list[str], env: dict, log: Path) -> tuple[float, float, subprocess.CompletedProcess]:
-    """(seconds, peak RSS GiB of the largest process of the command's tree, result); output kept in ``log``."""
-    t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", MEASURE, *cmd], capture_output=True, text=True, env=env)
-    sec = time.perf_counter() - t0
-    log.write_text(f"$ {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
-    kb = next((int(x.split()[1]) for x in done.stderr.splitlines() if x.startswith("PEAK_RSS_KB")), 0)
-    return sec, kb / 2**20, done
+def run(cmd: list[str], env: dict, log: Path):
+    """``measure`` of ``cmd`` with its output kept in ``log``."""
+    m = measure(cmd, env)
+    log.write_text(f"$ {' '.join(cmd)}\n{m.stderr}")
+    return m
 
 
-def available_gib() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) / 2**20
-    return float("nan")
+def _peaks(m) -> dict:
+    return {"tree": round(m.tree_peak_gib, 2), "largest_process": round(m.process_peak_gib, 2)}
 
 
 def reference_check(model: Path, prompt: list[int], got: list[int]) -> dict:
@@ -69,10 +62,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--shape", default="1b")
-    ap.add_argument("--vocab", type=int, default=16384)
+    ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--context", default="512")
     ap.add_argument("--prompt-ar", default="16")
-    ap.add_argument("--part-budget", default="400MiB")
+    ap.add_argument("--part-budget", default=None, help="passed to qnnrt convert (default: none, its own)")
     ap.add_argument("--prompt-len", type=int, default=12)
     ap.add_argument("--new", type=int, default=8)
     ap.add_argument("--fresh", action="store_true", help="empty the compile cache first")
@@ -88,14 +81,16 @@ def main() -> None:
         shutil.rmtree(cache, ignore_errors=True)
     res: dict = {"available_gib_before": round(available_gib(), 1)}
     conv = [sys.executable, "-m", "qnnrt.cli", "convert", str(model), "-o", str(bundle), "--context", a.context,
-            "--prompt-ar", a.prompt_ar, "--part-budget", a.part_budget, "--cache-dir", str(cache), "--force"]
-    sec, rss, done = run(conv, env, a.out / "convert.log")
-    if done.returncode:
-        sys.exit(f"convert failed: {done.stderr[-3000:]}")
+            "--prompt-ar", a.prompt_ar, "--cache-dir", str(cache), "--force"]
+    conv += ["--part-budget", a.part_budget] if a.part_budget else []
+    m = run(conv, env, a.out / "convert.log")
+    if m.returncode:
+        sys.exit(f"convert failed: {m.stderr[-3000:]}")
     rec = json.loads((bundle / "qnnrt_convert.json").read_text())
-    res["convert"] = {"command": " ".join(conv[1:]), "seconds": round(sec, 1), "peak_rss_gib": round(rss, 2),
-                      "parts": rec["parts"], "pd": rec["pd"]}
-    print(f"convert: {sec:.1f} s, peak RSS {rss:.2f} GiB, {len(rec['parts'])} parts, predicted PD "
+    res["convert"] = {"command": " ".join(conv[1:]), "seconds": round(m.seconds, 1),
+                      "peak_rss_gib": _peaks(m), "load": m.load, "parts": rec["parts"], "pd": rec["pd"]}
+    print(f"convert: {m.seconds:.1f} s, peak RSS {m.tree_peak_gib:.2f} GiB (tree), {len(rec['parts'])} parts, "
+          f"predicted PD "
           f"{rec['pd']['total_predicted_bytes'] / 2**30:.2f} GiB in all", flush=True)
     cfg = json.loads((model / "config.json").read_text())
     rng = np.random.default_rng(5)
@@ -103,17 +98,18 @@ def main() -> None:
     report = a.out / "llm_report.json"
     llm = [sys.executable, "-m", "qnnrt.cli", "llm", str(bundle), "--prompt-tokens", ",".join(map(str, prompt)),
            "--max-new-tokens", str(a.new), "--ignore-eos", "--report", str(report)]
-    sec, rss, done = run(llm, env, a.out / "llm.log")
-    if done.returncode:
-        sys.exit(f"llm failed: {done.stderr[-3000:]}")
+    m = run(llm, env, a.out / "llm.log")
+    if m.returncode:
+        sys.exit(f"llm failed: {m.stderr[-3000:]}")
     rep = json.loads(report.read_text())
     resid = rep["residency"]
-    res["llm"] = {"command": " ".join(llm[1:]), "seconds": round(sec, 1), "peak_rss_gib": round(rss, 2),
+    res["llm"] = {"command": " ".join(llm[1:]), "seconds": round(m.seconds, 1),
+                  "peak_rss_gib": _peaks(m),
                   "load_s": rep["load_s"], "ttft_s": rep["ttft_s"], "decode_ms": rep["decode_ms"],
                   "residency": resid["policy"], "pds": resid.get("pds", 1),
                   "pd_workers": [{k: w.get(k) for k in WORKER_KEYS} for w in resid.get("pd_workers", [])],
                   "prompt": prompt, "tokens": rep["generated_tokens"]}
-    print(done.stdout, flush=True)
+    print(f"llm: {rep['decode_ms']} ms per decoded token (report), residency {resid['policy']}", flush=True)
     res["reference"] = reference_check(model, prompt, rep["generated_tokens"])
     print(json.dumps(res["reference"]), flush=True)
     (a.out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
