@@ -49,6 +49,9 @@ SOCS: tuple[Soc, ...] = (
 )
 ALIASES = {"QCS6490": "QCM6490"}
 DEFAULT = "SM8550"
+# One HTP PD (protection domain) on the x86 simulator (QNN 2.51), measured: the only PD size known before
+# a run (a device's is learned on it, runtime/residency/budget.py); `qnnrt convert --parts auto` sizes to it.
+SIMULATOR_PD_CAPACITY = 3_650_722_201
 
 BY_NAME = {s.name: s for s in SOCS}
 BY_MODEL = {s.model: s for s in SOCS}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import struct
 import sys
 from pathlib import Path
 
@@ -38,21 +37,19 @@ def main() -> None:
            "bos_token_id": spec.bos, "eos_token_id": spec.eos[0] if len(spec.eos) == 1 else list(spec.eos),
            "torch_dtype": "float32"}
     (args.out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    header, blobs, at = {}, [], 0
+    from qnnrt.formats.safetensors_file import write_safetensors
+    stored = {}                                   # HF name -> (canonical name, stored [out, in])
     for canonical in spec.shapes():
         name, transposed = arch.hf_name(canonical)
+        stored[name] = (canonical, transposed)
+
+    def produce(name: str) -> np.ndarray:        # one weight in memory at a time
+        canonical, transposed = stored[name]
         w = np.asarray(src.weights[canonical], np.float32)
-        raw = np.ascontiguousarray(w.T if transposed else w).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(w.T.shape if transposed else w.shape),
-                        "data_offsets": [at, at + len(raw)]}
-        blobs.append(raw)
-        at += len(raw)
-    head = json.dumps(header).encode()
-    head += b" " * (-len(head) % 8)
-    with open(args.out / "model.safetensors", "wb") as f:
-        f.write(struct.pack("<Q", len(head)) + head)
-        for b in blobs:
-            f.write(b)
+        return w.T if transposed else w
+    layout = {name: (tuple(reversed(spec.shapes()[c])) if t else spec.shapes()[c], "F32")
+              for name, (c, t) in stored.items()}
+    size = write_safetensors(args.out / "model.safetensors", layout, produce)
     (args.out / "tokenizer.json").write_text(src.tokenizer.tokenizer_json or "", encoding="utf-8")
     from tokenizers import Tokenizer
     tok = Tokenizer.from_str(src.tokenizer.tokenizer_json or "")
@@ -66,7 +63,7 @@ def main() -> None:
     (args.out / "tokenizer_config.json").write_text(json.dumps(tcfg, indent=2) + "\n")
     gen = {"bos_token_id": spec.bos, "eos_token_id": list(spec.eos)}
     (args.out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
-    print(f"{args.out}: {a}, {spec.layers} layers, {at / 2**20:.0f} MiB of float32 weights")
+    print(f"{args.out}: {a}, {spec.layers} layers, {size / 2**20:.0f} MiB of float32 weights")
 
 
 if __name__ == "__main__":

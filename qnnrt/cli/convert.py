@@ -18,6 +18,15 @@ def _parts(text: str) -> str | int:
         raise argparse.ArgumentTypeError(f"give 'auto' or a number, not {text!r}") from None
 
 
+def _size(text: str) -> int:
+    from qnnrt.errors import QnnrtError
+    from qnnrt.units import parse_size
+    try:
+        return parse_size(text, "--part-budget")
+    except QnnrtError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "convert", help="convert a Hugging Face folder or GGUF LLM into a Genie bundle",
@@ -36,7 +45,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--prompt-ar", type=int, default=None, metavar="N",
                    help="tokens per prompt-graph call (default 128, at most half the context)")
     p.add_argument("--parts", type=_parts, default="auto", metavar="auto|N",
-                   help="context binaries to split the layers into (auto: each under ~1 GiB of PD)")
+                   help="context binaries to split the layers into (auto: each compiled part's PD need, "
+                        "predicted from its binary, under --part-budget)")
+    p.add_argument("--part-budget", type=_size, default=None, metavar="SIZE",
+                   help="the PD need each auto part stays under, e.g. 512MiB (default 1GiB; at most one PD): "
+                        "smaller parts compile in less memory and load in smaller steps")
     p.add_argument("--calibration", type=Path, default=None, metavar="FILE",
                    help="text to calibrate a quantized precision on (default: a built-in text)")
     p.add_argument("--weight-sharing", default="auto", choices=["auto", "on", "off"],
@@ -60,11 +73,13 @@ def run_convert(args) -> int:
     from qnnrt.convert import ConvertOptions, convert
     from qnnrt.convert.lora import parse_targets
     options = ConvertOptions(soc=args.soc, precision=args.precision, context=args.context,
-                             prompt_ar=args.prompt_ar, parts=args.parts, calibration=args.calibration,
+                             prompt_ar=args.prompt_ar, parts=args.parts, part_budget=args.part_budget,
+                             calibration=args.calibration,
                              weight_sharing=args.weight_sharing, tokenizer=args.tokenizer,
                              cache_dir=args.cache_dir, progress=not args.quiet, lora_rank=args.lora_rank,
                              lora_targets=parse_targets(args.lora_targets))
     report = convert(args.model, args.output, options, overwrite=args.force)
+    from qnnrt.units import format_bytes
     print(f"{report.bundle}: {len(report.bins)} part(s), {report.cached_parts} from the cache, "
-          f"{report.seconds:.1f} s")
+          f"{report.seconds:.1f} s; predicted PD needs: {', '.join(format_bytes(n) for n in report.pd_needs)}")
     return 0

@@ -38,6 +38,7 @@ from qnnrt import soc as soc_table
 from qnnrt.errors import BuildError, QnnrtError
 from qnnrt.fileio import default_cache_dir, file_sha256, read_json
 from qnnrt.compiler.combine import combine_members
+from qnnrt.compiler.external import external_files
 from qnnrt.soc import parse_soc
 
 EP_NAME = "QNNExecutionProvider"
@@ -272,14 +273,26 @@ class CompileCache:
         os.replace(tmp, d / f"{key}.json")
 
 
-def unit_key(models: list[bytes], labels: list[str], options: CompileOptions) -> str:
+def unit_key(models: list[onnx.ModelProto], labels: list[str], options: CompileOptions,
+             data_dir: Path | None = None) -> str:
+    """The cache key of a unit: the models (serialized one at a time), the data files their external
+    initializers name (by content), the options and the toolchain."""
     h = hashlib.sha256()
     h.update(f"qnnrt-compile-unit/{CACHE_LAYOUT}\n".encode())
     h.update(json.dumps(toolchain_versions(), sort_keys=True).encode())
     h.update(options.token().encode())
-    for label, data in zip(labels, models):
+    files: set[str] = set()
+    for label, model in zip(labels, models):
+        data = model.SerializeToString()
         h.update(f"\n{label}\n{len(data)}\n".encode())
         h.update(data)
+        del data
+        files |= external_files(model)
+    if files and data_dir is None:
+        raise BuildError(f"compiling {', '.join(labels)}: the models keep weights in {sorted(files)}; "
+                         "internal error: no data_dir given")
+    for name in sorted(files):
+        h.update(f"\n{name}\n{file_sha256(Path(data_dir or '.') / name)}\n".encode())
     return h.hexdigest()
 
 
@@ -291,11 +304,11 @@ def _describe(model: onnx.ModelProto) -> str:
 
 
 def compile_unit(models: list[onnx.ModelProto], labels: list[str], options: CompileOptions,
-                 cache: CompileCache, workdir: Path) -> CompiledUnit:
-    """Compile ``models`` into one context binary (cached). ``labels`` name the members in errors."""
+                 cache: CompileCache, workdir: Path, data_dir: Path | None = None) -> CompiledUnit:
+    """Compile ``models`` into one context binary (cached). ``labels`` name the members in errors;
+    ``data_dir``: the folder the models' external data locations are relative to (external.py)."""
     import onnxruntime as ort
-    blobs = [m.SerializeToString() for m in models]
-    key = unit_key(blobs, labels, options)
+    key = unit_key(models, labels, options, data_dir)
     hit = cache.get(key)
     if hit is not None:
         cache.hits += 1
@@ -305,15 +318,17 @@ def compile_unit(models: list[onnx.ModelProto], labels: list[str], options: Comp
     d = Path(tempfile.mkdtemp(prefix=f"u{key[:12]}_", dir=workdir))
     with contextlib.ExitStack() as undo:
         undo.callback(shutil.rmtree, d, ignore_errors=True)  # kept only when the cache stored it there
-        aliases: list[dict[str, str]]
+        aliases: list[dict[str, str]] = [{}]
         if len(models) == 1:
-            data, aliases = blobs[0], [{}]
+            data = models[0].SerializeToString()
         else:
             combined, aliases = combine_members(models)
             data = combined.SerializeToString()
+            del combined
         # ORT derives the QNN graph names from the model's path: a path per unit keeps them apart.
-        src = d / f"unit_{key[:16]}.onnx"
+        src = (d if data_dir is None else Path(data_dir)) / f"unit_{key[:16]}.onnx"
         src.write_bytes(data)
+        del data                         # the session reads the file: no copy of the model kept here
         ctx = d / "unit_ctx.onnx"
         cfg = {"ep.context_enable": "1", "ep.context_embed_mode": "0", "ep.context_file_path": str(ctx),
                # with several members the separators must run on the CPU; the result is checked below
@@ -331,6 +346,8 @@ def compile_unit(models: list[onnx.ModelProto], labels: list[str], options: Comp
                 f"{msg[-1] if msg else type(e).__name__}\n  ops: {ops}\n"
                 "What to do: put the op(s) QNN rejects on the CPU (--cpu-ops OP,...), or let qnnrt probe "
                 "which ops the QNN EP takes (do not pass --no-probe).") from e
+        finally:
+            src.unlink(missing_ok=True)
         if len(models) > 1:
             stray = [n.name for sg in sess.get_provider_graph_assignment_info() if sg.ep_name != EP_NAME
                      for n in sg.get_nodes() if not n.name.startswith("__qnnrt_sep")]

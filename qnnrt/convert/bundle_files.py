@@ -48,10 +48,10 @@ def genie_config(spec: ModelSpec, context: int, bins: list[str], generation: dic
 
 
 def htp_config(soc_model: int, arch: int | None, weight_sharing: bool) -> dict:
-    device: dict = {"soc_model": soc_model, "cores": [{"core_id": 0, "perf_profile": "burst",
-                                                       "rpc_control_latency": 100}]}
+    device: dict = {"soc_model": soc_model}
     if arch is not None:
         device["dsp_arch"] = f"v{arch}"
+    device["cores"] = [{"core_id": 0, "perf_profile": "burst", "rpc_control_latency": 100}]
     return {"devices": [device], "memory": {"mem_type": "shared_buffer"},
             "context": {"weight_sharing_enabled": weight_sharing}}
 

@@ -24,21 +24,23 @@ _GRAPH_MODULES = ("graphs.py", "quantize.py", "weights4.py", "compile_parts.py",
 
 
 def compile_combined(models: list[onnx.ModelProto], labels: list[str], options: CompileOptions,
-                     cache: CompileCache, work: Path) -> bytes:
-    unit = compile_unit(models, labels, options, cache, work)
+                     cache: CompileCache, work: Path, data_dir: Path | None = None) -> bytes:
+    """One binary of ``models`` (external data relative to ``data_dir``), graphs named ``labels``."""
+    unit = compile_unit(models, labels, options, cache, work, data_dir)
     aliases = {alias: name for nodes in unit.members for n in nodes for alias, name in n.aliases.items()}
     return rename_in_binary(unit.bin_path.read_bytes(), dict(zip(unit.graph_names, labels)), aliases)
 
 
 def compile_shared(models: list[onnx.ModelProto], labels: list[str], options: CompileOptions,
-                   work: Path) -> bytes:
-    """One weight-shared binary: a session per graph, the last one writing the binary."""
+                   work: Path, data_dir: Path | None = None) -> bytes:
+    """One weight-shared binary: a session per graph, the last one writing the binary (models with
+    external data are saved in ``data_dir``, where their locations point)."""
     import onnxruntime as ort
     names: list[str] = []
     attrs: dict = {}
     d = Path(tempfile.mkdtemp(dir=work))
     for j, model in enumerate(models):
-        src, ctx = d / f"shared_{j}.onnx", d / f"shared_{j}_ctx.onnx"
+        src, ctx = (data_dir or d) / f"{d.name}_shared_{j}.onnx", d / f"shared_{j}_ctx.onnx"
         onnx.save(model, src)
         so = ort.SessionOptions()
         so.log_severity_level = 3

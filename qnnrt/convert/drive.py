@@ -39,11 +39,12 @@ def step_inputs(spec: ModelSpec, context: int, step: Step) -> dict[str, np.ndarr
 
 
 def run_parts(spec: ModelSpec, plan: PartPlan, call: Call, prompt: list[int], max_new: int, prompt_ar: int,
-              stop: frozenset[int] = frozenset()) -> list[int]:
-    """Greedy tokens of the part graphs after ``prompt`` (Genie's order of calls)."""
+              stop: frozenset[int] = frozenset(), unwritten: float = 0.0) -> list[int]:
+    """Greedy tokens of the part graphs after ``prompt`` (Genie's order of calls); cache slots not
+    yet written hold ``unwritten`` (NaN stands in for the garbage Genie leaves there)."""
     CL, D, KVH = plan.context, spec.head_dim, spec.kv_heads
-    keys = np.zeros((spec.layers, KVH, 1, D, CL), np.float32)
-    values = np.zeros((spec.layers, KVH, 1, CL, D), np.float32)
+    keys = np.full((spec.layers, KVH, 1, D, CL), unwritten, np.float32)
+    values = np.full((spec.layers, KVH, 1, CL, D), unwritten, np.float32)
     n_past, out, pending = 0, list[int](), list(prompt)
     while pending and len(out) < max_new and n_past + len(pending) <= CL:
         ar = prompt_ar if len(pending) > 1 else 1

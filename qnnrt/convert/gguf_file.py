@@ -13,6 +13,10 @@ import numpy as np
 from qnnrt.convert import arch as registry
 from qnnrt.convert.hf import TokenizerFiles
 from qnnrt.convert.spec import CheckedWeights, ConvertError, ModelSpec
+from qnnrt.formats.genie import RopeConfig, RopeScaling
+from qnnrt.llm.rope import inverse_frequencies
+
+STANDARD_LLAMA3 = (1.0, 4.0, 8192)   # low / high frequency factor, original context: every Llama 3.x
 
 
 def _open(path: Path):
@@ -67,6 +71,42 @@ def hf_config(meta: dict, arch: str, vocab: int, path: Path) -> dict:
             raise ConvertError(f"{path}: {arch} metadata for {k} is per layer ({v!r}); qnnrt convert needs "
                                f"one value for every layer")
     return cfg
+
+
+def llama3_from_rope_freqs(factors: np.ndarray, spec: ModelSpec, where: str) -> RopeScaling:
+    """Llama 3's rope scaling from llama.cpp's ``rope_freqs.weight`` (what each frequency is divided
+    by), which its converter writes instead of the config's rope_scaling. The factors depend only on
+    the factor and original / low and original / high: Llama 3.x's own (1, 4, 8192) are tried first,
+    then the values the factors' smooth band solves for; a tensor neither reproduces is refused, as
+    is one that disagrees with the file's rope.scaling metadata."""
+    dim = spec.head_dim // 2
+    if factors.shape != (dim,) or not np.all(np.isfinite(factors)) or np.any(factors <= 0):
+        raise ConvertError(f"{where}: {factors.size} values; {dim} positive factors (head_dim / 2) are needed")
+    base = 1.0 / spec.rope_theta ** (np.arange(0, 2 * dim, 2, dtype=np.float64) / (2 * dim))
+    factor = round(float(factors.max()), 4)   # float32 in the file: rounded as a config writes it
+    candidates = [spec.rope_scaling] if spec.rope_scaling is not None else [
+        RopeScaling("llama3", factor, *STANDARD_LLAMA3), *_solved_llama3(factors, base, factor)]
+    for c in candidates:
+        got = base / inverse_frequencies(RopeConfig(dim, spec.rope_theta, c))
+        if np.allclose(got, factors, rtol=1e-4, atol=0):
+            return c
+    said = "the file's rope.scaling metadata" if spec.rope_scaling is not None else "Llama 3's rope scaling"
+    raise ConvertError(f"{where}: the factors (from {factors.min():.4g} to {factor:.4g}) are not {said}; "
+                       f"convert the model's Hugging Face folder instead")
+
+
+def _solved_llama3(factors: np.ndarray, base: np.ndarray, factor: float) -> list[RopeScaling]:
+    """The (low, high, original) the smooth band's factors solve for, low fixed at 1 (only the ratios
+    original / low and original / high enter the factors)."""
+    band = (factors > 1 + 1e-6) & (factors < factor * (1 - 1e-6))
+    if factor <= 1 or band.sum() < 2:
+        return []
+    smooth = (1 / factors[band] - 1 / factor) / (1 - 1 / factor)      # 1 / f = (1 - s) / factor + s
+    slope, intercept = np.polyfit(base[band] / (2 * np.pi), smooth, 1)  # s = a / wavelength - b
+    if slope <= 0 or intercept >= 0:
+        return []
+    high = 1 - 1 / intercept          # float32 factors: rounded to what a config writes, checked after
+    return [RopeScaling("llama3", factor, 1.0, round(float(high), 4), int(round(slope * (high - 1))))]
 
 
 class GgufTensors:
@@ -145,9 +185,10 @@ def read_gguf(path: Path, tokenizer: Path | None = None) -> tuple[ModelSpec, Che
         spec = dataclasses.replace(spec, tied=True)           # llama.cpp drops a tied lm head
     elif any(t.name == "output.weight" for t in reader.tensors) and spec.tied:
         spec = dataclasses.replace(spec, tied=False)
-    if "rope_freqs.weight" in {t.name for t in reader.tensors} and spec.rope_scaling is None:
-        raise ConvertError(f"{path}: tensor 'rope_freqs.weight' (Llama 3 rope scaling) without rope.scaling "
-                           f"metadata; convert the model's Hugging Face folder instead")
+    freqs = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+    if freqs is not None:
+        spec = dataclasses.replace(spec, rope_scaling=llama3_from_rope_freqs(
+            np.asarray(freqs.data, dtype=np.float64).reshape(-1), spec, f"{path}: tensor 'rope_freqs.weight'"))
     tensors = GgufTensors(path, reader, spec, a.gguf_permuted)
     text = tokenizer.read_text(encoding="utf-8") if tokenizer is not None else tokenizer_json(meta, path)
     template = meta.get("tokenizer.chat_template")

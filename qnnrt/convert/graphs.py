@@ -10,7 +10,8 @@ Hub's Genie exports use (so qnnrt's Genie loader and libGenie.so run them):
     the last part also -> logits [1,N,V] (final norm, lm head)
 
 Genie fills the cache and the mask; the graph concatenates past (CL-N columns) and new (N) entries.
-Weights come layer by layer from the store, so one part's weights are in memory at a time."""
+Weights come layer by layer from the source; with an ExternalWeights store they go to its file as they
+are made, so at most one tensor of them is in memory at a time."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,11 +21,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from qnnrt.compiler.external import ExternalWeights
 from qnnrt.convert.spec import ModelSpec
+from qnnrt.llm.genie_layout import GENIE_FLOAT_MASK_CLOSED
 
 # (graph, x, x @ W, layer, canonical weight key, the projection's scale) -> the output with the LoRA term
 LoraHook = Callable[["_Graph", str, str, int, str, float], str]
-MASKED = -1000.0      # what Genie writes into a float attention mask for a column not to attend
+MASKED = GENIE_FLOAT_MASK_CLOSED      # what Genie writes into a float attention mask for a column not to attend
+EMBED = "_model_model_embed_tokens_Gather_Gather_output_0"     # the embedding (AI Hub's name)
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,10 @@ class PartPlan:
         return len(self.bounds)
 
     def hidden_name(self, part: int) -> str:
-        """The hidden state part ``part`` (1-based) writes: AI Hub's name of its last layer's Add."""
-        return f"_model_model_layers_{self.bounds[part - 1][1] - 1}_Add_1_output_0"
+        """The hidden state part ``part`` (1-based) writes: AI Hub's name of the last layer's Add so
+        far (the embedding while no layer has run: a part of no layers passes on what it got)."""
+        stop = self.bounds[part - 1][1]
+        return f"_model_model_layers_{stop - 1}_Add_1_output_0" if stop else EMBED
 
     def graph_name(self, kind: str, ar: int, part: int) -> str:
         return f"{kind}_ar{ar}_cl{self.context}_{part}_of_{self.parts}"
@@ -59,7 +65,9 @@ def split_layers(layers: int, parts: int) -> tuple[tuple[int, int], ...]:
 class _Graph:
     """Helpers over onnx.helper so a part reads as the math it computes."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, prescale: bool = False, store: ExternalWeights | None = None) -> None:
+        self.prescale = prescale      # RMSNorm safe from fp16 overflow and uint16 rounding (see rms)
+        self.store = store            # where the weights go (else into the model)
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -76,7 +84,8 @@ class _Graph:
 
     def const(self, array: np.ndarray) -> str:
         name = f"{self.prefix}_c{len(self.inits)}"
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        self.inits.append(self.store.tensor(name, array) if self.store is not None
+                          else numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
 
     def op(self, kind: str, *inputs: str, out: str | None = None, **attrs) -> str:
@@ -97,11 +106,17 @@ class _Graph:
         return y
 
     def rms(self, x: str, weight: np.ndarray, eps: float) -> str:
-        """x / sqrt(mean(x^2) + eps) * weight, on x divided by its row's max |x| first: the same value
-        (eps divided by max |x| twice too), but the squares stay in [0, 1] however large the activations
-        (SmolLM2's residual stream reaches 25,000 at an attention sink). In fp16 the plain squares
-        overflow; in a quantized graph (uint16, one range per tensor) the sink's 6e8 sets the range of
-        x * x and every other token's squares round to 0 (SmolLM2 w8a16: perplexity 45,000, not 18.6)."""
+        """x / sqrt(mean(x^2) + eps) * weight. Prescaled (every graph qnnrt convert writes, fp16 or
+        quantized), x is divided by its row's max |x| first: the same value (eps divided by max |x| twice
+        too), but the squares stay in [0, 1] however large the activations (SmolLM2's residual stream
+        reaches 25,000 at an attention sink). In fp16 the plain squares overflow; in a quantized graph
+        (uint16, one range per tensor) the sink's 6e8 sets the range of x * x and every other token's
+        squares round to 0 (SmolLM2 w8a16: perplexity 45,708, not 18.6). The plain form is the test
+        fixtures' (their committed bundles)."""
+        if not self.prescale:
+            ms = self.op("ReduceMean", self.op("Mul", x, x), axes=[-1], keepdims=1)
+            inv = self.op("Reciprocal", self.op("Sqrt", self.op("Add", ms, self.const(np.array([eps], np.float32)))))
+            return self.op("Mul", self.op("Mul", x, inv), self.const(weight.astype(np.float32)))
         tiny = self.const(np.array([1e-4], np.float32))
         m = self.op("Add", self.op("ReduceMax", self.op("Abs", x), axes=[-1], keepdims=1), tiny)
         # x / sqrt(m) / sqrt(m), never x * (1 / m): 1 / 24,926 is below fp16's smallest normal number, which
@@ -128,11 +143,11 @@ class _Layer:
     """One decoder layer's nodes (the shared RoPE, mask and cache-validity tensors given)."""
 
     def __init__(self, g: _Graph, spec: ModelSpec, n: int, cl: int, rope: tuple[str, str, str],
-                 attended: tuple[str, str], lora: LoraHook | None = None) -> None:
+                 attended: tuple[str, str] | None, lora: LoraHook | None = None) -> None:
         self.g, self.spec, self.N, self.CL = g, spec, n, cl
         self.lora = lora
         self.cos, self.sin, self.rot = rope
-        self.attended, self.attended_rows = attended
+        self.attended = attended        # None: closed cache columns are not zeroed (part_model's mask_clip)
         self.zero = g.const(np.array([0.0], np.float32))
 
     def proj(self, x: str, w, i: int, key: str, bias: np.ndarray | None = None, scale: float = 1.0) -> str:
@@ -163,8 +178,10 @@ class _Layer:
         v_new = g.reshape(g.op("Transpose", v, perm=[1, 0, 2]), [KVH, 1, N, D])
         g.output(k_new, f"past_key_{i}_out", [KVH, 1, D, N])
         g.output(v_new, f"past_value_{i}_out", [KVH, 1, N, D])
-        keys = g.op("Where", self.attended, g.op("Concat", k_in, k_new, axis=3), self.zero)
-        values = g.op("Where", self.attended_rows, g.op("Concat", v_in, v_new, axis=2), self.zero)
+        keys, values = g.op("Concat", k_in, k_new, axis=3), g.op("Concat", v_in, v_new, axis=2)
+        if self.attended is not None:
+            keys = g.op("Where", self.attended[0], keys, self.zero)
+            values = g.op("Where", self.attended[1], values, self.zero)
         qg = g.reshape(g.op("Transpose", g.reshape(q, [N, KVH, Gq, D]), perm=[1, 2, 0, 3]), [KVH, 1, Gq * N, D])
         sc = g.op("Add", g.reshape(g.op("MatMul", qg, keys), [KVH, Gq, N, CL]), mask)
         p = g.reshape(g.op("Softmax", sc, axis=-1), [KVH, 1, Gq * N, CL])
@@ -177,19 +194,40 @@ class _Layer:
         return g.op("Add", x, self.proj(act, w, i, "wd"))
 
 
-def part_model(spec: ModelSpec, plan: PartPlan, w, ar: int, part: int, *,
-               lora: LoraHook | None = None) -> onnx.ModelProto:
+def part_model(spec: ModelSpec, plan: PartPlan, w, ar: int, part: int, *, float_graph: bool = True,
+               lora: LoraHook | None = None, mask_clip: float | None = None,
+               store: ExternalWeights | None = None) -> onnx.ModelProto:
     """Part ``part`` (1-based) for ``ar`` tokens per call, weights read from ``w`` as needed;
-    the same graph compiled as it is (fp16) or quantized; ``lora``: adds each targeted
-    projection's LoRA term (convert/lora.py)."""
-    N, CL, D, H = ar, plan.context, spec.head_dim, spec.hidden
-    g = _Graph(f"part{part}")
-    if part == 1:
+    ``float_graph``: the prescaled RMSNorm (what qnnrt convert writes, compiled as it is in fp16 or
+    quantized; False: the plain one of the test fixtures' bundles); ``lora``: adds each targeted
+    projection's LoRA term (convert/lora.py); ``mask_clip``: the mask clipped there and closed cache
+    columns not zeroed, as AI Hub's exports are (only the test bundles that stand in for them);
+    ``store``: the weights go there as they are made (the model then holds none; the graphs of a part
+    given the same store share them), else into the model.
+    A part may hold no layers (the embedding or the head alone: the test bundles)."""
+    N, H = ar, spec.hidden
+    g = _Graph(f"part{part}", prescale=float_graph, store=store)
+    first, stop = plan.bounds[part - 1]
+    if part == 1:       # as an output, the embedding is an Identity's (a Gather's output is quantized as its table)
         ids = g.input("input_ids", [1, N], TensorProto.INT32)
-        x = g.op("Gather", g.const(w["embed"]), ids, axis=0,
-                 out="_model_model_embed_tokens_Gather_Gather_output_0")
+        x = g.op("Gather", g.const(w["embed"]), ids, axis=0, out=EMBED if stop > first else None)
     else:
         x = g.input(plan.hidden_name(part - 1), [1, N, H])
+    if stop > first:
+        x = _layers(g, spec, plan, w, ar, range(first, stop), x, lora, mask_clip)
+    if part < plan.parts:
+        g.output(x, plan.hidden_name(part), [1, N, H])
+    else:
+        h = g.rms(x, w["norm"], spec.eps)
+        head = np.asarray(w["embed"]).T if spec.tied else w["lm_head"]
+        g.output(g.linear(h, head, w["lm_bias"] if spec.head_bias else None), "logits", [1, N, spec.vocab])
+    return g.model()
+
+
+def _layers(g: _Graph, spec: ModelSpec, plan: PartPlan, w, ar: int, layers: range, x: str,
+            lora: LoraHook | None, mask_clip: float | None) -> str:
+    """The mask, RoPE inputs and ``layers`` over the hidden state ``x``."""
+    N, CL, D = ar, plan.context, spec.head_dim
     mask = g.input("attention_mask", [1, 1, N, CL])
     cos = g.input("position_ids_cos", [1, 1, N, D // 2])
     sin = g.input("position_ids_sin", [1, 1, N, D // 2])
@@ -200,17 +238,14 @@ def part_model(spec: ModelSpec, plan: PartPlan, w, ar: int, part: int, *,
     rot[np.arange(D // 2), np.arange(D // 2) + D // 2] = 1
     # Genie leaves never-written cache slots as allocated (garbage, even NaN), trusting the mask: entries
     # of columns no row attends are zeroed before use, so neither an additive -1000 nor 0 x inf sees them
-    half_closed = g.const(np.array([MASKED / 2], np.float32))
-    attended = g.op("Greater", g.op("ReduceMax", mask, axes=[2], keepdims=1), half_closed)
-    layer = _Layer(g, spec, N, CL, (cos, sin, g.const(rot)), (attended, g.reshape(attended, [1, 1, CL, 1])),
-                   lora)
-    first, stop = plan.bounds[part - 1]
-    for i in range(first, stop):
-        x = layer(x, mask, w, i)
-    if part < plan.parts:
-        g.output(x, plan.hidden_name(part), [1, N, H])
+    attended: tuple[str, str] | None = None
+    if mask_clip is None:
+        half_closed = g.const(np.array([MASKED / 2], np.float32))
+        attends = g.op("Greater", g.op("ReduceMax", mask, axes=[2], keepdims=1), half_closed)
+        attended = (attends, g.reshape(attends, [1, 1, CL, 1]))
     else:
-        h = g.rms(x, w["norm"], spec.eps)
-        head = np.asarray(w["embed"]).T if spec.tied else w["lm_head"]
-        g.output(g.linear(h, head), "logits", [1, N, spec.vocab])
-    return g.model()
+        mask = g.op("Max", mask, g.const(np.array([mask_clip], np.float32)))
+    layer = _Layer(g, spec, N, CL, (cos, sin, g.const(rot)), attended, lora)
+    for i in layers:
+        x = layer(x, mask, w, i)
+    return x

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from qnnrt.convert import arch as registry
-from qnnrt.convert.safetensors_file import SafetensorsFile
 from qnnrt.convert.spec import CheckedWeights, ConvertError, ModelSpec
+from qnnrt.formats.safetensors_file import SafetensorsFile
 
 
 def read_json(path: Path) -> dict:
@@ -44,12 +44,12 @@ class HfTensors:
                 if not path.is_file():
                     raise ConvertError(f"{index}: tensor {name!r} is in {fname}, which is not in {folder}")
                 if fname not in files:
-                    files[fname] = SafetensorsFile(path)
+                    files[fname] = SafetensorsFile(path, ConvertError)
                 if name not in files[fname].entries:
                     raise ConvertError(f"{index}: names {fname} for tensor {name!r}, but that file lacks it")
                 self.where_of[name] = files[fname]
         elif single.is_file():
-            f = SafetensorsFile(single)
+            f = SafetensorsFile(single, ConvertError)
             self.where_of = {name: f for name in f.entries}
         else:
             found = sorted(p.name for p in folder.glob("*.safetensors"))

@@ -5,25 +5,29 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+from qnnrt.convert.sizing import PART_BUDGET, PD_LIMIT, Sizing
 from qnnrt.convert.spec import ConvertError, ModelSpec
+from qnnrt.units import format_bytes
 
 PRECISIONS = ("fp16", "w8a16", "w4a16")
 SHARING = ("auto", "on", "off")
 DEFAULT_CONTEXT = 2048
 DEFAULT_PROMPT_AR = 128
-PART_BUDGET = 1 << 30     # auto parts: each part's predicted PD need (weights of both graphs + I/O) under this
 
 
 @dataclass(frozen=True)
 class ConvertOptions:
     """What to convert to. ``context`` / ``prompt_ar`` None: the defaults (2048 and 128, at most the
-    model's max positions); ``parts`` "auto" or a count; ``tokenizer``: a tokenizer.json to use
+    model's max positions); ``parts`` "auto" or a count; ``part_budget``: bytes of predicted PD need
+    each auto part stays under (default convert/sizing.py's PART_BUDGET, at most one PD);
+    ``tokenizer``: a tokenizer.json to use
     (a GGUF whose tokenizer cannot be rebuilt); ``cache_dir``: the compile cache (default qnnrt's)."""
     soc: str | int | None = None
     precision: str = "fp16"
     context: int | None = None
     prompt_ar: int | None = None
     parts: str | int = "auto"
+    part_budget: int | None = None
     calibration: Path | None = None
     weight_sharing: str = "auto"
     tokenizer: Path | None = None
@@ -42,6 +46,7 @@ class ConvertOptions:
         if not (self.parts == "auto" or (isinstance(self.parts, int) and not isinstance(self.parts, bool)
                                          and self.parts >= 1)):
             raise ConvertError(f"--parts {self.parts!r}: give 'auto' or a positive number")
+        self._check_part_budget()
         for name in ("context", "prompt_ar"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -50,6 +55,23 @@ class ConvertOptions:
             raise ConvertError(f"--calibration {self.calibration}: no such file (give a UTF-8 text file)")
         if self.calibration is not None and self.precision == "fp16":
             raise ConvertError("--calibration applies to a quantized --precision (w8a16, w4a16); fp16 needs none")
+
+    def _check_part_budget(self) -> None:
+        b = self.part_budget
+        if b is None:
+            return
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ConvertError(f"--part-budget {b!r}: give a positive size in bytes (e.g. 512MiB)")
+        if self.parts != "auto":
+            raise ConvertError(f"--part-budget sizes --parts auto; drop it or --parts {self.parts}")
+        if b > PD_LIMIT:
+            raise ConvertError(f"--part-budget {format_bytes(b)} is past one PD ({format_bytes(PD_LIMIT)}): a part's "
+                               f"context must fit in one; give at most {PD_LIMIT}")
+
+    def sizing(self) -> Sizing:
+        """The Sizing auto parts are planned against (convert/sizing.py)."""
+        return Sizing(self.part_budget if self.part_budget is not None else PART_BUDGET,
+                      inline=self.precision != "fp16", strict=self.part_budget is not None)
 
     def context_for(self, spec: ModelSpec) -> int:
         """The context length, checked against what the model was trained for."""

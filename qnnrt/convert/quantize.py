@@ -48,8 +48,8 @@ def _group(name: str) -> str:
     return re.sub(r"_(in|out)$", "", name) if name.startswith("past_") else name
 
 
-def encodings(ranges: dict[str, tuple[float, float]]) -> dict[str, Encoding]:
-    """One encoding per I/O tensor name from the calibrated (min, max)."""
+def encodings(ranges: dict[str, tuple[float, float]], masked: float = MASKED) -> dict[str, Encoding]:
+    """One encoding per I/O tensor name from the calibrated (min, max); the mask's over [masked, 0]."""
     merged: dict[str, tuple[float, float]] = {}
     for name, (lo, hi) in ranges.items():
         a, b = merged.get(_group(name), (lo, hi))
@@ -60,7 +60,7 @@ def encodings(ranges: dict[str, tuple[float, float]]) -> dict[str, Encoding]:
         if name == "input_ids":
             continue
         if name == "attention_mask":
-            out[name] = Encoding(16, -MASKED / U16, U16)
+            out[name] = Encoding(16, -masked / U16, U16)
         elif name.startswith("position_ids_"):
             out[name] = Encoding(16, 2.0 / U16, 32768)
         elif name.startswith("past_"):
@@ -179,7 +179,8 @@ def quantized_models(src: Source, plan: PartPlan, options: ConvertOptions, ar: i
 
     cache: dict[tuple[int, int], onnx.ModelProto] = {}
 
-    def models_of(part: int, a: int) -> onnx.ModelProto:
+    def models_of(part: int, a: int, store: object = None) -> onnx.ModelProto:
+        """The quantized graph (``store`` unused: ORT's quantizer writes the weights into the model)."""
         if not enc:
             calibrate()
         if (part, a) not in cache:

@@ -59,7 +59,8 @@ def logits(spec: ModelSpec, w, ids: list[int]) -> np.ndarray:
         g = h @ w[f"l{i}.wg"]
         x = x + (g / (1 + np.exp(-g)) * (h @ w[f"l{i}.wu"])) @ w[f"l{i}.wd"]
     head = np.asarray(w["embed"]).T if spec.tied else w["lm_head"]
-    return _rms(x, w["norm"], spec.eps) @ head
+    out = _rms(x, w["norm"], spec.eps) @ head
+    return out + w["lm_bias"] if spec.head_bias else out
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ class ConvertError(FormatError):
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer in the Llama mould: RMSNorm, RoPE (rotate-half), GQA attention,
-    SiLU-gated MLP; optional q/k/v bias (Qwen2), q/k RMSNorm per head (Qwen3), tied embeddings."""
+    SiLU-gated MLP; optional q/k/v bias (Qwen2), q/k RMSNorm per head (Qwen3), tied embeddings, an
+    lm head bias (`lm_bias`: the Genie test bundles' tiny model)."""
     architecture: str
     vocab: int
     hidden: int
@@ -34,6 +35,7 @@ class ModelSpec:
     tied: bool
     qkv_bias: bool = False
     qk_norm: bool = False
+    head_bias: bool = False
     rope_scaling: RopeScaling | None = None
     bos: int | None = None
     eos: tuple[int, ...] = field(default_factory=tuple)
@@ -44,6 +46,8 @@ class ModelSpec:
         out: dict[str, tuple[int, ...]] = {"embed": (self.vocab, H), "norm": (H,)}
         if not self.tied:
             out["lm_head"] = (H, self.vocab)
+        if self.head_bias:
+            out["lm_bias"] = (self.vocab,)
         for i in range(self.layers):
             out.update({f"l{i}.attn_norm": (H,), f"l{i}.wq": (H, self.heads * D),
                         f"l{i}.wk": (H, self.kv_heads * D), f"l{i}.wv": (H, self.kv_heads * D),

@@ -15,11 +15,11 @@ import numpy as np
 
 from qnnrt.errors import FormatError
 from qnnrt.formats.lora import SCALE_INPUT, TARGETS, LoraSlots, a_name, b_name
+from qnnrt.formats.safetensors_file import SafetensorsFile
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
 PREFIX = "base_model.model.model.layers."
-_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
 
 
 @dataclass(frozen=True)
@@ -74,32 +74,11 @@ def read_config(folder: Path) -> PeftConfig:
 
 
 def read_tensors(path: Path) -> dict[str, np.ndarray]:
-    """Every tensor of a .safetensors file as float32 (bf16 widened bit-exactly).
-    (The same format as qnnrt/convert/safetensors_file.py, which convert may not share below it.)"""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise FormatError(f"{path}: missing; a PEFT adapter folder holds {CONFIG_NAME} and {WEIGHTS_NAME}") from None
-    n = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
-    try:
-        header = json.loads(data[8:8 + n]) if 2 <= n <= len(data) - 8 else None
-    except ValueError:
-        header = None
-    if not isinstance(header, dict):
-        raise FormatError(f"{path}: not a safetensors file (bad header); the file is damaged or of another format")
-    header.pop("__metadata__", None)
-    out = {}
-    for name, e in header.items():
-        try:
-            dtype, shape, (lo, hi) = e["dtype"], tuple(int(x) for x in e["shape"]), e["data_offsets"]
-            kind = np.dtype(_DTYPES[dtype])
-        except (KeyError, TypeError, ValueError):
-            raise FormatError(f"{path}: tensor {name!r}: entry {e!r} is not F32/F16/BF16/F64 with a shape") from None
-        if not (0 <= lo <= hi and hi - lo == math.prod(shape) * kind.itemsize and 8 + n + hi <= len(data)):
-            raise FormatError(f"{path}: tensor {name!r}: its data offsets do not fit the file; it is truncated")
-        raw = np.frombuffer(data, kind, math.prod(shape), 8 + n + lo).reshape(shape)
-        out[name] = (raw.astype(np.uint32) << 16).view(np.float32) if dtype == "BF16" else raw.astype(np.float32)
-    return out
+    """Every tensor of a .safetensors file as float32 (bf16 widened bit-exactly)."""
+    if not path.is_file():
+        raise FormatError(f"{path}: missing; a PEFT adapter folder holds {CONFIG_NAME} and {WEIGHTS_NAME}")
+    f = SafetensorsFile(path)
+    return {name: f.float32(name) for name in f.entries}
 
 
 @dataclass(frozen=True)

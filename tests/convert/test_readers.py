@@ -3,6 +3,7 @@ Q/K permuted), the architectures' specs, the numpy reference, the part graphs on
 one-line error for every bad input."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from qnnrt.convert import ConvertError, ConvertOptions, open_model
+from qnnrt.formats.safetensors_file import save_safetensors
 from tests.helpers.cli_helpers import qnnrt
 
 
@@ -24,6 +26,35 @@ def test_specs_of_each_architecture(models) -> None:
     assert not llama.tied and llama.rope_scaling is not None and llama.rope_scaling.factor == 8.0
     assert qwen2.tied and qwen2.qkv_bias and not qwen2.qk_norm and qwen2.rope_theta == 1e6
     assert qwen3.qk_norm and qwen3.head_dim == 24 and qwen3.hidden // qwen3.heads == 16
+
+
+@pytest.mark.parametrize("factor, theta, original", [(8.0, 500000.0, 8192), (32.0, 500000.0, 8192),
+                                                      (8.0, 10000.0, 64), (16.0, 1e6, 4096)])
+def test_llama3_scaling_is_read_back_from_llama_cpp_rope_freqs(models, maker, factor, theta, original) -> None:
+    """Llama 3.x GGUFs carry the scaling only as rope_freqs.weight: Llama 3.1 / 3.2's settings and
+    others are recovered exactly (the file's own GGUF is the third case, end to end)."""
+    from qnnrt.convert.gguf_file import llama3_from_rope_freqs
+    cfg = {**maker.CONFIGS["llama"], "hidden_size": 2048, "num_attention_heads": 32, "rope_theta": theta,
+           "rope_scaling": {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0,
+                            "high_freq_factor": 4.0, "original_max_position_embeddings": original}}
+    spec = dataclasses.replace(open_model(models["llama"]).spec, head_dim=64, rope_theta=theta, rope_scaling=None)
+    got = llama3_from_rope_freqs(maker.rope_freqs(cfg).astype(np.float64), spec, "f.gguf: tensor 'rope_freqs.weight'")
+    assert (got.factor, got.low_freq_factor, got.high_freq_factor, got.original_max_positions) == (
+        factor, 1.0, 4.0, original)
+
+
+def test_rope_freqs_that_are_not_llama3_or_disagree_with_the_metadata_are_refused(models, maker) -> None:
+    from qnnrt.convert.gguf_file import llama3_from_rope_freqs
+    spec = open_model(models["gguf"]).spec
+    good = maker.rope_freqs(maker.CONFIGS["llama"]).astype(np.float64)
+    where = "f.gguf: tensor 'rope_freqs.weight'"
+    with pytest.raises(ConvertError, match=r"^f.gguf: tensor 'rope_freqs.weight': the factors .* are not Llama 3's"):
+        llama3_from_rope_freqs(good[::-1].copy(), dataclasses.replace(spec, rope_scaling=None), where)
+    other = dataclasses.replace(spec.rope_scaling, factor=4.0)
+    with pytest.raises(ConvertError, match="are not the file's rope.scaling metadata"):
+        llama3_from_rope_freqs(good, dataclasses.replace(spec, rope_scaling=other), where)
+    with pytest.raises(ConvertError, match=r"3 values; 8 positive factors \(head_dim / 2\) are needed"):
+        llama3_from_rope_freqs(good[:3], spec, where)
 
 
 def test_bf16_weights_are_widened_bit_exactly(models, maker) -> None:
@@ -95,7 +126,7 @@ def test_a_missing_tensor_names_the_checkpoint_tensor(models, tmp_path, maker) -
     m = _copy(models["qwen3"], tmp_path / "m")
     w = maker.hf_weights("qwen3", maker.CONFIGS["qwen3"])
     del w["model.layers.2.self_attn.k_norm.weight"]
-    maker.write_safetensors(m / "model.safetensors", w)
+    save_safetensors(m / "model.safetensors", w)
     with pytest.raises(ConvertError, match=r"tensor 'model.layers.2.self_attn.k_norm.weight' \(l2.k_norm\) is missing"):
         open_model(m).weights["l2.k_norm"]
 

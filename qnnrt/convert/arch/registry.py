@@ -55,37 +55,35 @@ def by_gguf(name: str, where: str) -> Architecture:
     return arch
 
 
+# canonical weight -> (Hugging Face's tensor, llama.cpp's); a layer's under model.layers.<i>. / blk.<i>.
+_NAMES = {"embed": ("model.embed_tokens.weight", "token_embd.weight"),
+          "norm": ("model.norm.weight", "output_norm.weight"), "lm_head": ("lm_head.weight", "output.weight")}
+_LAYER_NAMES = {
+    "attn_norm": ("input_layernorm.weight", "attn_norm.weight"),
+    "mlp_norm": ("post_attention_layernorm.weight", "ffn_norm.weight"),
+    "wq": ("self_attn.q_proj.weight", "attn_q.weight"), "wk": ("self_attn.k_proj.weight", "attn_k.weight"),
+    "wv": ("self_attn.v_proj.weight", "attn_v.weight"), "wo": ("self_attn.o_proj.weight", "attn_output.weight"),
+    "bq": ("self_attn.q_proj.bias", "attn_q.bias"), "bk": ("self_attn.k_proj.bias", "attn_k.bias"),
+    "bv": ("self_attn.v_proj.bias", "attn_v.bias"),
+    "q_norm": ("self_attn.q_norm.weight", "attn_q_norm.weight"),
+    "k_norm": ("self_attn.k_norm.weight", "attn_k_norm.weight"),
+    "wg": ("mlp.gate_proj.weight", "ffn_gate.weight"), "wu": ("mlp.up_proj.weight", "ffn_up.weight"),
+    "wd": ("mlp.down_proj.weight", "ffn_down.weight")}
+_OUT_IN = {"lm_head", "wq", "wk", "wv", "wo", "wg", "wu", "wd"}       # stored [out, in] by both
+
+
+def _stored_name(canonical: str, which: int, layer_prefix: str) -> tuple[str, bool]:
+    if canonical in _NAMES:
+        return _NAMES[canonical][which], canonical in _OUT_IN
+    layer, what = canonical[1:].split(".", 1)
+    return layer_prefix.format(layer) + _LAYER_NAMES[what][which], what in _OUT_IN
+
+
 def hf_name(canonical: str) -> tuple[str, bool]:
     """The Hugging Face tensor of a canonical weight, and whether it is stored [out, in]."""
-    if canonical == "embed":
-        return "model.embed_tokens.weight", False
-    if canonical == "norm":
-        return "model.norm.weight", False
-    if canonical == "lm_head":
-        return "lm_head.weight", True
-    layer, what = canonical[1:].split(".", 1)
-    p = f"model.layers.{layer}."
-    names = {"attn_norm": "input_layernorm.weight", "mlp_norm": "post_attention_layernorm.weight",
-             "wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight",
-             "wv": "self_attn.v_proj.weight", "wo": "self_attn.o_proj.weight",
-             "bq": "self_attn.q_proj.bias", "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias",
-             "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
-             "wg": "mlp.gate_proj.weight", "wu": "mlp.up_proj.weight", "wd": "mlp.down_proj.weight"}
-    return p + names[what], what in ("wq", "wk", "wv", "wo", "wg", "wu", "wd")
+    return _stored_name(canonical, 0, "model.layers.{}.")
 
 
 def gguf_name(canonical: str) -> tuple[str, bool]:
     """llama.cpp's tensor of a canonical weight, and whether it is stored [out, in]."""
-    if canonical == "embed":
-        return "token_embd.weight", False
-    if canonical == "norm":
-        return "output_norm.weight", False
-    if canonical == "lm_head":
-        return "output.weight", True
-    layer, what = canonical[1:].split(".", 1)
-    names = {"attn_norm": "attn_norm.weight", "mlp_norm": "ffn_norm.weight", "wq": "attn_q.weight",
-             "wk": "attn_k.weight", "wv": "attn_v.weight", "wo": "attn_output.weight",
-             "bq": "attn_q.bias", "bk": "attn_k.bias", "bv": "attn_v.bias",
-             "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
-             "wg": "ffn_gate.weight", "wu": "ffn_up.weight", "wd": "ffn_down.weight"}
-    return f"blk.{layer}.{names[what]}", what in ("wq", "wk", "wv", "wo", "wg", "wu", "wd")
+    return _stored_name(canonical, 1, "blk.{}.")

@@ -25,7 +25,7 @@ from qnnrt.errors import QnnError, QnnrtError
 from qnnrt.fileio import default_cache_dir, read_json, write_atomic
 from qnnrt.profiling.pd_log import pd_available_from_log, pd_estimate_from_log
 
-SIMULATOR_CAPACITY = 3_650_722_201  # one PD on the x86 HTP simulator (QNN 2.51), measured
+SIMULATOR_CAPACITY = socs.SIMULATOR_PD_CAPACITY  # one PD on the x86 HTP simulator (QNN 2.51), measured
 CACHE_FILE = "pd_budget.json"
 DEFAULT_MAX_PDS = 4   # PDs (worker processes) `auto` may spread a program over; beyond it, one PD evicts
 
