@@ -219,12 +219,13 @@ def _all_parts(src: Source, plan: PartPlan, sizing: Sizing, ar: int, options: Co
         except _OverBudget as over:
             for f in tmp.glob("*.bin"):
                 f.unlink()
-            old = plan
+            old, was = plan, sizing
             plan, sizing = replan(spec, plan, over.part, over.need, shared, sizing)
             replans.append({"parts": [list(b) for b in old.bounds], "over_part": over.part, "need_bytes": over.need})
+            then = (f"{plan.parts} parts instead" if plan.bounds != old.bounds else
+                    f"the budget raised to {format_bytes(sizing.budget)}, what one layer there needs; the same parts")
             steps.note(f"part {over.part}/{old.parts} is predicted to need {format_bytes(over.need)} of PD, over the "
-                       f"part budget {format_bytes(sizing.budget)}: {plan.parts} parts instead (the weights "
-                       f"formula x{sizing.scale:.2f})")
+                       f"part budget {format_bytes(was.budget)}: {then} (the weights formula x{sizing.scale:.2f})")
     needs = [p.need for p in done]
     for i, n in enumerate(needs, 1):
         if n is not None and n > PD_LIMIT:

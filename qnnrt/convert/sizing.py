@@ -132,14 +132,18 @@ def plan_parts(spec: ModelSpec, parts: str | int, context: int, shared: bool, si
 def replan(spec: ModelSpec, plan: PartPlan, part: int, need: int, shared: bool,
            sizing: Sizing) -> tuple[PartPlan, Sizing]:
     """After compiled part ``part`` (1-based) of ``plan`` was predicted at ``need`` bytes, over the budget:
-    a plan with more parts, the formula scaled by that part's need over its formula's estimate."""
+    a plan with more parts, the formula scaled by that part's need over its formula's estimate. When
+    that scale lifts the default budget over ``need`` (``at_least_one_layer``), the plan is kept and only
+    the budget rises (its parts come from the part cache)."""
     a, b = plan.bounds[part - 1]
     estimate = weight_need(spec, b - a, plan.context, 1 if shared else 2, _ends(part - 1, plan.parts))
     scaled = at_least_one_layer(spec, plan.context, shared,
                                 replace(sizing, scale=max(sizing.scale, need / max(estimate, 1))))
+    if need <= scaled.budget:
+        return plan_parts(spec, "auto", plan.context, shared, scaled, at_least=plan.parts), scaled
     if plan.parts >= spec.layers:
         raise ConvertError(f"part {part} of {plan.parts} (layers {a}..{b - 1}) is predicted to need "
-                           f"{format_bytes(need)} of PD, over the part budget {format_bytes(sizing.budget)}, and a "
+                           f"{format_bytes(need)} of PD, over the part budget {format_bytes(scaled.budget)}, and a "
                            f"part holds at least one layer. Give a larger --part-budget (at most one PD, "
                            f"{format_bytes(sizing.limit)}) or a smaller --context")
     return plan_parts(spec, "auto", plan.context, shared, scaled, at_least=plan.parts + 1), scaled

@@ -55,6 +55,16 @@ def test_plans_for_a_llama32_1b_shape() -> None:
     assert at_least_one_layer(_llama32(), 512, False, Sizing(1 << 30, strict=True)).budget == 1 << 30
     with pytest.raises(ConvertError, match="over the part budget 1.00 GiB: a part holds at least one layer"):
         plan_parts(_llama32(), "auto", 512, False, Sizing(1 << 30, strict=True))
+    # the embedding's compiled one-layer part measured 2% over the formula (as the real run did): the
+    # default budget rises to it and the plan is kept (its parts come from the cache); a given one fails
+    plan = plan_parts(_llama32(), "auto", 512, False, sizing)
+    a, b = plan.bounds[0]
+    need = int(1.02 * weight_need(_llama32(), b - a, 512, 2, 1))
+    again, raised = replan(_llama32(), plan, 1, need, False, sizing)
+    assert again.bounds == plan.bounds and raised.budget >= need
+    with pytest.raises(ConvertError, match="part 1 of 16 .* over the part budget"):
+        one_each = plan_parts(_llama32(), 16, 512, False, Sizing(sizing.budget, strict=True))
+        replan(_llama32(), one_each, 1, need, False, Sizing(sizing.budget, strict=True))
 
 
 @pytest.mark.parametrize("kwargs, message", [
