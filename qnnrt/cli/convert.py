@@ -38,7 +38,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="BUNDLE", help="the bundle folder to write")
     p.add_argument("--soc", default=None, metavar="NAME|NUMBER", help="target SoC, e.g. SM8550 (default)")
     p.add_argument("--precision", default="fp16", choices=["fp16", "w8a16", "w4a16"],
-                   help="fp16 (default), w8a16 (8-bit weights, 16-bit activations, 8-bit KV cache)")
+                   help="fp16 (default), w8a16 (8-bit weights, 16-bit activations, 8-bit KV cache), "
+                        "w4a16 (as w8a16 with 4-bit weights in blocks of 32)")
     p.add_argument("--context", type=int, default=None, metavar="N",
                    help="context length (default: 2048, at most the model's max positions)")
     p.add_argument("--prompt-ar", type=int, default=None, metavar="N",

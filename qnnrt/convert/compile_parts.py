@@ -19,7 +19,8 @@ from qnnrt.compiler.graph_names import rename_in_binary
 from qnnrt.errors import BuildError
 
 PART_CACHE_LAYOUT = 1    # bump when what a part's binary holds changes for the same key
-_GRAPH_MODULES = ("graphs.py", "quantize.py", "compile_parts.py", "drive.py", "reference.py", "lora.py")
+_GRAPH_MODULES = ("graphs.py", "quantize.py", "weights4.py", "compile_parts.py", "drive.py", "reference.py",
+                  "lora.py")
 
 
 def compile_combined(models: list[onnx.ModelProto], labels: list[str], options: CompileOptions,

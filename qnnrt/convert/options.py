@@ -41,10 +41,6 @@ class ConvertOptions:
         check_lora_options(self.lora_rank, tuple(self.lora_targets), self.precision)
         if self.precision not in PRECISIONS:
             raise ConvertError(f"--precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}")
-        if self.precision == "w4a16":
-            raise ConvertError("--precision w4a16 is not available in this qnnrt: its 4-bit weight path "
-                               "through ONNX Runtime's QNN quantizer is not built or verified yet; use "
-                               "w8a16 or fp16")
         if self.weight_sharing not in SHARING:
             raise ConvertError(f"--weight-sharing {self.weight_sharing!r}: choose one of {', '.join(SHARING)}")
         if not (self.parts == "auto" or (isinstance(self.parts, int) and not isinstance(self.parts, bool)
@@ -58,7 +54,7 @@ class ConvertOptions:
         if self.calibration is not None and not Path(self.calibration).is_file():
             raise ConvertError(f"--calibration {self.calibration}: no such file (give a UTF-8 text file)")
         if self.calibration is not None and self.precision == "fp16":
-            raise ConvertError("--calibration applies to a quantized --precision (w8a16); fp16 needs none")
+            raise ConvertError("--calibration applies to a quantized --precision (w8a16, w4a16); fp16 needs none")
 
     def _check_part_budget(self) -> None:
         b = self.part_budget

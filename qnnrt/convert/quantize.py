@@ -73,8 +73,9 @@ def encodings(ranges: dict[str, tuple[float, float]], masked: float = MASKED) ->
 
 
 def quantize_part(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], io: dict[str, Encoding],
-                  work: Path) -> onnx.ModelProto:
-    """``model`` as QDQ calibrated on ``feeds``, its float I/O replaced by the quantized tensors."""
+                  work: Path, precision: str = "w8a16") -> onnx.ModelProto:
+    """``model`` as QDQ calibrated on ``feeds``, its float I/O replaced by the quantized tensors.
+    w8a16: uint8 weights per tensor; w4a16: int4 weights in blocks (convert/weights4.py)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
@@ -90,11 +91,25 @@ def quantize_part(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], io
     overrides = {n: [{"quant_type": qtype[e.bits], "scale": np.array(e.scale, dtype=np.float32),
                       "zero_point": np.array(e.zero_point, dtype=np.uint16 if e.bits == 16 else np.uint8)}]
                  for n, e in io.items() if n in names}
-    config = get_qnn_qdq_config(model, Reader(), activation_type=QuantType.QUInt16,
-                                weight_type=QuantType.QUInt8, init_overrides=overrides)
+    if precision == "w4a16":
+        from onnx import version_converter
+
+        from qnnrt.convert import weights4
+        # blocked Q/DQ are opset 21's (ONNX domain): converted first, the quantizer writes no contrib Q/DQ
+        model = version_converter.convert_version(model, 21)
+        floats = weights4.matmul_weights(model)
+        overrides.update(weights4.unblocked_overrides(model))
+        config = get_qnn_qdq_config(model, Reader(), activation_type=QuantType.QUInt16,
+                                    weight_type=QuantType.QInt4, weight_symmetric=True, init_overrides=overrides)
+        config.extra_options["BlockSize"] = weights4.BLOCK
+    else:
+        config = get_qnn_qdq_config(model, Reader(), activation_type=QuantType.QUInt16,
+                                    weight_type=QuantType.QUInt8, init_overrides=overrides)
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         quantize(model, f"{tmp}/q.onnx", config)
         out = onnx.load(f"{tmp}/q.onnx")
+    if precision == "w4a16":
+        weights4.refine_blocks(out, floats)
     return quantized_io(out, {n: e for n, e in io.items() if n in names})
 
 
@@ -147,8 +162,7 @@ def quantized_models(src: Source, plan: PartPlan, options: ConvertOptions, ar: i
 
     def float_model(part: int, a: int) -> bytes:
         if (part, a) not in floats:
-            floats[(part, a)] = part_model(src.spec, plan, src.weights, a, part,
-                                          float_graph=False).SerializeToString()
+            floats[(part, a)] = part_model(src.spec, plan, src.weights, a, part).SerializeToString()
         return floats[(part, a)]
 
     record: dict = {}
@@ -171,6 +185,6 @@ def quantized_models(src: Source, plan: PartPlan, options: ConvertOptions, ar: i
             calibrate()
         if (part, a) not in cache:
             cache[(part, a)] = quantize_part(onnx.load_from_string(float_model(part, a)),
-                                             record["feeds"][(part, a)], enc, work)
+                                             record["feeds"][(part, a)], enc, work, options.precision)
         return cache[(part, a)]
     return models_of

@@ -148,6 +148,113 @@ def test_a_prompt_longer_than_the_prompt_graph_continues_the_reference(bundles, 
     assert len(prompt) > 16 and _generated(r.stdout) == ref["tokens"][8:16]
 
 
+def test_serve_chats_with_the_bundle_alone(bundles, models, tmp_path) -> None:
+    """`qnnrt serve BUNDLE` with no --tokenizer (the bundle's own tokenizer.json and chat template), asked by
+    the official openai client greedily: the reply is the numpy reference's greedy continuation of the
+    chat template's prompt, streamed and not, up to the first step whose top-2 margin is under 0.1."""
+    openai = pytest.importorskip("openai")
+    from tokenizers import Tokenizer
+
+    from qnnrt.convert import open_model, reference
+    from tests.serve.conftest import launch
+    template = (bundles["llama"] / "chat_template.jinja").read_text()
+    assert "add_generation_prompt" in template
+    prompt = "<s>user: the little robot</s><s>assistant: "          # what that template writes
+    tok = Tokenizer.from_file(str(bundles["llama"] / "tokenizer.json"))
+    ids = tok.encode(prompt, add_special_tokens=False).ids
+    src = open_model(models["llama"])
+    ref = reference.greedy(src.spec, src.weights, ids, 8)
+    n = safe_prefix({"margins": ref.margins})
+    assert n >= 3, ref.margins                                    # the test compares something
+    server = launch(["serve", str(bundles["llama"]), "--port", "0", "--model-name", "tiny", "--report",
+                     str(tmp_path / "report.json")], tmp_path / "report.json")
+    try:
+        client = openai.OpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0)
+        messages = [{"role": "user", "content": "the little robot"}]
+        whole = client.chat.completions.create(model="tiny", messages=messages, max_tokens=8, temperature=0)
+        assert whole.usage.prompt_tokens == len(ids)
+        streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=8, temperature=0, stream=True) if c.choices)
+        expected = tok.decode(ref.tokens[:n])
+        assert whole.choices[0].message.content.startswith(expected), (whole.choices[0].message.content, expected)
+        assert streamed == whole.choices[0].message.content
+    finally:
+        assert server.stop() in (0, 143), server.stderr()[-2000:]
+
+
+PERPLEXITY_TEXT = ("once upon a time there was a little robot. the robot saw a red fox by the river and they "
+                   "sang a happy song over the green tree. it was a big blue day and the sun made the river light.")
+
+
+def test_perplexity_of_the_bundle_is_the_float_models(bundles, models) -> None:
+    """qnnrt.convert.perplexity on a fixed text (97 tokens through the AR-16 prompt graph, six windows
+    advancing the KV cache): the fp16 Llama bundle's mean NLL is the numpy reference's within 0.08 nats
+    (measured 0.025; this random model's logits span ~100, so fp16 moves each log-prob by up to 0.44),
+    and the measure tells models apart: the reference with layer 0's output projection negated, and
+    the Qwen3 bundle on the same ids, are each more than 0.5 nats away."""
+    import numpy as np
+    from qnnrt import load
+    from qnnrt.convert import open_model
+    from qnnrt.convert.perplexity import of_reference, of_runner
+    from qnnrt.llm import LlmRunner
+    from qnnrt.llm.text import TextModel, TextTokenizer
+    scored = {}
+    for name in ("llama", "qwen3"):
+        with load(bundles[name]) as prog:
+            runner = LlmRunner(prog)
+            ids = TextModel.of(TextTokenizer.from_path(bundles["llama"]), runner.layout).prompt_ids(PERPLEXITY_TEXT)
+            assert len(ids) - 1 <= runner.layout.prompt_capacity and len(ids) > 5 * runner.layout.prefill.ar_len
+            scored[name] = of_runner(runner, ids)
+    src = open_model(models["llama"])
+    ref = of_reference(src.spec, src.weights, ids)
+    assert abs(scored["llama"].nll - ref.nll) < 0.08, (scored["llama"].nll, ref.nll)
+    assert abs(scored["llama"].relative_to(ref)) < np.expm1(0.08)
+    wrong = {k: np.asarray(src.weights[k]) for k in src.spec.shapes()}
+    wrong["l0.wo"] = -wrong["l0.wo"]
+    assert abs(of_reference(src.spec, wrong, ids).nll - scored["llama"].nll) > 0.5
+    assert abs(scored["qwen3"].nll - ref.nll) > 0.5
+
+
+def test_w4a16_is_the_float_model_with_its_4bit_block_weights(models, genie_library, tmp_path) -> None:
+    """w4a16 (int4 weights in blocks of 32 input channels: QNN's block quantization, compiled for and run
+    on the v73 simulator; the lm head int8): the bundle's NLL on the fixed text is the float reference's
+    with the same weights (weights4.block_quantize) within 0.1 nats (measured 0.003), far from the unquantized model's
+    (0.66 here: 4 bits are coarse for this random model); libGenie gives qnnrt's tokens."""
+    import numpy as np
+    from qnnrt import load
+    from qnnrt.convert import open_model, weights4
+    from qnnrt.convert.perplexity import of_reference, of_runner
+    from qnnrt.llm import LlmRunner
+    from qnnrt.llm.text import TextModel, TextTokenizer
+    out = tmp_path / "w4"
+    r = qnnrt("convert", models["llama"], "-o", out, *CONVERT, "--precision", "w4a16", "--parts", "1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    with load(out) as prog:
+        runner = LlmRunner(prog)
+        ids = TextModel.of(TextTokenizer.from_path(out), runner.layout).prompt_ids(PERPLEXITY_TEXT)
+        bundle = of_runner(runner, ids)
+    src = open_model(models["llama"])
+    w = {k: np.asarray(src.weights[k], np.float32) for k in src.spec.shapes()}
+    w4 = dict(w)
+    for k, v in w.items():
+        if k == "lm_head":                          # int8 per output channel
+            sc = np.abs(v).max(axis=0) / 127
+            w4[k] = np.round(v / sc) * sc
+        elif v.ndim == 2 and k != "embed":          # the projections; the embedding is a Gather
+            q, s = weights4.block_quantize(v)
+            w4[k] = q * np.repeat(s, weights4.BLOCK, axis=0)
+    assert abs(bundle.nll - of_reference(src.spec, w4, ids).nll) < 0.1
+    assert abs(bundle.nll - of_reference(src.spec, w, ids).nll) > 0.3
+    prompt = ids[:11]
+    r = qnnrt("llm", out, "--prompt-tokens", ",".join(map(str, prompt)), "--max-new-tokens", "8")
+    assert r.returncode == 0, r.stderr[-3000:]
+    done = subprocess.run([sys.executable, str(GENIE_RUNNER), str(out), "--prompt-tokens",
+                           ",".join(map(str, prompt[1:])), "--max-new-tokens", "8", "--json"],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["tokens"] == _generated(r.stdout)
+
+
 def test_fp16_rmsnorm_on_the_htp_survives_massive_activations(tmp_path) -> None:
     """A residual stream of thousands (SmolLM2-135M reaches 24,926 at an attention sink) squares past
     fp16's 65504: the part graph's RMSNorm, compiled for the HTP simulator, must still give the CPU's

@@ -148,5 +148,5 @@ def test_a_corrupt_gguf_and_a_context_past_the_model_are_one_line_cli_errors(mod
     assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
     r = qnnrt("convert", models["qwen3"], "-o", tmp_path / "out", "--context", "4096")
     assert r.returncode == 1 and "--context 4096 is past the model's max_position_embeddings 256" in r.stderr
-    with pytest.raises(ConvertError, match="w4a16 is not available"):
-        ConvertOptions(precision="w4a16")
+    with pytest.raises(ConvertError, match="--precision 'w2a16': choose one of fp16, w8a16, w4a16"):
+        ConvertOptions(precision="w2a16")
