@@ -48,8 +48,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="context binaries to split the layers into (auto: each compiled part's PD need, "
                         "predicted from its binary, under --part-budget)")
     p.add_argument("--part-budget", type=_size, default=None, metavar="SIZE",
-                   help="the PD need each auto part stays under, e.g. 512MiB (default 1GiB; at most one PD): "
-                        "smaller parts compile in less memory and load in smaller steps")
+                   help="the PD need each auto part stays under, e.g. 512MiB, at most one PD (default 1GiB, "
+                        "raised to what one layer with a large embedding or head needs): smaller parts compile "
+                        "in less memory and load in smaller steps")
     p.add_argument("--calibration", type=Path, default=None, metavar="FILE",
                    help="text to calibrate a quantized precision on (default: a built-in text)")
     p.add_argument("--weight-sharing", default="auto", choices=["auto", "on", "off"],

@@ -66,7 +66,7 @@ class ConvertOptions:
             raise ConvertError(f"--part-budget sizes --parts auto; drop it or --parts {self.parts}")
         if b > PD_LIMIT:
             raise ConvertError(f"--part-budget {format_bytes(b)} is past one PD ({format_bytes(PD_LIMIT)}): a part's "
-                               f"context must fit in one; give at most {PD_LIMIT}")
+                               f"context must fit in one; give at most {PD_LIMIT // 2**20}MiB")
 
     def sizing(self) -> Sizing:
         """The Sizing auto parts are planned against (convert/sizing.py)."""
