@@ -140,23 +140,50 @@ class GgufTensors:
         return np.ascontiguousarray(w.T) if transposed else w
 
 
+# llama.cpp's pre-tokenizer names (tokenizer.ggml.pre) -> how the text is split before byte-level BPE:
+# GPT-2's regex (ByteLevel's own), digits one by one first, or the regex of the model's tokenizer.json
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_PRE_SPLIT = {"default": None, "gpt-2": None, "gpt2": None, "smollm": "digits", "starcoder": "digits",
+              "refact": "digits", "llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT,
+              "qwen2": _LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")}
+
+_WHOLE_WORDS = ("llama-bpe", "llama3")     # a piece in the vocabulary is one token, merges or not (Llama 3)
+
+
+def _pre_tokenizer(meta: dict, path: Path):
+    from tokenizers import Regex, pre_tokenizers
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    if pre not in _PRE_SPLIT:
+        raise ConvertError(f"{path}: tokenizer.ggml.pre is {pre!r}; qnnrt convert rebuilds the pre-tokenizers "
+                           f"{', '.join(sorted(_PRE_SPLIT))}; pass tokenizer=... (--tokenizer) with the model's "
+                           f"tokenizer.json")
+    split = _PRE_SPLIT[pre]
+    if split is None:
+        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if split == "digits":
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+
 def tokenizer_json(meta: dict, path: Path) -> str:
-    """A Hugging Face tokenizer.json from a byte-level BPE vocabulary (tokenizer.ggml.model 'gpt2')."""
+    """A Hugging Face tokenizer.json from a byte-level BPE vocabulary (tokenizer.ggml.model 'gpt2'),
+    split as llama.cpp splits it for the file's pre-tokenizer (tokenizer.ggml.pre)."""
     model = meta.get("tokenizer.ggml.model")
     if model != "gpt2":
         raise ConvertError(f"{path}: tokenizer.ggml.model is {model!r}; qnnrt convert rebuilds byte-level BPE "
                            f"('gpt2') tokenizers only; pass tokenizer=... (--tokenizer) with the model's "
                            f"tokenizer.json")
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import AddedToken, Tokenizer, decoders, models
     tokens = list(meta.get("tokenizer.ggml.tokens") or [])
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
     types = list(meta.get("tokenizer.ggml.token_type") or [1] * len(tokens))
-    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if meta.get("tokenizer.ggml.pre") in ("smollm", "starcoder", "refact"):
-        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    else:
-        tok.pre_tokenizer = byte_level
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False,
+                               ignore_merges=pre in _WHOLE_WORDS))
+    tok.pre_tokenizer = _pre_tokenizer(meta, path)
     tok.decoder = decoders.ByteLevel()
     special = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty in (3, 4)]
     tok.add_special_tokens(special)

@@ -57,6 +57,29 @@ def test_rope_freqs_that_are_not_llama3_or_disagree_with_the_metadata_are_refuse
         llama3_from_rope_freqs(good[:3], spec, where)
 
 
+@pytest.mark.parametrize("pre, pieces", [
+    ("gpt-2", ["12345", "Ġdon", "'t"]), ("smollm", ["1", "2", "3", "4", "5"]),
+    ("llama-bpe", ["123", "45", "Ġdon", "'t"]), ("qwen2", ["1", "2", "3", "4", "5"])])
+def test_a_gguf_tokenizer_splits_as_llama_cpp_does_for_its_pre_tokenizer(models, pre, pieces) -> None:
+    """What llama.cpp's test vectors check in full (tools/check_gguf_tokenizers.py: gpt-2, llama-bpe,
+    qwen2, starcoder, refact equal on every input); here each family's split of digits and a contraction."""
+    from tokenizers import Tokenizer
+
+    from qnnrt.convert.gguf_file import _fields, _open, tokenizer_json
+    meta = {**_fields(_open(models["gguf"])), "tokenizer.ggml.pre": pre}
+    split = [p for p, _ in Tokenizer.from_str(tokenizer_json(meta, models["gguf"])).pre_tokenizer
+             .pre_tokenize_str("12345 don't")]
+    assert split[:len(pieces)] == pieces
+
+
+def test_a_gguf_pre_tokenizer_qnnrt_does_not_rebuild_is_refused(models) -> None:
+    from qnnrt.convert.gguf_file import _fields, _open, tokenizer_json
+    meta = {**_fields(_open(models["gguf"])), "tokenizer.ggml.pre": "deepseek-llm"}
+    with pytest.raises(ConvertError, match=r"tokenizer.ggml.pre is 'deepseek-llm'; .*pass tokenizer=\.\.\. "
+                                           r"\(--tokenizer\)"):
+        tokenizer_json(meta, models["gguf"])
+
+
 def test_bf16_weights_are_widened_bit_exactly(models, maker) -> None:
     cfg = maker.CONFIGS["qwen2"]
     w = maker.hf_weights("qwen2", cfg)["model.layers.1.self_attn.q_proj.weight"]
