@@ -8,7 +8,7 @@ them. For each vocabulary this rebuilds the Hugging Face tokenizer as convert do
     python tools/check_gguf_tokenizers.py WORK [--version 0.3.36]
 
 WORK keeps the download. Prints one line per vocabulary (equal / mismatched / refused with the reason);
-exits 1 when a vocabulary qnnrt rebuilds gives other ids than llama.cpp."""
+exits 1 when a vocabulary qnnrt rebuilds gives other ids than llama.cpp, or other text back."""
 from __future__ import annotations
 
 import argparse
@@ -40,9 +40,9 @@ def check(vocab: Path) -> tuple[str, int, int]:
     """(what happened, inputs equal, inputs) for one vocabulary file with its .inp / .out."""
     from tokenizers import Tokenizer
 
-    from qnnrt.convert.gguf_file import _fields, _open, tokenizer_json
+    from qnnrt.convert.gguf_file import read_metadata, tokenizer_json
     from qnnrt.convert.spec import ConvertError
-    meta = _fields(_open(vocab))
+    meta = read_metadata(vocab)
     try:
         tok = Tokenizer.from_str(tokenizer_json(meta, vocab))
     except ConvertError as e:
@@ -51,7 +51,9 @@ def check(vocab: Path) -> tuple[str, int, int]:
     wanted = vocab.with_name(vocab.name + ".out").read_text(encoding="utf-8").split("\n")
     equal = sum(tok.encode(t, add_special_tokens=False).ids == [int(x) for x in w.split()]
                 for t, w in zip(texts, wanted))
-    return ("equal" if equal == len(texts) else "MISMATCH"), equal, len(texts)
+    back = sum(tok.decode([int(x) for x in w.split()]) == t for t, w in zip(texts, wanted))
+    what = "equal" if equal == back == len(texts) else "MISMATCH"
+    return f"{what}, decoded back {back}/{len(texts)}", equal, len(texts)
 
 
 def main() -> None:
@@ -64,7 +66,7 @@ def main() -> None:
         if not vocab.with_name(vocab.name + ".out").is_file():
             continue
         what, equal, n = check(vocab)
-        bad += what == "MISMATCH"
+        bad += what.startswith("MISMATCH")
         print(f"{vocab.name}: {what}" + (f" ({equal}/{n} inputs)" if n else ""))
     sys.exit(1 if bad else 0)
 

@@ -57,7 +57,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="prompt and token graphs share weights (auto: on a device target, off on the x86 "
                         "simulator, which cannot load such binaries)")
     p.add_argument("--tokenizer", type=Path, default=None, metavar="FILE",
-                   help="a tokenizer.json to use instead of the model's (e.g. a GGUF with a SentencePiece one)")
+                   help="a tokenizer.json to use instead of the model's (e.g. for a GGUF whose tokenizer "
+                        "qnnrt does not rebuild)")
     p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR", help="compile cache folder")
     p.add_argument("--lora-rank", type=int, default=None, metavar="R",
                    help="LoRA adapters of rank R as graph inputs (fp16; `qnnrt llm/serve --lora`)")

@@ -2,7 +2,9 @@
 Hugging Face config keys the architectures read, its tensors memory-mapped and dequantized on read
 (any type `gguf` dequantizes: F32, F16, BF16, Q8_0, Q4_K...). llama.cpp stores a Llama model's
 Q and K rows permuted (its rotary layout); that permutation is undone here. The tokenizer is
-rebuilt as a Hugging Face tokenizer.json from the file's BPE vocabulary and merges."""
+rebuilt as a Hugging Face tokenizer.json that tokenizes as llama.cpp does (byte-level BPE for the
+file's pre-tokenizer, or SentencePiece BPE; tools/check_gguf_tokenizers.py checks both against
+llama.cpp's test vectors)."""
 from __future__ import annotations
 
 import dataclasses
@@ -39,6 +41,11 @@ def _fields(reader) -> dict:
         except (ValueError, IndexError, UnicodeDecodeError):
             continue
     return out
+
+
+def read_metadata(path: Path) -> dict:
+    """The file's metadata, key -> value (values ``gguf`` cannot read are left out)."""
+    return _fields(_open(path))
 
 
 def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
@@ -169,22 +176,18 @@ def _pre_tokenizer(meta: dict, path: Path):
 
 
 def tokenizer_json(meta: dict, path: Path) -> str:
-    """A Hugging Face tokenizer.json from a byte-level BPE vocabulary (tokenizer.ggml.model 'gpt2'),
-    split as llama.cpp splits it for the file's pre-tokenizer (tokenizer.ggml.pre)."""
+    """A Hugging Face tokenizer.json that tokenizes as llama.cpp does: byte-level BPE
+    (tokenizer.ggml.model 'gpt2') split for the file's pre-tokenizer (tokenizer.ggml.pre), or
+    SentencePiece's BPE ('llama': Llama 2, TinyLlama, Phi-3...) merged by the pieces' scores."""
     model = meta.get("tokenizer.ggml.model")
-    if model != "gpt2":
+    if model not in ("gpt2", "llama"):
         raise ConvertError(f"{path}: tokenizer.ggml.model is {model!r}; qnnrt convert rebuilds byte-level BPE "
-                           f"('gpt2') tokenizers only; pass tokenizer=... (--tokenizer) with the model's "
-                           f"tokenizer.json")
-    from tokenizers import AddedToken, Tokenizer, decoders, models
+                           f"('gpt2') and SentencePiece BPE ('llama') tokenizers; pass tokenizer=... (--tokenizer) "
+                           f"with the model's tokenizer.json")
+    from tokenizers import AddedToken
     tokens = list(meta.get("tokenizer.ggml.tokens") or [])
-    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
     types = list(meta.get("tokenizer.ggml.token_type") or [1] * len(tokens))
-    pre = meta.get("tokenizer.ggml.pre", "default")
-    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False,
-                               ignore_merges=pre in _WHOLE_WORDS))
-    tok.pre_tokenizer = _pre_tokenizer(meta, path)
-    tok.decoder = decoders.ByteLevel()
+    tok = _byte_level(meta, path, tokens) if model == "gpt2" else _sentencepiece(meta, tokens)
     special = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty in (3, 4)]
     tok.add_special_tokens(special)
     bos = meta.get("tokenizer.ggml.bos_token_id")
@@ -193,6 +196,43 @@ def tokenizer_json(meta: dict, path: Path) -> str:
         tok.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A",
                                                            special_tokens=[(tokens[bos], bos)])
     return tok.to_str()
+
+
+def _byte_level(meta: dict, path: Path, tokens: list[str]):
+    from tokenizers import Tokenizer, decoders, models
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False,
+                               ignore_merges=pre in _WHOLE_WORDS))
+    tok.pre_tokenizer = _pre_tokenizer(meta, path)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _sentencepiece(meta: dict, tokens: list[str]):
+    """SentencePiece BPE as llama.cpp runs it: spaces as '▁' (one added in front unless the file says
+    not), then the adjacent pair whose joined piece scores highest merged first, unknown characters
+    as <0xNN> byte pieces. As BPE merges: every split of every piece into two pieces, ranked by the
+    joined piece's score."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+    scores = list(meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens))
+    vocab = {t: i for i, t in enumerate(tokens)}
+    ranked: list[tuple[float, int, int, str, str]] = []
+    for piece, score in zip(tokens, scores):
+        for k in range(1, len(piece)):
+            left, right = piece[:k], piece[k:]
+            if left in vocab and right in vocab:
+                ranked.append((-score, vocab[left], vocab[right], left, right))
+    ranked.sort(key=lambda m: m[0])             # stable: a piece's own splits stay in id order
+    unk = meta.get("tokenizer.ggml.unknown_token_id", 0)
+    tok = Tokenizer(models.BPE(vocab, [(m[3], m[4]) for m in ranked], unk_token=tokens[unk], fuse_unk=True,
+                               byte_fallback=True))
+    prefix = meta.get("tokenizer.ggml.add_space_prefix", True) is not False
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581")] * prefix
+                                          + [normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+                                    + [decoders.Strip(" ", 1, 0)] * prefix)
+    return tok
 
 
 def read_gguf(path: Path, tokenizer: Path | None = None) -> tuple[ModelSpec, CheckedWeights, TokenizerFiles]:

@@ -65,16 +65,49 @@ def test_a_gguf_tokenizer_splits_as_llama_cpp_does_for_its_pre_tokenizer(models,
     qwen2, starcoder, refact equal on every input); here each family's split of digits and a contraction."""
     from tokenizers import Tokenizer
 
-    from qnnrt.convert.gguf_file import _fields, _open, tokenizer_json
-    meta = {**_fields(_open(models["gguf"])), "tokenizer.ggml.pre": pre}
+    from qnnrt.convert.gguf_file import read_metadata, tokenizer_json
+    meta = {**read_metadata(models["gguf"]), "tokenizer.ggml.pre": pre}
     split = [p for p, _ in Tokenizer.from_str(tokenizer_json(meta, models["gguf"])).pre_tokenizer
              .pre_tokenize_str("12345 don't")]
     assert split[:len(pieces)] == pieces
 
 
+def _spm_gguf(path: Path) -> Path:
+    """A vocabulary-only GGUF with a SentencePiece vocabulary (tokenizer.ggml.model 'llama')."""
+    import gguf
+    pieces = {"\u2581": -1.0, "a": -2.0, "b": -3.0, "c": -4.0, "ab": -10.0, "bc": -5.0, "\u2581a": -20.0, "abc": -6.0}
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)] + list(pieces)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * 259 + list(pieces.values()))
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * len(pieces))
+    w.add_bos_token_id(1)
+    w.add_add_bos_token(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_a_sentencepiece_gguf_tokenizer_merges_by_score_with_byte_fallback(tmp_path) -> None:
+    """What llama.cpp's test vectors check in full (tools/check_gguf_tokenizers.py: llama-spm and phi-3
+    equal on every input): ' abc' is '▁' 'abc' (bc scores above ab, then abc above ▁a), not '▁a' 'bc' as
+    a left-to-right pass would give; an unknown 'é' is its two UTF-8 bytes; BOS in front; decoded back."""
+    from tokenizers import Tokenizer
+
+    from qnnrt.convert.gguf_file import read_metadata, tokenizer_json
+    path = _spm_gguf(tmp_path / "spm.gguf")
+    tok = Tokenizer.from_str(tokenizer_json(read_metadata(path), path))
+    ids = tok.encode("abc\u00e9").ids
+    assert ids == [1, 259, 266, 3 + 0xC3, 3 + 0xA9]
+    assert tok.decode(ids) == "abc\u00e9"
+
+
 def test_a_gguf_pre_tokenizer_qnnrt_does_not_rebuild_is_refused(models) -> None:
-    from qnnrt.convert.gguf_file import _fields, _open, tokenizer_json
-    meta = {**_fields(_open(models["gguf"])), "tokenizer.ggml.pre": "deepseek-llm"}
+    from qnnrt.convert.gguf_file import read_metadata, tokenizer_json
+    meta = {**read_metadata(models["gguf"]), "tokenizer.ggml.pre": "deepseek-llm"}
     with pytest.raises(ConvertError, match=r"tokenizer.ggml.pre is 'deepseek-llm'; .*pass tokenizer=\.\.\. "
                                            r"\(--tokenizer\)"):
         tokenizer_json(meta, models["gguf"])
