@@ -13,7 +13,7 @@ from qnnrt.serve import responses
 from qnnrt.serve import schema as s
 from qnnrt.serve import schema_responses as r
 from qnnrt.serve.openai_api import ApiError
-from tests.serve.test_requests import _document, _integers, _validator
+from tests.serve.test_requests import check_generated_bodies
 
 BASE: dict[str, Any] = {"model": "stories", "input": "Once"}
 SCHEMA = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
@@ -103,24 +103,4 @@ def _unstated(body: dict) -> bool:
 
 @pytest.mark.slow
 def test_bodies_generated_from_the_document_are_decoded_as_it_says():
-    schemathesis = pytest.importorskip("schemathesis", reason="pip install -e '.[test]'")
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
-    v = _validator("ResponsesRequest")
-    op = schemathesis.openapi.from_dict(_document())["/v1/responses"]["POST"]
-    modes = st.sampled_from([schemathesis.GenerationMode.POSITIVE] + [schemathesis.GenerationMode.NEGATIVE] * 2)
-    seen = {True: 0, False: 0}
-
-    @settings(max_examples=120, deadline=None, database=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
-    @given(data=st.data(), mode=modes)
-    def check(data, mode):
-        case = data.draw(op.as_strategy(generation_mode=mode))
-        if not isinstance(case.body, dict) or _unstated(case.body):
-            return
-        valid = v.is_valid(case.body)
-        seen[valid] += 1
-        assert _accepted(json.dumps(_integers(case.body)).encode()) == valid, (mode, case.body)
-
-    check()
-    assert seen[True] >= 10 and seen[False] >= 3, seen
+    check_generated_bodies("/v1/responses", "ResponsesRequest", _unstated, _accepted)
