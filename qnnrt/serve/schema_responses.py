@@ -9,7 +9,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from msgspec import Meta, Struct
 
-from qnnrt.serve.schema import Body, JsonObject, Positive, Reply, _check_depth
+from qnnrt.serve.schema import Body, FunctionDefinition, JsonObject, Positive, Reply, _check_depth
 
 MAX_INPUT_ITEMS = 4096
 
@@ -73,14 +73,10 @@ def _item_rules() -> dict[str, Any]:
 Item = Annotated[InputItem, Meta(extra_json_schema=_item_rules())]
 
 
-class FunctionTool(Body, tag_field="type", tag="function", frozen=True):
-    name: Annotated[str, Meta(min_length=1)]
-    description: str | None = None
-    parameters: Annotated[JsonObject, Meta(description="a JSON schema of the arguments")] | None = None
-    strict: bool | None = None
-
-    def __post_init__(self) -> None:
-        _check_depth("parameters", self.parameters)
+# a function tool as the Responses API sends it: chat's function definition, flat, tagged (no docstring:
+# it would be a description the published document did not have)
+class FunctionTool(FunctionDefinition, tag_field="type", tag="function", frozen=True):
+    pass
 
 
 class NamedFunction(Body, frozen=True):
