@@ -13,6 +13,7 @@ import numpy as np
 from qnnrt.convert import reference
 from qnnrt.convert.spec import ModelSpec
 from qnnrt.errors import InputError
+from qnnrt.llm.sampling import log_softmax
 
 if TYPE_CHECKING:
     from qnnrt.llm.runner import LlmRunner
@@ -53,9 +54,7 @@ def of_reference(spec: ModelSpec, weights, ids: Sequence[int]) -> Perplexity:
     Returns: the Perplexity over ids[1:]."""
     toks = _checked(ids, spec.vocab)
     w = {k: np.asarray(weights[k], np.float64) for k in spec.shapes()}
-    z = reference.logits(spec, w, toks[:-1])
-    z = z - z.max(axis=-1, keepdims=True)
-    lp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    lp = log_softmax(reference.logits(spec, w, toks[:-1]))
     return Perplexity(tuple(float(lp[i, t]) for i, t in enumerate(toks[1:])))
 
 
