@@ -132,12 +132,14 @@ def qnn_ep_devices():
         return devs
 
 
-def _session_options(options: CompileOptions, config: dict[str, str]):
+def session_options(options: CompileOptions, config: dict[str, str], provider: dict[str, str] | None = None):
+    """ONNX Runtime session options with the QNN EP for ``options`` (plus ``provider`` EP options) and the
+    session ``config`` entries; graph optimizations off (the EP compiles the graph as written)."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.add_provider_for_devices(qnn_ep_devices(), options.provider_options())
+    so.add_provider_for_devices(qnn_ep_devices(), {**options.provider_options(), **(provider or {})})
     for k, v in config.items():
         so.add_session_config_entry(k, v)
     return so
@@ -147,7 +149,7 @@ def qnn_session(model: str | os.PathLike, options: CompileOptions | None = None,
                 config: dict[str, str] | None = None):
     """An ONNX Runtime session on ``model`` with the QNN EP (e.g. to run or compile EPContext models)."""
     import onnxruntime as ort
-    so = _session_options(options or CompileOptions(), config or {})
+    so = session_options(options or CompileOptions(), config or {})
     if not (config or {}).get("ep.context_enable"):
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # running: ORT's default
     return ort.InferenceSession(str(model), sess_options=so)
@@ -337,7 +339,7 @@ def compile_unit(models: list[onnx.ModelProto], labels: list[str], options: Comp
             cfg["session.record_ep_graph_assignment_info"] = "1"
         what = labels[0] if len(labels) == 1 else f"{', '.join(labels)} (one binary)"
         try:
-            sess = ort.InferenceSession(str(src), sess_options=_session_options(options, cfg))
+            sess = ort.InferenceSession(str(src), sess_options=session_options(options, cfg))
         except Exception as e:
             msg = [line for line in str(e).strip().splitlines() if line.strip()]
             ops = "; ".join(f"{lab}: {_describe(m)}" for lab, m in zip(labels, models))
@@ -417,7 +419,7 @@ def probe_unsupported(model: onnx.ModelProto, options: CompileOptions, cache: Co
     src = Path(tempfile.mkdtemp(prefix="probe_", dir=workdir)) / "probe.onnx"
     src.write_bytes(data)
     try:
-        so = _session_options(options, {"session.record_ep_graph_assignment_info": "1"})
+        so = session_options(options, {"session.record_ep_graph_assignment_info": "1"})
         try:
             sess = ort.InferenceSession(str(src), sess_options=so)
         except Exception as e:

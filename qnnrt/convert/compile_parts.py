@@ -14,7 +14,7 @@ from pathlib import Path
 
 import onnx
 
-from qnnrt.compiler.compile import CompileCache, CompileOptions, compile_unit, qnn_ep_devices
+from qnnrt.compiler.compile import CompileCache, CompileOptions, compile_unit, session_options
 from qnnrt.compiler.graph_names import rename_in_binary
 from qnnrt.errors import BuildError
 
@@ -42,15 +42,10 @@ def compile_shared(models: list[onnx.ModelProto], labels: list[str], options: Co
     for j, model in enumerate(models):
         src, ctx = (data_dir or d) / f"{d.name}_shared_{j}.onnx", d / f"shared_{j}_ctx.onnx"
         onnx.save(model, src)
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        so.add_provider_for_devices(qnn_ep_devices(), {**options.provider_options(),
-                                                       "enable_htp_weight_sharing": "1"})
         last = "1" if j == len(models) - 1 else "0"
-        for k, v in {"ep.context_enable": "1", "ep.context_embed_mode": "0", "ep.context_file_path": str(ctx),
-                     "ep.share_ep_contexts": "1", "ep.stop_share_ep_contexts": last}.items():
-            so.add_session_config_entry(k, v)
+        so = session_options(options, {"ep.context_enable": "1", "ep.context_embed_mode": "0",
+                                       "ep.context_file_path": str(ctx), "ep.share_ep_contexts": "1",
+                                       "ep.stop_share_ep_contexts": last}, {"enable_htp_weight_sharing": "1"})
         try:
             ort.InferenceSession(str(src), sess_options=so)
         except Exception as e:

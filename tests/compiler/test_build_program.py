@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 
 from qnnrt.compiler import demo
 from qnnrt.compiler.builder import BuildOptions, build_program
-from qnnrt.compiler.compile import CompileOptions, qnn_ep_devices
+from qnnrt.compiler.compile import qnn_session
 from qnnrt.errors import BuildError
 from qnnrt.formats.program import check_method_files, read_program
 
@@ -16,11 +16,7 @@ FP16_ATOL = 0.05      # logits are O(3); fp16 through 16 layers stays within ~0.
 
 
 def _ort_qnn_session(path):
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.add_provider_for_devices(qnn_ep_devices(), CompileOptions().provider_options())
-    return ort.InferenceSession(str(path), sess_options=so)
+    return qnn_session(path)
 
 
 def _check_methods_against_reference(report):

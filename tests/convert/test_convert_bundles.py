@@ -263,7 +263,7 @@ def test_fp16_rmsnorm_on_the_htp_survives_massive_activations(tmp_path) -> None:
     import numpy as np
     import onnx
     import onnxruntime as ort
-    from qnnrt.compiler.compile import CompileOptions, qnn_ep_devices
+    from qnnrt.compiler.compile import CompileOptions, session_options
     from qnnrt.convert import drive, graphs
     from qnnrt.convert.spec import ModelSpec
     spec = ModelSpec("LlamaForCausalLM", vocab=64, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128,
@@ -281,10 +281,7 @@ def test_fp16_rmsnorm_on_the_htp_survives_massive_activations(tmp_path) -> None:
         feeds[f"past_key_{i}_in"] = np.zeros((2, 1, 16, 24), np.float32)
         feeds[f"past_value_{i}_in"] = np.zeros((2, 1, 24, 16), np.float32)
     cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["logits"], feeds)[0]
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.add_provider_for_devices(qnn_ep_devices(), CompileOptions().provider_options())
     onnx.save(model, tmp_path / "m.onnx")
-    htp = ort.InferenceSession(str(tmp_path / "m.onnx"), sess_options=so).run(["logits"], feeds)[0]
+    htp = ort.InferenceSession(str(tmp_path / "m.onnx"), sess_options=session_options(CompileOptions(), {})) \
+        .run(["logits"], feeds)[0]
     assert np.abs(htp - cpu).max() < 0.02 * (cpu.max() - cpu.min())
