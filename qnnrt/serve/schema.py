@@ -42,7 +42,7 @@ def json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return True
 
 
-def _check_depth(name: str, value: Any) -> None:
+def check_depth(name: str, value: Any) -> None:
     if value is not None and not json_depth_ok(value):
         raise ValueError(f"{name}: nests deeper than {MAX_JSON_DEPTH} levels")
 
@@ -144,7 +144,7 @@ class FunctionDefinition(Body, frozen=True):
     strict: bool | None = None
 
     def __post_init__(self) -> None:
-        _check_depth("parameters", self.parameters)
+        check_depth("parameters", self.parameters)
 
 
 class Tool(Body, frozen=True):
@@ -179,7 +179,7 @@ class JsonSchemaSpec(Body, frozen=True):
     strict: bool | None = None
 
     def __post_init__(self) -> None:
-        _check_depth("schema", self.schema)
+        check_depth("schema", self.schema)
 
 
 class JsonSchemaFormat(Body, tag_field="type", tag="json_schema", frozen=True):

@@ -9,7 +9,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from msgspec import Meta, Struct
 
-from qnnrt.serve.schema import Body, FunctionDefinition, JsonObject, Positive, Reply, _check_depth
+from qnnrt.serve.schema import Body, FunctionDefinition, JsonObject, Positive, Reply, check_depth
 
 MAX_INPUT_ITEMS = 4096
 
@@ -99,7 +99,7 @@ class TextFormatJsonSchema(Body, tag_field="type", tag="json_schema", frozen=Tru
     strict: bool | None = None
 
     def __post_init__(self) -> None:
-        _check_depth("schema", self.schema)
+        check_depth("schema", self.schema)
 
 
 TextFormat = TextFormatText | TextFormatJsonObject | TextFormatJsonSchema
